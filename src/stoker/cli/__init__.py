@@ -1,0 +1,1 @@
+"""The ``stoker`` command line: a thin layer over the public functions."""

@@ -1,0 +1,41 @@
+"""Entry point of the ``stoker`` command: one click group, one module per command."""
+
+from __future__ import annotations
+
+import importlib
+import sys
+
+import click
+
+from stoker.errors import StokerError
+
+# (module under stoker.cli, click command object name). Each command lives in its own
+# module so that `stoker --help` stays fast and commands do not import each other.
+_COMMANDS: list[tuple[str, str]] = [
+    ("make_data", "make_data"),
+    ("demo", "demo"),
+]
+
+
+class _Group(click.Group):
+    """A group that turns any StokerError into a one-line message and exit status 1."""
+
+    def invoke(self, ctx: click.Context) -> object:
+        try:
+            return super().invoke(ctx)
+        except StokerError as exc:
+            click.echo(f"error: {exc}", err=True)
+            sys.exit(1)
+
+
+@click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="stoker")
+def main() -> None:
+    """stoker keeps the GPU fed: load, pack, stream, train and benchmark image data sets.
+
+    Start with `stoker demo`, which generates a small data set and shows every part.
+    """
+
+
+for _module, _name in _COMMANDS:
+    main.add_command(getattr(importlib.import_module(f"stoker.cli.{_module}"), _name))

@@ -1,0 +1,50 @@
+"""Collate samples into a batch, dropping and counting the bad ones."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch.utils.data import default_collate
+
+from stoker.sources.dataset import Skipped
+
+__all__ = ["Batch", "collate", "to_device"]
+
+
+@dataclass
+class Batch:
+    """What a worker sends back: the collated samples and the bad ones it dropped."""
+
+    data: Any
+    size: int
+    skipped: list[Skipped] = field(default_factory=list)
+
+    def pin_memory(self) -> Batch:
+        """Called by the DataLoader's pin-memory thread when the device is CUDA."""
+        from torch.utils.data._utils.pin_memory import pin_memory
+
+        return Batch(pin_memory(self.data), self.size, self.skipped)
+
+
+def collate(samples: Sequence[Any]) -> Batch:
+    """torch's ``default_collate`` over the good samples; :class:`Skipped` markers are counted."""
+    good = [s for s in samples if not isinstance(s, Skipped)]
+    skipped = [s for s in samples if isinstance(s, Skipped)]
+    data = default_collate(good) if good else None
+    return Batch(data, len(good), skipped)
+
+
+def to_device(data: Any, device: torch.device, non_blocking: bool = True) -> Any:
+    """Move every tensor in a (nested) tuple, list or dict to ``device``."""
+    if isinstance(data, torch.Tensor):
+        return data.to(device, non_blocking=non_blocking)
+    if isinstance(data, tuple):
+        return tuple(to_device(d, device, non_blocking) for d in data)
+    if isinstance(data, list):
+        return [to_device(d, device, non_blocking) for d in data]
+    if isinstance(data, dict):
+        return {k: to_device(v, device, non_blocking) for k, v in data.items()}
+    return data

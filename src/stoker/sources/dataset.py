@@ -1,0 +1,146 @@
+"""The map-style Dataset over an index of sample files, and the bad-sample policy."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import numpy as np
+import torch
+from torch.utils.data import Dataset
+
+from stoker.decode import decode_sample
+from stoker.errors import ConfigError, DataError, MissingFileError
+from stoker.sources.index import SampleIndex
+
+__all__ = ["FileDataset", "OnError", "Skipped", "read_file_bytes"]
+
+OnError = Literal["raise", "skip"]
+Transform = Callable[[torch.Tensor], Any]
+
+
+@dataclass(frozen=True)
+class Skipped:
+    """Stands in for a bad sample under ``on_error="skip"``; the collate counts and drops it."""
+
+    key: str
+    reason: str
+
+
+def read_file_bytes(path: str) -> bytes:
+    """Read a whole file, local or (with fsspec installed) remote such as ``s3://...``."""
+    if "://" in path and not path.startswith("file://"):
+        try:
+            import fsspec
+        except ImportError:
+            raise ConfigError(f"{path}: reading remote files needs fsspec; pip install 'stoker[remote]'") from None
+        with fsspec.open(path, "rb") as f:
+            return f.read()
+    try:
+        with open(path.removeprefix("file://"), "rb") as f:
+            return f.read()
+    except FileNotFoundError:
+        raise MissingFileError(f"{path}: file not found (moved or deleted since the index was built?)") from None
+    except OSError as exc:
+        raise DataError(f"{path}: cannot read file ({exc.strerror})") from None
+
+
+class FileDataset(Dataset):
+    """A map-style torch Dataset that reads and decodes one file per sample.
+
+    Every layout (:class:`IdDataset`, :class:`LabelFileDataset`,
+    :class:`ClassFolderDataset`, :func:`concat`) is a ``FileDataset`` over its own
+    :class:`SampleIndex`. A sample is ``(image, label)``: a uint8 RGB CHW tensor after the
+    source's crop, or whatever ``transform`` returns for it.
+
+    Args:
+        index: the samples.
+        transform: applied to the uint8 image tensor.
+        on_error: ``"raise"`` (default) stops at the first bad sample with an error
+            naming the file; ``"skip"`` returns a :class:`Skipped` marker instead, which
+            stoker's loader drops, counts and reports at the end of the epoch.
+    """
+
+    def __init__(self, index: SampleIndex, transform: Transform | None = None, on_error: OnError = "raise") -> None:
+        if on_error not in ("raise", "skip"):
+            raise ConfigError(f"on_error must be 'raise' or 'skip', got {on_error!r}")
+        if len(index) == 0:
+            raise DataError("the data set has no samples; check the folder, label file or partition")
+        self.index = index
+        self.transform = transform
+        self.on_error: OnError = on_error
+
+    # -- the torch Dataset protocol -------------------------------------------------
+    def __len__(self) -> int:
+        return len(self.index)
+
+    def __getitem__(self, i: int) -> tuple[Any, int] | Skipped:
+        try:
+            image = self.load_image(i)
+        except DataError as exc:
+            if self.on_error == "raise":
+                raise
+            return Skipped(str(self.index.keys[i]), str(exc))
+        label = int(self.index.labels[i])
+        return (self.transform(image) if self.transform is not None else image), label
+
+    # -- building blocks other readers (packer, benchmark) use ----------------------
+    def read_bytes(self, i: int) -> bytes:
+        """The raw bytes of sample ``i``'s file."""
+        return read_file_bytes(str(self.index.paths[i]))
+
+    def load_image(self, i: int) -> torch.Tensor:
+        """Sample ``i`` decoded to a uint8 RGB CHW tensor, after its source's crop."""
+        path = str(self.index.paths[i])
+        return decode_sample(self.read_bytes(i), path, self.index.crop_of(i))
+
+    @property
+    def labels(self) -> np.ndarray:
+        """Every sample's label, in order (``int64``)."""
+        return self.index.labels
+
+    @property
+    def classes(self) -> tuple[str, ...]:
+        """Class names; ``classes[label]`` names a label."""
+        return self.index.classes
+
+    @property
+    def num_classes(self) -> int:
+        """Number of classes."""
+        return self.index.num_classes
+
+    def subset(self, indices: np.ndarray | list[int]) -> FileDataset:
+        """A new data set with the given rows of this one (same transform and policy)."""
+        return FileDataset(self.index.take(indices), self.transform, self.on_error)
+
+    def split(self, valid: float = 0.1, seed: int = 0) -> tuple[FileDataset, FileDataset]:
+        """A seeded, class-stratified train/validation split for sources that have none.
+
+        Args:
+            valid: fraction of each class that goes to validation (``0 < valid < 1``).
+            seed: the same seed always gives the same split.
+
+        Returns:
+            ``(train, valid)`` data sets.
+
+        Example:
+            >>> train, valid = ClassFolderDataset("digiface").split(valid=0.1, seed=0)  # doctest: +SKIP
+        """
+        if not 0.0 < valid < 1.0:
+            raise ConfigError(f"valid fraction must be between 0 and 1, got {valid}")
+        rng = np.random.default_rng(seed)
+        valid_rows: list[np.ndarray] = []
+        for label in np.unique(self.labels):
+            rows = np.flatnonzero(self.labels == label)
+            rows = rows[rng.permutation(len(rows))]
+            valid_rows.append(rows[: int(round(len(rows) * valid))])
+        is_valid = np.zeros(len(self), dtype=bool)
+        is_valid[np.concatenate(valid_rows)] = True
+        if is_valid.all() or not is_valid.any():
+            raise ConfigError(f"valid={valid} leaves one side of the split empty for {len(self)} samples")
+        return self.subset(np.flatnonzero(~is_valid)), self.subset(np.flatnonzero(is_valid))
+
+    def __repr__(self) -> str:
+        names = ",".join(s.name for s in self.index.sources)
+        return f"{type(self).__name__}({names}: {len(self)} samples, {self.num_classes} classes)"

@@ -1,0 +1,103 @@
+"""Layout 2: a folder of images and a text file of ``<file name> <label>`` lines."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from stoker.decode import Box
+from stoker.errors import ConfigError, LabelError, MissingFileError
+from stoker.sources.dataset import FileDataset, OnError, Transform
+from stoker.sources.index import SampleIndex, Source
+
+__all__ = ["LabelFileDataset", "read_label_file"]
+
+
+def read_label_file(path: Path) -> tuple[list[str], list[int]]:
+    """Parse ``<file name> <label>`` lines; blank lines and ``#`` comments are skipped.
+
+    Raises:
+        LabelError: a line has no label, a non-integer or negative label, or repeats a file.
+    """
+    names: list[str] = []
+    labels: list[int] = []
+    seen: dict[str, int] = {}
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        raise MissingFileError(f"{path}: label file not found") from None
+    except UnicodeDecodeError:
+        raise LabelError(f"{path}: not a text file; expected '<file name> <label>' lines") from None
+    for line_no, line in enumerate(text.splitlines(), start=1):
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        parts = line.rsplit(None, 1)
+        if len(parts) != 2:
+            raise LabelError(f"{path}:{line_no}: {line!r} has no label; expected '<file name> <label>'")
+        name, label_text = parts
+        try:
+            label = int(label_text)
+        except ValueError:
+            raise LabelError(f"{path}:{line_no}: label {label_text!r} is not an integer; expected '<file name> <label>'") from None
+        if label < 0:
+            raise LabelError(f"{path}:{line_no}: label {label} is negative; labels must be integers >= 0")
+        if name in seen:
+            raise LabelError(f"{path}:{line_no}: {name!r} is listed again (first on line {seen[name]}); list each file once")
+        seen[name] = line_no
+        names.append(name)
+        labels.append(label)
+    if not names:
+        raise LabelError(f"{path}: no '<file name> <label>' lines found")
+    return names, labels
+
+
+class LabelFileDataset(FileDataset):
+    """Images in a folder, labelled by a text file of ``<file name> <label>`` lines.
+
+    This is CelebA's ``identity_CelebA.txt`` layout. Labels are used as written
+    (CelebA's identities start at 1, so label 0 is simply never seen).
+
+    Args:
+        root: the folder of images.
+        label_file: the text file of labels.
+        crop: ``(top, left, height, width)`` applied to every image, or ``None``.
+        transform: applied to the uint8 image tensor.
+        on_error: ``"raise"`` or ``"skip"`` bad samples (see :class:`FileDataset`).
+        name: the source name kept in shards and messages.
+
+    Raises:
+        LabelError: a bad label line (the message names the file and line).
+        MissingFileError: the folder, the label file or a listed image is missing.
+
+    Example:
+        >>> ds = LabelFileDataset("celeba/img", "celeba/identity_CelebA.txt", crop=(40, 20, 138, 138))  # doctest: +SKIP
+    """
+
+    def __init__(
+        self,
+        root: str | os.PathLike[str],
+        label_file: str | os.PathLike[str],
+        crop: Box | None = None,
+        transform: Transform | None = None,
+        on_error: OnError = "raise",
+        name: str = "labels",
+    ) -> None:
+        root, label_file = Path(root), Path(label_file)
+        if not root.is_dir():
+            raise MissingFileError(f"{root}: image folder not found")
+        if crop is not None and (len(crop) != 4 or any(int(v) != v for v in crop)):
+            raise ConfigError(f"crop must be four integers (top, left, height, width), got {crop!r}")
+        names, labels = read_label_file(label_file)
+        present = set(os.listdir(root))
+        for name_ in names:
+            if name_ not in present and not (root / name_).is_file():
+                raise MissingFileError(
+                    f"{label_file}: lists {name_!r} but {root / name_} does not exist; "
+                    "restore the image or remove its line"
+                )
+        resolved = root.resolve()
+        paths = [str(resolved / n) for n in names]
+        box = tuple(int(v) for v in crop) if crop is not None else None
+        index = SampleIndex.build(names, paths, labels, Source(name, str(resolved), box))  # type: ignore[arg-type]
+        super().__init__(index, transform, on_error)
