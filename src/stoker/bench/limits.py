@@ -1,0 +1,222 @@
+"""The limits no loader can beat on this machine, measured on this data.
+
+A loader cannot be faster than the slowest of: decoding (one core's decode rate times
+the cores it uses), copying the decoded pixels in memory, and reading the bytes from
+storage. :func:`measure_limits` measures all three in a second or two each, so that a
+benchmark figure can be read as a fraction of what the machine allows.
+
+Example:
+    >>> from stoker.sources.synthetic import make_digiface  # doctest: +SKIP
+    >>> limits = measure_limits(ClassFolderDataset(make_digiface("/tmp/d", 200)))  # doctest: +SKIP
+    >>> limits.decode_img_per_s  # one core  # doctest: +SKIP
+    2113.0
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import asdict, dataclass
+from typing import Literal
+
+import numpy as np
+import torch
+
+from stoker.decode import resize
+from stoker.errors import ConfigError
+from stoker.sources.dataset import FileDataset
+
+__all__ = ["Limits", "Work", "evict_from_page_cache", "measure_limits"]
+
+# What a loading method has to do per image: decode it (encoded files or shards), or
+# only read and copy pixels (shards of decoded pixels).
+Work = Literal["decode", "pixels"]
+
+_MEMCPY_BYTES = 64 << 20  # large enough to leave the CPU caches
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Measured ceilings of this machine for this data.
+
+    Attributes:
+        cores: CPU cores available to this process.
+        decode_img_per_s: images one core decodes (and resizes) per second.
+        memcpy_bytes_per_s: bytes per second one core copies in memory.
+        read_bytes_per_s: bytes per second read from the data's storage, file by file.
+        read_cold: whether the files were dropped from the page cache before the read
+            test (``posix_fadvise``); when False the figure may be the cache's speed.
+        encoded_bytes_per_img: mean size of a sample file.
+        decoded_bytes_per_img: mean size of a decoded (and resized) uint8 image.
+    """
+
+    cores: int
+    decode_img_per_s: float
+    memcpy_bytes_per_s: float
+    read_bytes_per_s: float
+    read_cold: bool
+    encoded_bytes_per_img: float
+    decoded_bytes_per_img: float
+
+    def bounds(self, work: Work, workers: int) -> dict[str, float]:
+        """Images per second each limit allows a method doing ``work`` with ``workers``.
+
+        Decoding scales with the cores in use (``max(workers, 1)``, at most
+        :attr:`cores`); a method of pixel shards decodes nothing but reads more bytes.
+        """
+        cores_used = min(max(workers, 1), self.cores)
+        stored = self.decoded_bytes_per_img if work == "pixels" else self.encoded_bytes_per_img
+        out = {
+            "storage read": self.read_bytes_per_s / max(stored, 1.0),
+            "memory copy": self.memcpy_bytes_per_s / max(self.decoded_bytes_per_img, 1.0),
+        }
+        if work == "decode":
+            out["decode"] = self.decode_img_per_s * cores_used
+        return out
+
+    def limit(self, work: Work, workers: int) -> tuple[float, str]:
+        """The binding limit: ``(img_per_s, name)`` of the slowest of :meth:`bounds`."""
+        bounds = self.bounds(work, workers)
+        name = min(bounds, key=bounds.__getitem__)
+        return bounds[name], name
+
+    def to_dict(self) -> dict[str, object]:
+        """A JSON-ready dict of the measurements."""
+        return asdict(self)
+
+    def summary(self) -> str:
+        """One line: the three measured rates."""
+        cache = "cold" if self.read_cold else "may be cached"
+        return (
+            f"decode {self.decode_img_per_s:,.0f} img/s per core x {self.cores} cores; "
+            f"memory copy {self.memcpy_bytes_per_s / 1e9:,.1f} GB/s; "
+            f"storage read {self.read_bytes_per_s / 1e6:,.0f} MB/s ({cache}); "
+            f"{self.encoded_bytes_per_img / 1e3:,.1f} KB per file, "
+            f"{self.decoded_bytes_per_img / 1e3:,.1f} KB per decoded image"
+        )
+
+
+def evict_from_page_cache(paths: list[str]) -> bool:
+    """Ask the OS to drop these local files from its page cache; True if it could be asked.
+
+    Clean pages go; pages still being written back stay, so a file written a moment ago
+    may still read at memory speed.
+    """
+    if not hasattr(os, "posix_fadvise"):
+        return False
+    done = False
+    for path in paths:
+        if "://" in path and not path.startswith("file://"):
+            continue
+        try:
+            fd = os.open(path.removeprefix("file://"), os.O_RDONLY)
+        except OSError:
+            continue
+        try:
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+            done = True
+        finally:
+            os.close(fd)
+    return done
+
+
+def _decode_rate(dataset: FileDataset, rows: np.ndarray, size: tuple[int, int] | None, time_s: float) -> tuple[float, float]:
+    """(images per second on one core, mean decoded bytes) over the given samples."""
+    from stoker.decode import decode_sample
+
+    blobs = [(dataset.read_bytes(int(i)), str(dataset.index.paths[i]), dataset.index.crop_of(int(i))) for i in rows]
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        decoded_bytes, done = 0, 0
+        start = time.perf_counter()
+        while True:
+            for data, name, box in blobs:
+                image = resize(decode_sample(data, name, box), size)
+                decoded_bytes += image.numel() * image.element_size()
+                done += 1
+            elapsed = time.perf_counter() - start
+            if elapsed >= time_s:
+                break
+    finally:
+        torch.set_num_threads(threads)
+    return done / elapsed, decoded_bytes / done
+
+
+def _memcpy_rate(time_s: float) -> float:
+    """Bytes per second of ``Tensor.copy_`` between two large buffers on one core."""
+    src = torch.ones(_MEMCPY_BYTES, dtype=torch.uint8)
+    dst = torch.zeros_like(src)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        dst.copy_(src)  # fault the pages in before timing
+        copies = 0
+        start = time.perf_counter()
+        while (elapsed := time.perf_counter() - start) < time_s or copies < 2:
+            dst.copy_(src)
+            copies += 1
+    finally:
+        torch.set_num_threads(threads)
+    return copies * _MEMCPY_BYTES / elapsed
+
+
+def _read_rate(dataset: FileDataset, rows: np.ndarray, time_s: float, cold: bool) -> tuple[float, bool, float]:
+    """(bytes per second, whether the cache was dropped, mean file bytes) reading whole files."""
+    paths = [str(dataset.index.paths[i]) for i in rows]
+    evicted = evict_from_page_cache(paths) if cold else False
+    total, done = 0, 0
+    start = time.perf_counter()
+    for i in rows:
+        total += len(dataset.read_bytes(int(i)))
+        done += 1
+        if time.perf_counter() - start >= time_s:
+            break
+    elapsed = max(time.perf_counter() - start, 1e-9)
+    return total / elapsed, evicted, total / done
+
+
+def measure_limits(
+    dataset: FileDataset,
+    size: tuple[int, int] | None = None,
+    time_s: float = 1.0,
+    max_samples: int = 256,
+    cold: bool = True,
+    seed: int = 0,
+) -> Limits:
+    """Measure the decode, memory-copy and storage-read limits for ``dataset`` here.
+
+    Args:
+        dataset: the data, as a stoker file data set.
+        size: ``(height, width)`` images are resized to, as the benchmark does.
+        time_s: about how long each of the three measurements runs.
+        max_samples: the most sample files read for the decode and read tests.
+        cold: drop the read test's files from the page cache first (where the OS allows).
+        seed: which samples are picked.
+
+    Returns:
+        The :class:`Limits`.
+
+    Raises:
+        ConfigError: ``time_s`` or ``max_samples`` is not positive.
+        DataError: a sample cannot be read or decoded.
+    """
+    if time_s <= 0 or max_samples < 1:
+        raise ConfigError(f"measure_limits: time_s and max_samples must be positive, got {time_s} and {max_samples}")
+    rng = np.random.default_rng(seed)
+    n = len(dataset)
+    order = rng.permutation(n)
+    decode_rows = order[: min(max_samples, n, 64)]
+    # Read different files from the ones just decoded (they are in the cache now) when there are enough.
+    read_rows = order[len(decode_rows) :][:max_samples] if n > 2 * len(decode_rows) else order[:max_samples]
+    read_bps, read_cold, file_bytes = _read_rate(dataset, read_rows, time_s, cold)
+    decode_ips, decoded_bytes = _decode_rate(dataset, decode_rows, size, time_s)
+    return Limits(
+        cores=len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1),
+        decode_img_per_s=decode_ips,
+        memcpy_bytes_per_s=_memcpy_rate(time_s / 2),
+        read_bytes_per_s=read_bps,
+        read_cold=read_cold,
+        encoded_bytes_per_img=file_bytes,
+        decoded_bytes_per_img=decoded_bytes,
+    )

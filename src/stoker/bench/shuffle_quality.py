@@ -1,0 +1,251 @@
+"""How well a loading method mixes the classes: the label stream, scored against chance.
+
+Shards cut from ordered data, or a streaming shuffle buffer that is too small, give a
+training step batches drawn from few classes, and convergence suffers. Two measures of
+the label stream (the labels in the order the training loop sees them) show it:
+
+* **label autocorrelation** at lags ``k = 1..max_lag``: the excess probability that the
+  labels ``k`` apart are equal, ``(P(y[t] == y[t+k]) - q) / (1 - q)``, where ``q`` is
+  that probability for a random permutation of the same labels. It is 0 for a random
+  order and close to 1 for a class-sorted one (Cohen's kappa of the stream with itself).
+* **batch histogram distance**: the mean total-variation distance between each batch's
+  class histogram and the data set's class distribution. A random permutation has some
+  (batches are small samples); a class-sorted stream has the most.
+
+Both are set between a random permutation of the same labels (the best a loader can do)
+and the class-sorted stream (the worst), which gives a **score** from 1 (mixed as well as
+a random permutation) to 0 (no better than sorted). The score reads the same for any
+number of classes and any batch size.
+
+Example:
+    >>> import numpy as np
+    >>> labels = np.repeat(np.arange(10), 100)            # class-sorted
+    >>> shuffle_quality(labels, batch_size=32).verdict
+    'poor'
+    >>> shuffle_quality(np.random.default_rng(0).permutation(labels), batch_size=32).verdict
+    'good'
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import asdict, dataclass
+
+import numpy as np
+
+from stoker.errors import ConfigError
+
+__all__ = [
+    "GOOD_SCORE",
+    "POOR_SCORE",
+    "ShuffleQuality",
+    "shuffle_quality",
+    "simulate_buffer_shuffle",
+]
+
+GOOD_SCORE = 0.9  # at or above: as good as random for training purposes
+POOR_SCORE = 0.6  # below: batches are visibly dominated by few classes
+_RANDOM_TRIALS = 3  # random permutations averaged for the baseline
+
+
+@dataclass(frozen=True)
+class ShuffleQuality:
+    """How well a label stream is mixed, next to a random permutation of the same labels.
+
+    Attributes:
+        samples: labels in the stream.
+        batch_size: the batch size the histograms are taken over.
+        num_classes: classes counted (labels are ``0..num_classes-1``).
+        autocorr: label autocorrelation at lags ``1..len(autocorr)`` (0 = random, 1 = sorted).
+        autocorr_random: its mean for random permutations (about 0).
+        hist_distance: mean total-variation distance of batch class histograms from the
+            data set's class distribution (0..1).
+        hist_distance_random: the same for random permutations.
+        hist_distance_sorted: the same for the class-sorted stream.
+        score: 1 = mixed as well as a random permutation, 0 = no better than class-sorted.
+        verdict: ``"good"`` (score >= 0.9), ``"fair"`` (>= 0.6) or ``"poor"``.
+    """
+
+    samples: int
+    batch_size: int
+    num_classes: int
+    autocorr: tuple[float, ...]
+    autocorr_random: float
+    hist_distance: float
+    hist_distance_random: float
+    hist_distance_sorted: float
+    score: float
+    verdict: str
+
+    @property
+    def autocorr_mean(self) -> float:
+        """Mean label autocorrelation over the lags measured."""
+        return float(np.mean(self.autocorr)) if self.autocorr else 0.0
+
+    @property
+    def ok(self) -> bool:
+        """True when the stream is mixed well enough (verdict ``"good"``)."""
+        return self.verdict == "good"
+
+    def summary(self) -> str:
+        """One line for a report, e.g. ``score 0.98 (good): autocorr 0.00, batch TV 0.42 vs 0.41 random``."""
+        return (
+            f"score {self.score:.2f} ({self.verdict}): label autocorrelation {self.autocorr_mean:.2f} "
+            f"(random {self.autocorr_random:.2f}), batch histogram distance {self.hist_distance:.2f} "
+            f"(random {self.hist_distance_random:.2f}, sorted {self.hist_distance_sorted:.2f})"
+        )
+
+    def to_dict(self) -> dict[str, object]:
+        """A JSON-ready dict of every field, plus ``autocorr_mean``."""
+        out = asdict(self)
+        out["autocorr"] = list(self.autocorr)
+        out["autocorr_mean"] = self.autocorr_mean
+        return out
+
+
+def _as_labels(labels: np.ndarray, num_classes: int | None) -> tuple[np.ndarray, int]:
+    array = np.asarray(labels)
+    if array.ndim != 1:
+        raise ConfigError(f"shuffle_quality: labels must be a 1-D array, got shape {array.shape}")
+    if array.size and not np.issubdtype(array.dtype, np.integer):
+        raise ConfigError(f"shuffle_quality: labels must be integers, got dtype {array.dtype}")
+    array = array.astype(np.int64, copy=False)
+    if array.size and array.min() < 0:
+        raise ConfigError("shuffle_quality: labels must be >= 0")
+    seen = int(array.max()) + 1 if array.size else 0
+    if num_classes is None:
+        num_classes = seen
+    elif num_classes < seen:
+        raise ConfigError(f"shuffle_quality: a label is {seen - 1} but num_classes is {num_classes}; pass the data set's class count")
+    return array, max(int(num_classes), 1)
+
+
+def _autocorr(labels: np.ndarray, lags: range, q: float) -> np.ndarray:
+    """Excess same-label probability at each lag (0 = random permutation)."""
+    out = np.zeros(len(lags))
+    if q >= 1.0:  # one class: every order is the same
+        return out
+    for i, k in enumerate(lags):
+        if k < len(labels):
+            same = float(np.mean(labels[k:] == labels[:-k]))
+            out[i] = (same - q) / (1.0 - q)
+    return out
+
+
+def _hist_distance(labels: np.ndarray, batch_size: int, p: np.ndarray) -> float:
+    """Mean total-variation distance of each full batch's class histogram from ``p``.
+
+    Works on the (batch, class) pairs present, so it costs O(n log n) whatever the
+    number of classes: TV = 1/2 (sum over present |h/B - p| + sum over absent p).
+    """
+    batches = max(len(labels) // batch_size, 1)
+    size = min(batch_size, len(labels))
+    used = labels[: batches * size]
+    batch_of = np.repeat(np.arange(batches), size)
+    num_classes = len(p)
+    pairs, counts = np.unique(batch_of * num_classes + used, return_counts=True)
+    pair_batch, pair_class = np.divmod(pairs, num_classes)
+    p_present = p[pair_class]
+    terms = np.abs(counts / size - p_present) - p_present
+    per_batch = 0.5 * (1.0 + np.bincount(pair_batch, weights=terms, minlength=batches))
+    return float(per_batch.mean())
+
+
+def _normalised(value: float, best: float, worst: float) -> float:
+    """1 at ``best``, 0 at ``worst``, clipped; 1 when the two cannot be told apart."""
+    if worst - best <= 1e-9:
+        return 1.0
+    return float(np.clip((worst - value) / (worst - best), 0.0, 1.0))
+
+
+def shuffle_quality(
+    labels: np.ndarray,
+    batch_size: int,
+    num_classes: int | None = None,
+    seed: int = 0,
+    max_lag: int = 8,
+) -> ShuffleQuality:
+    """Score how well ``labels`` (in the order a loader yields them) are mixed.
+
+    Args:
+        labels: integer labels, in stream order.
+        batch_size: the training batch size; histograms are taken per batch.
+        num_classes: the data set's class count (default: largest label + 1).
+        seed: seed of the random permutations the stream is compared with.
+        max_lag: autocorrelation lags ``1..max_lag`` are measured.
+
+    Returns:
+        A :class:`ShuffleQuality`; ``.score`` is 1 for random-like and 0 for sorted-like.
+
+    Raises:
+        ConfigError: labels not a 1-D integer array, ``batch_size`` or ``max_lag`` below 1.
+
+    Example:
+        >>> import numpy as np
+        >>> q = shuffle_quality(np.repeat(np.arange(4), 50), batch_size=16, num_classes=4)
+        >>> q.score < 0.1, q.verdict
+        (True, 'poor')
+    """
+    if isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer)) or batch_size < 1:
+        raise ConfigError(f"shuffle_quality: batch_size must be a positive integer, got {batch_size!r}")
+    if max_lag < 1:
+        raise ConfigError(f"shuffle_quality: max_lag must be >= 1, got {max_lag}")
+    stream, num_classes = _as_labels(labels, num_classes)
+    n = len(stream)
+    if n < 2:
+        return ShuffleQuality(n, int(batch_size), num_classes, (), 0.0, 0.0, 0.0, 0.0, 1.0, "good")
+    counts = np.bincount(stream, minlength=num_classes).astype(np.float64)
+    p = counts / n
+    q = float((counts * (counts - 1)).sum() / (n * (n - 1)))  # same label, drawn without replacement
+    lags = range(1, int(max_lag) + 1)
+
+    rng = np.random.default_rng(seed)
+    randoms = [rng.permutation(stream) for _ in range(_RANDOM_TRIALS)]
+    ordered = np.sort(stream, kind="stable")
+
+    autocorr = _autocorr(stream, lags, q)
+    autocorr_random = float(np.mean([_autocorr(r, lags, q).mean() for r in randoms]))
+    autocorr_sorted = float(_autocorr(ordered, lags, q).mean())
+    hist = _hist_distance(stream, int(batch_size), p)
+    hist_random = float(np.mean([_hist_distance(r, int(batch_size), p) for r in randoms]))
+    hist_sorted = _hist_distance(ordered, int(batch_size), p)
+
+    score = min(
+        _normalised(float(autocorr.mean()), autocorr_random, autocorr_sorted),
+        _normalised(hist, hist_random, hist_sorted),
+    )
+    verdict = "good" if score >= GOOD_SCORE else "fair" if score >= POOR_SCORE else "poor"
+    return ShuffleQuality(
+        samples=n,
+        batch_size=int(batch_size),
+        num_classes=num_classes,
+        autocorr=tuple(float(a) for a in autocorr),
+        autocorr_random=autocorr_random,
+        hist_distance=hist,
+        hist_distance_random=hist_random,
+        hist_distance_sorted=hist_sorted,
+        score=score,
+        verdict=verdict,
+    )
+
+
+def simulate_buffer_shuffle(labels: np.ndarray, buffer_size: int, seed: int = 0) -> np.ndarray:
+    """The label stream a shuffle buffer of ``buffer_size`` makes of ``labels`` (labels only, no images).
+
+    Uses the same algorithm as ``Pipe.shuffle``, so ``shuffle_quality`` of the result
+    tells, before any image is read, whether a buffer is large enough for a source order.
+
+    Example:
+        >>> import numpy as np
+        >>> sorted_labels = np.repeat(np.arange(20), 50)
+        >>> small = shuffle_quality(simulate_buffer_shuffle(sorted_labels, 16), batch_size=32)
+        >>> large = shuffle_quality(simulate_buffer_shuffle(sorted_labels, 1000), batch_size=32)
+        >>> small.verdict, large.verdict
+        ('poor', 'good')
+    """
+    from stoker.pipes.shuffle import buffer_shuffle
+
+    if isinstance(buffer_size, bool) or not isinstance(buffer_size, (int, np.integer)) or buffer_size < 1:
+        raise ConfigError(f"simulate_buffer_shuffle: buffer_size must be a positive integer, got {buffer_size!r}")
+    stream = np.asarray(labels, dtype=np.int64)
+    return np.fromiter(buffer_shuffle(iter(stream.tolist()), int(buffer_size), random.Random(seed)), np.int64, len(stream))

@@ -1,0 +1,267 @@
+"""The streaming Pipe: a fluent, picklable recipe of generator stages.
+
+A ``Pipe`` is a ``torch.utils.data.IterableDataset`` for people who used torchdata's
+DataPipes. Each method returns a new pipe and leaves its own pipe untouched, so a pipe
+is a recipe that can be iterated again (a new epoch) and handed to DataLoader workers.
+
+::
+
+    pipe = (
+        Pipe.list_files("train/", masks="*.jpg", recursive=True)
+        .shuffle(buffer_size=10_000, seed=0)   # same permutation in every worker and rank
+        .shard()                               # each worker x rank keeps a disjoint slice
+        .load_image()                          # a registered stage: path -> (path, image)
+    )
+    loader = DataLoader(pipe, batch_size=64, num_workers=8, persistent_workers=True)
+
+Shuffle before ``shard()`` and every sample is seen exactly once per epoch, in a new
+order each epoch; see :mod:`stoker.pipes.context` for how the epoch seed is derived.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import Any, TypeVar
+
+from torch.utils.data import IterableDataset
+
+from stoker.errors import ConfigError
+from stoker.pipes.compose import Step, compose
+from stoker.pipes.context import Context
+from stoker.pipes.registry import registered_stage
+from stoker.pipes.sharding import distributed_placement, shard_step
+from stoker.pipes.shuffle import shuffle_step
+from stoker.pipes.sources import iterable_step, list_files_step
+from stoker.pipes.stages import batch_step, concat_step, filter_step, map_step
+
+__all__ = ["Pipe"]
+
+T = TypeVar("T")
+U = TypeVar("U")
+
+
+class Pipe(IterableDataset[T]):
+    """A streaming dataset built from a source and a chain of stages.
+
+    Build one with :meth:`from_iterable` or :meth:`list_files`, then chain stages. Stages
+    registered with :func:`stoker.pipes.register_stage` are methods too.
+
+    The recipe never changes; what does change is a little runtime state used to seed
+    shuffles: the number given to :meth:`set_epoch`, and a count of how many times this
+    pipe object was iterated in this process.
+
+    Example:
+        >>> pipe = Pipe.from_iterable(range(10)).filter(lambda x: x % 2 == 0).map(str)
+        >>> list(pipe)
+        ['0', '2', '4', '6', '8']
+        >>> list(pipe.batch(2, drop_last=True))
+        [['0', '2'], ['4', '6']]
+    """
+
+    def __init__(self, steps: tuple[Step, ...]) -> None:
+        """Wrap a recipe; build pipes with :meth:`from_iterable` or :meth:`list_files`."""
+        if not (isinstance(steps, tuple) and steps and all(isinstance(step, Step) for step in steps)):
+            raise ConfigError("Pipe: build a pipe with Pipe.from_iterable(items) or Pipe.list_files(folder)")
+        self._steps = steps
+        self._epoch: int | None = None
+        self._iterations = 0
+        self._placement: tuple[int, int] | None = None  # torch.distributed (rank, world_size) seen by pickle
+
+    # -- sources ---------------------------------------------------------------------
+
+    @classmethod
+    def from_iterable(cls, iterable: Iterable[T]) -> Pipe[T]:
+        """A pipe over the items of a re-iterable collection (list, range, ...).
+
+        Example:
+            >>> list(Pipe.from_iterable([3, 1, 2]))
+            [3, 1, 2]
+        """
+        return cls((iterable_step(iterable),))
+
+    @classmethod
+    def list_files(
+        cls, root: str | os.PathLike[str], masks: str | Sequence[str] = "*", recursive: bool = False
+    ) -> Pipe[str]:
+        """A pipe over the paths (str) of the files in ``root`` matching ``masks``, sorted.
+
+        Args:
+            root: the folder to list.
+            masks: a glob pattern for file names, or a list of them (``["*.jpg", "*.png"]``).
+            recursive: look in subfolders too.
+
+        Raises:
+            MissingFileError: the folder does not exist or holds no matching file.
+
+        Example:
+            >>> Pipe.list_files("train/", masks=["*.jpg", "*.png"], recursive=True)  # doctest: +SKIP
+        """
+        return cls((list_files_step(root, masks, recursive),))
+
+    # -- stages ----------------------------------------------------------------------
+
+    def compose(self, stage: Callable[..., Iterator[Any]], *args: Any, **kwargs: Any) -> Pipe[Any]:
+        """A new pipe with ``stage(items, *args, **kwargs)`` (a generator function) added.
+
+        Example:
+            >>> def repeat(items, times):
+            ...     for item in items:
+            ...         yield from [item] * times
+            >>> list(Pipe.from_iterable("ab").compose(repeat, 2))
+            ['a', 'a', 'b', 'b']
+        """
+        return self._then(Step(getattr(stage, "__name__", "stage"), stage, args, kwargs))
+
+    def map(self, fn: Callable[[T], U]) -> Pipe[U]:
+        """A new pipe of ``fn(item)`` for each item.
+
+        Example:
+            >>> list(Pipe.from_iterable([1, 2]).map(lambda x: x * 10))
+            [10, 20]
+        """
+        return self._then(map_step(fn))
+
+    def filter(self, fn: Callable[[T], Any]) -> Pipe[T]:
+        """A new pipe of the items for which ``fn(item)`` is true.
+
+        Example:
+            >>> list(Pipe.from_iterable(range(5)).filter(lambda x: x > 2))
+            [3, 4]
+        """
+        return self._then(filter_step(fn))
+
+    def concat(self, *others: Pipe[T]) -> Pipe[T]:
+        """A new pipe of this pipe's items, then each other pipe's.
+
+        The other pipes run in this pipe's epoch: their own ``set_epoch`` is not used.
+
+        Example:
+            >>> list(Pipe.from_iterable([1]).concat(Pipe.from_iterable([2]), Pipe.from_iterable([3])))
+            [1, 2, 3]
+        """
+        return self._then(concat_step(others))
+
+    def shuffle(self, buffer_size: int, seed: int | None = None) -> Pipe[T]:
+        """A new pipe that shuffles through a buffer of ``buffer_size`` items.
+
+        Each epoch gets a new order, the same in every worker and rank (see
+        :mod:`stoker.pipes.context`), so ``shuffle`` before ``shard`` is exactly-once.
+
+        Args:
+            buffer_size: how many items the buffer holds; at least the stream's length
+                gives a full shuffle.
+            seed: the shuffle's seed; ``None`` draws one from torch's global generator
+                now. Under torch.distributed pass a seed, or seed torch alike on every rank.
+
+        Example:
+            >>> sorted(Pipe.from_iterable(range(4)).shuffle(buffer_size=4, seed=0))
+            [0, 1, 2, 3]
+        """
+        return self._then(shuffle_step(buffer_size, seed))
+
+    def shard(
+        self,
+        *,
+        rank: int | None = None,
+        world_size: int | None = None,
+        worker: int | None = None,
+        num_workers: int | None = None,
+    ) -> Pipe[T]:
+        """A new pipe that keeps this DataLoader worker's and torch.distributed rank's slice.
+
+        Item ``i`` goes to the shard ``i % (world_size * num_workers) == rank *
+        num_workers + worker``. Values left out are read when the pipe runs: the rank and
+        world size from torch.distributed (0 and 1 when it is not initialised), the
+        worker from ``torch.utils.data.get_worker_info()`` (0 of 1 in the main process).
+
+        Args:
+            rank, world_size: override the distributed placement (give both).
+            worker, num_workers: override the worker placement (give both).
+
+        Example:
+            >>> list(Pipe.from_iterable(range(8)).shard(rank=1, world_size=2, worker=0, num_workers=2))
+            [2, 6]
+        """
+        return self._then(shard_step(rank, world_size, worker, num_workers))
+
+    def batch(
+        self, batch_size: int, drop_last: bool = False, collate_fn: Callable[[list[T]], Any] | None = None
+    ) -> Pipe[Any]:
+        """A new pipe of lists of ``batch_size`` items, or of ``collate_fn(list)``.
+
+        Example:
+            >>> list(Pipe.from_iterable(range(5)).batch(2))
+            [[0, 1], [2, 3], [4]]
+        """
+        return self._then(batch_step(batch_size, drop_last, collate_fn))
+
+    def __getattr__(self, name: str) -> Callable[..., Pipe[Any]]:
+        """Registered stages: ``pipe.name(*args, **kwargs)`` adds the stage ``name``."""
+        stage = None if name.startswith("_") else registered_stage(name)
+        if stage is None:
+            raise AttributeError(
+                f"'Pipe' object has no attribute {name!r}; to add a stage of that name, "
+                f"decorate a generator function with @register_stage({name!r})"
+            )
+
+        def add_stage(*args: Any, **kwargs: Any) -> Pipe[Any]:
+            return self._then(Step(name, stage, args, kwargs))
+
+        return add_stage
+
+    def _then(self, step: Step) -> Pipe[Any]:
+        return Pipe((*self._steps, step))
+
+    # -- running ---------------------------------------------------------------------
+
+    def set_epoch(self, epoch: int) -> None:
+        """Seed this pipe's shuffles for ``epoch`` (as ``DistributedSampler.set_epoch``).
+
+        Iterating after ``set_epoch(n)`` gives the same order every time it is called
+        with ``n``. Not needed for a new order each epoch; useful to repeat or resume one.
+        Persistent DataLoader workers keep the epoch they started with and count on.
+        """
+        if isinstance(epoch, bool) or not isinstance(epoch, int):
+            raise ConfigError(f"set_epoch: expected an integer epoch, got {epoch!r}")
+        self._epoch = epoch
+        self._iterations = 0
+
+    def __iter__(self) -> Iterator[T]:
+        context = Context.current(self._epoch, self._iterations, self._placement)
+        self._iterations += 1
+        return self.iterate(context)
+
+    def iterate(self, context: Context) -> Iterator[T]:
+        """Run the recipe in a given context (which epoch, rank and worker) without
+        counting an iteration; ``iter(pipe)`` works the context out itself."""
+        return compose(self._steps, context)
+
+    def __len__(self) -> int:
+        """The number of items of an epoch over all shards, where known without iterating.
+
+        Known for a sized ``from_iterable`` source followed by ``map``, ``shuffle``,
+        ``shard`` (the total over all shards, as DataLoader expects), ``concat`` of
+        sized pipes and ``batch`` before any ``shard``. Otherwise raises ``TypeError``,
+        as ``len`` does for any object without a length.
+        """
+        source, *stages = self._steps
+        if source.length is None:
+            raise TypeError(f"{self!r} has no length: its source {source.name} is not sized")
+        n = source.length()
+        sharded = False
+        for stage in stages:
+            if stage.length is None or (sharded and stage.name == "batch"):
+                raise TypeError(f"{self!r} has no length: it is not known before the {stage.name} stage runs")
+            n = stage.length(n)
+            sharded = sharded or stage.name == "shard"
+        return n
+
+    def __getstate__(self) -> dict[str, Any]:
+        # Keep the torch.distributed placement for spawned workers, where it is not initialised.
+        state = self.__dict__.copy()
+        state["_placement"] = distributed_placement() or self._placement
+        return state
+
+    def __repr__(self) -> str:
+        return "Pipe(" + " -> ".join(step.name for step in self._steps) + ")"

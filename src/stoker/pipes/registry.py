@@ -1,0 +1,84 @@
+"""Stages registered by name, so that ``pipe.<name>(...)`` adds them to a pipe.
+
+This is the place of torchdata's ``@functional_datapipe("name")``: decorate a generator
+function ``stage(items: Iterator, *args, **kwargs) -> Iterator`` and every pipe gains a
+method of that name. The function itself is stored in the pipe, so a pipe that uses it
+pickles to worker processes as long as the function lives at module level.
+"""
+
+from __future__ import annotations
+
+import keyword
+from collections.abc import Callable, Iterator
+from typing import Any, TypeVar
+
+from stoker.errors import ConfigError
+
+__all__ = ["StageFn", "register_stage", "registered_stage", "registered_stages"]
+
+StageFn = Callable[..., Iterator[Any]]
+F = TypeVar("F", bound=StageFn)
+
+_STAGES: dict[str, StageFn] = {}
+
+
+def register_stage(name: str, *, replace: bool = False) -> Callable[[F], F]:
+    """Register a generator function as the pipe stage ``name``.
+
+    Args:
+        name: the method name the stage gets on every ``Pipe``.
+        replace: allow replacing another function registered earlier under this name
+            (the same function defined again, as when a module is reloaded, always
+            may); a ``Pipe`` method can never be replaced.
+
+    Returns:
+        A decorator that registers the function and returns it unchanged.
+
+    Raises:
+        ConfigError: ``name`` is not a valid public method name, is a ``Pipe`` method,
+            or is registered already for another function (and ``replace`` is false).
+
+    Example:
+        >>> from stoker.pipes import Pipe, register_stage
+        >>> @register_stage("pairs")
+        ... def pairs(items, fill=None):
+        ...     items = iter(items)
+        ...     for first in items:
+        ...         yield first, next(items, fill)
+        >>> list(Pipe.from_iterable(range(5)).pairs(fill=-1))
+        [(0, 1), (2, 3), (4, -1)]
+    """
+    from stoker.pipes.pipe import Pipe  # here, not at the top: pipe.py imports this module
+
+    if not isinstance(name, str) or not name.isidentifier() or keyword.iskeyword(name) or name.startswith("_"):
+        raise ConfigError(f"register_stage: {name!r} is not a valid stage name; use a public identifier like 'load_image'")
+    if hasattr(Pipe, name):
+        raise ConfigError(f"register_stage: {name!r} is a Pipe method and cannot be replaced; choose another name")
+
+    def register(fn: F) -> F:
+        if not callable(fn):
+            raise ConfigError(f"register_stage({name!r}): expected a generator function, got {type(fn).__name__}")
+        # The same function defined again (a module reloaded, a notebook cell run twice) is no clash.
+        if name in _STAGES and not replace and _describe(_STAGES[name]) != _describe(fn):
+            raise ConfigError(
+                f"register_stage: a stage named {name!r} is registered already "
+                f"({_describe(_STAGES[name])}); choose another name, or pass replace=True"
+            )
+        _STAGES[name] = fn
+        return fn
+
+    return register
+
+
+def registered_stage(name: str) -> StageFn | None:
+    """The stage function registered as ``name``, or ``None``."""
+    return _STAGES.get(name)
+
+
+def registered_stages() -> dict[str, StageFn]:
+    """A copy of the registry: name -> stage function."""
+    return dict(_STAGES)
+
+
+def _describe(fn: StageFn) -> str:
+    return f"{getattr(fn, '__module__', '?')}.{getattr(fn, '__qualname__', repr(fn))}"

@@ -1,0 +1,101 @@
+"""Where a pipe's items come from: an iterable, or the files of a folder.
+
+A source is a generator function of its own arguments. Sources are read again on each
+iteration of the pipe, so they must be re-iterable: a list, a range, a folder.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import os
+from collections.abc import Iterable, Iterator, Sequence
+from functools import partial
+from pathlib import Path
+from typing import Any, TypeVar
+
+from stoker.errors import ConfigError, MissingFileError
+from stoker.pipes.compose import Step
+
+__all__ = ["iterable_step", "iterate", "list_files", "list_files_step", "matching_files"]
+
+T = TypeVar("T")
+
+
+def iterate(iterable: Iterable[T]) -> Iterator[T]:
+    """The ``from_iterable`` source: yield the items of ``iterable``."""
+    yield from iterable
+
+
+def iterable_step(iterable: Iterable[Any]) -> Step:
+    """Check the argument of ``Pipe.from_iterable`` and make its step.
+
+    Raises:
+        ConfigError: ``iterable`` is not iterable, or is a one-shot iterator (a generator,
+            a file object), which a second epoch would find empty.
+    """
+    if not isinstance(iterable, Iterable):
+        raise ConfigError(f"from_iterable: expected an iterable, got {type(iterable).__name__}")
+    if isinstance(iterable, Iterator):
+        raise ConfigError(
+            f"from_iterable: got a one-shot iterator ({type(iterable).__name__}) that a second epoch would "
+            "find empty; pass a collection (list(...), a range) or an object whose __iter__ starts afresh"
+        )
+    length = partial(len, iterable) if hasattr(iterable, "__len__") else None
+    return Step("from_iterable", iterate, (iterable,), length=length)
+
+
+def matching_files(root: Path, masks: Sequence[str], recursive: bool) -> Iterator[str]:
+    """Yield, unsorted, the files under ``root`` whose name matches one of ``masks``."""
+    for folder, subfolders, names in os.walk(root):
+        for name in names:
+            if any(fnmatch.fnmatch(name, mask) for mask in masks):
+                path = os.path.join(folder, name)
+                if os.path.isfile(path):
+                    yield path
+        if not recursive:
+            subfolders.clear()
+
+
+def _no_files_error(root: Path, masks: Sequence[str], recursive: bool) -> MissingFileError:
+    where = "in or below" if recursive else "in"
+    also = "" if recursive else ", or pass recursive=True to look in subfolders"
+    return MissingFileError(
+        f"{root}: no files matching {list(masks)} {where} this folder; check the folder and the masks{also}"
+    )
+
+
+def list_files(root: str, masks: tuple[str, ...], recursive: bool) -> Iterator[str]:
+    """The ``list_files`` source: yield the matching file paths, sorted.
+
+    Raises:
+        MissingFileError: the folder is gone or holds no matching file.
+    """
+    folder = Path(root)
+    if not folder.is_dir():
+        raise MissingFileError(f"{root}: folder not found; check the path (it is read on every epoch)")
+    paths = sorted(matching_files(folder, masks, recursive))
+    if not paths:
+        raise _no_files_error(folder, masks, recursive)
+    yield from paths
+
+
+def list_files_step(root: str | os.PathLike[str], masks: str | Sequence[str] = "*", recursive: bool = False) -> Step:
+    """Check the arguments of ``Pipe.list_files`` and make its step.
+
+    The folder must exist and hold a matching file now; the listing itself is done
+    (and sorted) each time the pipe is iterated.
+
+    Raises:
+        ConfigError: ``masks`` is empty or not made of strings.
+        MissingFileError: the folder does not exist or holds no matching file.
+    """
+    mask_tuple = (masks,) if isinstance(masks, str) else tuple(masks)
+    if not mask_tuple or not all(isinstance(mask, str) for mask in mask_tuple):
+        raise ConfigError(f"list_files: masks must be a glob pattern or a list of them, like '*.jpg'; got {masks!r}")
+    folder = Path(root)
+    if not folder.is_dir():
+        what = "is a file, not a folder" if folder.exists() else "folder not found"
+        raise MissingFileError(f"{folder}: {what}; pass the folder that holds the files")
+    if next(matching_files(folder, mask_tuple, recursive), None) is None:
+        raise _no_files_error(folder, mask_tuple, recursive)
+    return Step("list_files", list_files, (str(folder), mask_tuple, bool(recursive)))

@@ -1,0 +1,122 @@
+"""Checkpoints: plain dicts of ``state_dict``s, written atomically, loaded without pickle.
+
+A checkpoint holds only tensors, numbers, strings, lists and dicts, so it loads with
+``torch.load(..., weights_only=True)``: opening a checkpoint from a stranger never runs
+code. It is written to a temporary file in the same folder, flushed to disk and renamed
+over the old one, so a crash mid-write leaves the previous checkpoint whole.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import random
+import tempfile
+import zipfile
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from stoker.errors import CheckpointError
+
+__all__ = ["get_rng_state", "load_checkpoint", "save_checkpoint", "set_rng_state"]
+
+
+def save_checkpoint(state: dict[str, Any], path: str | os.PathLike[str]) -> Path:
+    """Write ``state`` to ``path`` atomically (temporary file, fsync, rename).
+
+    Args:
+        state: a dict of ``state_dict``s, tensors, numbers, strings, lists and dicts.
+        path: where to write; its folder must exist.
+
+    Returns:
+        ``path`` as a Path.
+
+    Raises:
+        CheckpointError: the folder is missing or not writable, or the disk is full.
+
+    Example:
+        >>> save_checkpoint({"model": model.state_dict(), "epoch": 3}, "runs/a/last.pt")  # doctest: +SKIP
+    """
+    path = Path(path)
+    try:
+        fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    except OSError as exc:
+        raise CheckpointError(f"{path}: cannot write checkpoint ({exc.strerror}); check the folder exists and is writable") from None
+    try:
+        with os.fdopen(fd, "wb") as f:
+            torch.save(state, f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp_name, path)
+    except BaseException as exc:
+        Path(tmp_name).unlink(missing_ok=True)
+        if isinstance(exc, OSError):
+            raise CheckpointError(f"{path}: cannot write checkpoint ({exc.strerror}); the previous one is intact") from None
+        raise
+    return path
+
+
+def load_checkpoint(path: str | os.PathLike[str], map_location: str | torch.device = "cpu") -> dict[str, Any]:
+    """Load a checkpoint written by :func:`save_checkpoint` with ``weights_only=True``.
+
+    Raises:
+        CheckpointError: the file is missing, truncated, not a checkpoint, or holds
+            objects other than tensors and plain containers.
+
+    Example:
+        >>> state = load_checkpoint("runs/a/best.pt")  # doctest: +SKIP
+        >>> model.load_state_dict(state["model"])  # doctest: +SKIP
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise CheckpointError(f"{path}: checkpoint not found; check the run folder (last.pt is written after every epoch)")
+    try:
+        state = torch.load(path, map_location=map_location, weights_only=True)
+    except pickle.UnpicklingError as exc:
+        raise CheckpointError(
+            f"{path}: refused to load: it holds objects other than tensors and plain containers "
+            f"({str(exc).splitlines()[0]}); stoker loads checkpoints with weights_only=True"
+        ) from None
+    except (RuntimeError, EOFError, zipfile.BadZipFile, OSError) as exc:
+        raise CheckpointError(f"{path}: not a readable checkpoint ({type(exc).__name__}: {exc}); the file is damaged or truncated") from None
+    if not isinstance(state, dict):
+        raise CheckpointError(f"{path}: expected a dict of state_dicts, found {type(state).__name__}")
+    return state
+
+
+def get_rng_state() -> dict[str, Any]:
+    """Every random generator's state (torch CPU and CUDA, numpy, Python), in plain types."""
+    np_name, np_keys, np_pos, np_has_gauss, np_gauss = np.random.get_state()
+    py_version, py_state, py_gauss = random.getstate()
+    state: dict[str, Any] = {
+        "torch": torch.get_rng_state(),
+        "numpy": {
+            "name": np_name,
+            "keys": torch.from_numpy(np.asarray(np_keys, dtype=np.int64)),
+            "pos": int(np_pos),
+            "has_gauss": int(np_has_gauss),
+            "gauss": float(np_gauss),
+        },
+        "python": {"version": py_version, "state": list(py_state), "gauss": py_gauss},
+    }
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def set_rng_state(state: dict[str, Any]) -> None:
+    """Restore what :func:`get_rng_state` returned."""
+    torch.set_rng_state(state["torch"])
+    np_state = state["numpy"]
+    np.random.set_state(
+        (np_state["name"], np_state["keys"].numpy().astype(np.uint32), np_state["pos"], np_state["has_gauss"], np_state["gauss"])
+    )
+    py = state["python"]
+    random.setstate((py["version"], tuple(py["state"]), py["gauss"]))
+    if "cuda" in state and torch.cuda.is_available():
+        cuda_states = state["cuda"]
+        if len(cuda_states) == torch.cuda.device_count():
+            torch.cuda.set_rng_state_all(cuda_states)

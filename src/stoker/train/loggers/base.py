@@ -1,0 +1,102 @@
+"""The one small interface every logger (and any callback given to ``fit``) implements."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from stoker.train.history import EpochStats, History
+
+__all__ = ["BatchProgress", "Logger", "RunInfo"]
+
+
+@dataclass(frozen=True)
+class RunInfo:
+    """What a logger knows about the run when it starts.
+
+    Attributes:
+        name: the run's name.
+        run_dir: the run folder (CSV, events, checkpoints, ``run.json`` go here).
+        epochs: the total number of epochs.
+        start_epoch: epochs already done (non-zero when resuming).
+        device: the device, e.g. ``"cuda:0"``.
+        tags: the run's tags.
+        config: the run's configuration, for the record.
+        resumed: whether the run continues from a checkpoint.
+        loader_bound_share: the data-wait share above which an epoch is loader-bound.
+    """
+
+    name: str
+    run_dir: Path
+    epochs: int
+    start_epoch: int = 0
+    device: str = "cpu"
+    tags: Mapping[str, str] = field(default_factory=dict)
+    config: Mapping[str, Any] = field(default_factory=dict)
+    resumed: bool = False
+    loader_bound_share: float = 0.3
+
+
+@dataclass(frozen=True)
+class BatchProgress:
+    """Running figures of the current phase, after one batch.
+
+    Attributes:
+        phase: ``"train"`` or ``"valid"``.
+        epoch: 1-based epoch number.
+        batch: 1-based batch number within the phase.
+        batches: batches in the phase (``None`` when the loader has no length).
+        samples: samples seen so far in the phase.
+        loss, acc: running mean loss and accuracy of the phase.
+        elapsed_s, data_wait_s: running times of the phase.
+    """
+
+    phase: str
+    epoch: int
+    batch: int
+    batches: int | None
+    samples: int
+    loss: float
+    acc: float
+    elapsed_s: float
+    data_wait_s: float
+
+    @property
+    def img_per_s(self) -> float:
+        return self.samples / self.elapsed_s if self.elapsed_s > 0 else 0.0
+
+    @property
+    def data_wait_share(self) -> float:
+        return self.data_wait_s / self.elapsed_s if self.elapsed_s > 0 else 0.0
+
+
+class Logger:
+    """Receives the events of a run; every method is optional (the defaults do nothing).
+
+    ``fit`` calls, in order: :meth:`start` once, then per epoch :meth:`epoch_start`,
+    :meth:`batch_end` after every batch of both phases and :meth:`epoch_end`, and
+    :meth:`end` once, also when the run stops early or fails.
+
+    Example:
+        >>> class Best(Logger):
+        ...     def epoch_end(self, stats):
+        ...         print(stats.epoch, stats.valid_acc)
+        >>> fit(scenario, callbacks=[Best()])  # doctest: +SKIP
+    """
+
+    def start(self, run: RunInfo, history: History) -> None:
+        """The run starts; ``history`` holds the epochs a resumed run already did."""
+
+    def epoch_start(self, epoch: int, batches: int | None) -> None:
+        """Epoch ``epoch`` (1-based) starts; ``batches``: train + valid batches, if known."""
+
+    def batch_end(self, progress: BatchProgress) -> None:
+        """A batch is done."""
+
+    def epoch_end(self, stats: EpochStats) -> None:
+        """An epoch is done and its checkpoint written."""
+
+    def end(self, history: History) -> None:
+        """The run ended (``history.stopped`` says why); flush and close."""

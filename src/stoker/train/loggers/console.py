@@ -1,0 +1,101 @@
+"""Console logger: a progress bar per epoch and one summary line per epoch."""
+
+from __future__ import annotations
+
+import math
+import sys
+from typing import TextIO
+
+from tqdm import tqdm
+
+from stoker.train.history import EpochStats, History
+from stoker.train.loggers.base import BatchProgress, Logger, RunInfo
+
+__all__ = ["ConsoleLogger", "format_epoch"]
+
+
+def _num(value: float) -> str:
+    return "-" if math.isnan(value) else f"{value:.3f}"
+
+
+def format_epoch(stats: EpochStats, epochs: int) -> str:
+    """The summary line of one epoch.
+
+    Example:
+        ``3/10 - tLoss 0.412 - vLoss 0.455 - tAcc 0.871 - vAcc 0.853 - 1843 img/s - wait 4% - 12.1s``
+    """
+    return (
+        f"{stats.epoch}/{epochs} - tLoss {_num(stats.train_loss)} - vLoss {_num(stats.valid_loss)}"
+        f" - tAcc {_num(stats.train_acc)} - vAcc {_num(stats.valid_acc)}"
+        f" - {stats.img_per_s:.0f} img/s - wait {stats.data_wait_share:.0%} - {stats.time_s:.1f}s"
+    )
+
+
+class ConsoleLogger(Logger):
+    """Prints a progress bar (stderr) and a line per epoch (stdout) as the run goes.
+
+    An epoch that waited for data longer than the run's ``loader_bound_share`` of its
+    time gets a second line saying so.
+
+    Args:
+        progress: show the progress bar (it is also hidden when stderr is not a terminal
+            and ``progress`` is ``None``).
+        file: where summary lines go (default: ``sys.stdout`` at the time of writing).
+    """
+
+    def __init__(self, progress: bool | None = True, file: TextIO | None = None) -> None:
+        self.progress = progress
+        self.file = file
+        self._bar: tqdm | None = None
+        self._run: RunInfo | None = None
+
+    def _write(self, line: str) -> None:
+        tqdm.write(line, file=self.file or sys.stdout)
+
+    def start(self, run: RunInfo, history: History) -> None:
+        self._run = run
+        resumed = f", resuming after epoch {run.start_epoch}" if run.resumed else ""
+        self._write(f"run {run.name} in {run.run_dir} ({run.device}, {run.epochs} epochs{resumed})")
+
+    def epoch_start(self, epoch: int, batches: int | None) -> None:
+        epochs = self._run.epochs if self._run else "?"
+        self._bar = tqdm(
+            total=batches,
+            desc=f"{epoch}/{epochs}",
+            unit="batch",
+            leave=False,
+            file=sys.stderr,
+            dynamic_ncols=True,
+            disable=None if self.progress is None else not self.progress,
+        )
+
+    def batch_end(self, progress: BatchProgress) -> None:
+        if self._bar is None or self._bar.disable:
+            return
+        self._bar.set_postfix_str(
+            f"{progress.phase} loss {progress.loss:.3f} acc {progress.acc:.3f} "
+            f"{progress.img_per_s:.0f} img/s wait {progress.data_wait_share:.0%}",
+            refresh=False,
+        )
+        self._bar.update(1)
+
+    def epoch_end(self, stats: EpochStats) -> None:
+        self._close_bar()
+        run = self._run
+        self._write(format_epoch(stats, run.epochs if run else stats.epoch))
+        if run is not None and stats.data_wait_share > run.loader_bound_share:
+            self._write(
+                f"loader-bound: {stats.data_wait_share:.0%} of the epoch waiting for data; try `stoker tune`"
+            )
+
+    def end(self, history: History) -> None:
+        self._close_bar()
+        if history.best_epoch:
+            self._write(f"best valid accuracy {history.best_acc:.3f} at epoch {history.best_epoch} ({history.stopped})")
+        else:
+            self._write(f"run ended after {len(history)} epoch(s) ({history.stopped})")
+
+    def _close_bar(self) -> None:
+        if self._bar is not None:
+            self._bar.close()
+            self._bar = None

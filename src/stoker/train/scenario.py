@@ -1,0 +1,136 @@
+"""The :class:`Scenario`: everything one training run needs, in one dataclass."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import torch
+from torch import nn
+
+from stoker.errors import ConfigError
+
+__all__ = ["AMP_MODES", "Amp", "IMAGENET_MEAN", "IMAGENET_STD", "Preprocess", "Scenario"]
+
+Amp = Literal["off", "bf16", "fp16"]
+AMP_MODES: tuple[str, ...] = ("off", "bf16", "fp16")
+
+IMAGENET_MEAN: tuple[float, float, float] = (0.485, 0.456, 0.406)
+IMAGENET_STD: tuple[float, float, float] = (0.229, 0.224, 0.225)
+
+
+class Preprocess(nn.Module):
+    """uint8 images in [0, 255] to normalised float, on the device.
+
+    This is the one place where pixels become floats. Loaders ship uint8 over the bus
+    (a quarter of the bytes of float32) and :func:`~stoker.train.fit` applies this right
+    after the non-blocking copy, so the conversion runs on the accelerator. Float input
+    is taken to be in [0, 1] already and is only normalised.
+
+    Args:
+        mean: per-channel mean of [0, 1] pixels (default: ImageNet's).
+        std: per-channel standard deviation (default: ImageNet's).
+
+    Example:
+        >>> Preprocess()(torch.zeros(2, 3, 8, 8, dtype=torch.uint8)).dtype
+        torch.float32
+    """
+
+    def __init__(self, mean: Iterable[float] = IMAGENET_MEAN, std: Iterable[float] = IMAGENET_STD) -> None:
+        super().__init__()
+        self.register_buffer("mean", torch.tensor(list(mean), dtype=torch.float32).view(1, -1, 1, 1), persistent=False)
+        self.register_buffer("std", torch.tensor(list(std), dtype=torch.float32).view(1, -1, 1, 1), persistent=False)
+
+    def forward(self, images: torch.Tensor) -> torch.Tensor:  # [B, C, H, W] uint8 or float
+        if images.dtype == torch.uint8:
+            images = images.float().div_(255.0)
+        return (images - self.mean.to(images.device)) / self.std.to(images.device)
+
+
+@dataclass
+class Scenario:
+    """Everything one training run needs; pass it to :func:`~stoker.train.fit`.
+
+    Args:
+        model: the network; it receives the output of ``preprocess`` (float [B, C, H, W]).
+        optimizer: an optimizer over ``model``'s parameters.
+        loss_fn: ``loss_fn(logits, labels)`` returning the *mean* loss of the batch
+            (``nn.CrossEntropyLoss()``); the epoch loss weights it by batch size.
+        train_loader: yields ``(images, labels)`` batches; a stoker :class:`~stoker.Loader`
+            (its shuffle order is fixed per epoch, which makes resume exact) or any iterable.
+        valid_loader: the same for validation, or ``None`` to skip validation (then no
+            ``best.pt`` and no patience).
+        epochs: total number of epochs (a resumed run continues up to this number).
+        device: ``"auto"`` (CUDA when available, else the CPU), ``"cpu"``, ``"cuda:1"``...
+        amp: ``"off"``, ``"bf16"`` or ``"fp16"`` (fp16 uses a GradScaler).
+        log_dir: the run folder is ``log_dir/name``.
+        name: the run's name (default: the time it started, ``YYYYmmdd-HHMMSS``).
+        tags: free labels kept in ``run.json`` to group runs later, e.g. ``{"category": "shards"}``.
+        scheduler: an LR scheduler; stepped after every epoch (``scheduler_interval="epoch"``,
+            ``ReduceLROnPlateau`` gets the validation loss) or after every optimizer step (``"step"``).
+        scheduler_interval: ``"epoch"`` or ``"step"``.
+        grad_accum: batches whose gradients add up before one optimizer step.
+        compile: run the model through ``torch.compile``.
+        preprocess: applied to every image batch on the device before the model;
+            default :class:`Preprocess` (uint8 -> float, ImageNet normalisation).
+        patience: stop after this many epochs without a better validation accuracy (``None``: never).
+        resume: continue from ``last.pt`` in the run folder: weights, optimizer, scaler,
+            scheduler, epoch, RNG states, best so far, history.
+        loader_bound_share: an epoch that waits for data longer than this share of its
+            time is reported as loader-bound.
+        loggers: built-in loggers by name (``"console"``, ``"csv"``, ``"tensorboard"``)
+            or Logger objects; ``fit``'s ``callbacks`` are added to these.
+        progress: show the console's progress bar.
+        config: the run's configuration, stored in ``run.json`` and checkpoints for the record.
+        plot: write ``curves.png`` at the end of the run.
+
+    Example:
+        >>> scenario = Scenario(model, torch.optim.AdamW(model.parameters()), nn.CrossEntropyLoss(),
+        ...                     train_loader, valid_loader, epochs=5, tags={"category": "files"})  # doctest: +SKIP
+        >>> history = fit(scenario)  # doctest: +SKIP
+    """
+
+    model: nn.Module
+    optimizer: torch.optim.Optimizer
+    loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+    train_loader: Iterable[Any]
+    valid_loader: Iterable[Any] | None
+    epochs: int
+    device: str | torch.device = "auto"
+    amp: Amp = "off"
+    log_dir: str | os.PathLike[str] = "runs"
+    name: str | None = None
+    tags: Mapping[str, str] = field(default_factory=dict)
+    scheduler: Any | None = None
+    scheduler_interval: Literal["epoch", "step"] = "epoch"
+    grad_accum: int = 1
+    compile: bool = False
+    preprocess: Callable[[torch.Tensor], torch.Tensor] | None = field(default_factory=Preprocess)
+    patience: int | None = None
+    resume: bool = False
+    loader_bound_share: float = 0.3
+    loggers: tuple[Any, ...] = ("console", "csv", "tensorboard")
+    progress: bool = True
+    config: Mapping[str, Any] = field(default_factory=dict)
+    plot: bool = True
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.epochs, int) or isinstance(self.epochs, bool) or self.epochs < 1:
+            raise ConfigError(f"Scenario: epochs must be a whole number >= 1, got {self.epochs!r}")
+        if self.amp not in AMP_MODES:
+            raise ConfigError(f"Scenario: amp must be one of {', '.join(AMP_MODES)}; got {self.amp!r}")
+        if not isinstance(self.grad_accum, int) or self.grad_accum < 1:
+            raise ConfigError(f"Scenario: grad_accum must be a whole number >= 1, got {self.grad_accum!r}")
+        if self.scheduler_interval not in ("epoch", "step"):
+            raise ConfigError(f"Scenario: scheduler_interval must be 'epoch' or 'step', got {self.scheduler_interval!r}")
+        if self.patience is not None and (not isinstance(self.patience, int) or self.patience < 1):
+            raise ConfigError(f"Scenario: patience must be None or a whole number >= 1, got {self.patience!r}")
+        if self.patience is not None and self.valid_loader is None:
+            raise ConfigError("Scenario: patience watches validation accuracy; give a valid_loader or drop patience")
+        if not 0.0 <= self.loader_bound_share <= 1.0:
+            raise ConfigError(f"Scenario: loader_bound_share must be in [0, 1], got {self.loader_bound_share!r}")
+        for key, value in self.tags.items():
+            if not isinstance(key, str) or not isinstance(value, str):
+                raise ConfigError(f"Scenario: tags must map text to text, got {key!r}: {value!r}")

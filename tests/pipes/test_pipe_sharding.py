@@ -1,0 +1,129 @@
+"""Exactly-once sharding across workers x ranks, with a shuffle before the shard."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from stoker.errors import ConfigError
+from stoker.pipes import Pipe
+from stoker.pipes.context import Context
+from stoker.pipes.sharding import shard_position, take_shard
+
+SETTINGS = settings(max_examples=40, deadline=None)
+
+
+def shard_outputs(pipes: list[Pipe[int]]) -> list[list[int]]:
+    """One epoch: iterate every shard's pipe once."""
+    return [list(pipe) for pipe in pipes]
+
+
+def assert_exactly_once(outputs: list[list[int]], items: list[int]) -> None:
+    merged = [item for output in outputs for item in output]
+    assert len(merged) == len(items)
+    assert Counter(merged) == Counter(items)
+
+
+@SETTINGS
+@given(
+    items=st.lists(st.integers(0, 50), max_size=200),
+    world_size=st.integers(1, 3),
+    num_workers=st.integers(1, 4),
+    buffer_size=st.integers(1, 300),
+    seed=st.integers(0, 2**32),
+)
+def test_shuffle_then_shard_is_exactly_once_and_reshuffles(
+    items: list[int], world_size: int, num_workers: int, buffer_size: int, seed: int
+) -> None:
+    base = Pipe.from_iterable(items).shuffle(buffer_size, seed=seed)
+    pipes = [
+        base.shard(rank=rank, world_size=world_size, worker=worker, num_workers=num_workers)
+        for rank in range(world_size)
+        for worker in range(num_workers)
+    ]
+    first = shard_outputs(pipes)
+    second = shard_outputs(pipes)  # each pipe object iterated again: a new epoch
+    assert_exactly_once(first, items)
+    assert_exactly_once(second, items)
+    if len(set(items)) >= 10 and buffer_size >= 10:
+        assert first != second
+
+
+@SETTINGS
+@given(
+    items=st.lists(st.integers(), max_size=150),
+    world_size=st.integers(1, 3),
+    num_workers=st.integers(1, 4),
+    buffer_size=st.integers(1, 200),
+    loader_seeds=st.lists(st.integers(0, 2**63 - 1), min_size=2, max_size=2, unique=True),
+)
+def test_plain_shard_in_simulated_workers_is_exactly_once(
+    items: list[int], world_size: int, num_workers: int, buffer_size: int, loader_seeds: list[int]
+) -> None:
+    # The context a DataLoader worker sees: same loader seed in all workers of one epoch,
+    # a new one each epoch (non-persistent workers).
+    pipe = Pipe.from_iterable(items).shuffle(buffer_size, seed=3).shard()
+    epochs = []
+    for loader_seed in loader_seeds:
+        contexts = [
+            Context(loader_seed=loader_seed, rank=rank, world_size=world_size, worker=worker, num_workers=num_workers)
+            for rank in range(world_size)
+            for worker in range(num_workers)
+        ]
+        outputs = [list(pipe.iterate(context)) for context in contexts]
+        assert_exactly_once(outputs, items)
+        epochs.append(outputs)
+    if len(set(items)) >= 10 and buffer_size >= 10:
+        assert epochs[0] != epochs[1]
+
+
+@SETTINGS
+@given(size=st.integers(0, 100), count=st.integers(1, 12))
+def test_take_shard_splits_by_position(size: int, count: int) -> None:
+    shards = [list(take_shard(range(size), index, count)) for index in range(count)]
+    assert sorted(item for shard in shards for item in shard) == list(range(size))
+    assert all(item % count == index for index, shard in enumerate(shards) for item in shard)
+
+
+def test_shard_position_orders_workers_within_ranks() -> None:
+    positions = [shard_position(rank, 2, worker, 3) for rank in range(2) for worker in range(3)]
+    assert positions == [(index, 6) for index in range(6)]
+
+
+def test_shard_overrides_pick_one_slice() -> None:
+    pipe = Pipe.from_iterable(range(8)).shard(rank=1, world_size=2, worker=1, num_workers=2)
+    assert list(pipe) == [3, 7]
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        {"rank": 0},
+        {"num_workers": 2},
+        {"rank": 2, "world_size": 2},
+        {"worker": -1, "num_workers": 2},
+        {"worker": 0, "num_workers": 0},
+    ],
+)
+def test_shard_rejects_bad_overrides(overrides: dict[str, int]) -> None:
+    with pytest.raises(ConfigError):
+        Pipe.from_iterable(range(4)).shard(**overrides)
+
+
+def test_shard_reads_the_distributed_placement(monkeypatch: pytest.MonkeyPatch) -> None:
+    import pickle
+
+    import torch.distributed as dist
+
+    pipe = Pipe.from_iterable(range(12)).shard()
+    monkeypatch.setattr(dist, "is_initialized", lambda: True)
+    monkeypatch.setattr(dist, "get_rank", lambda: 1)
+    monkeypatch.setattr(dist, "get_world_size", lambda: 3)
+    assert list(pipe) == [1, 4, 7, 10]
+    pickled = pickle.dumps(pipe)  # as for a spawned worker, where dist is not initialised
+    monkeypatch.undo()
+    assert list(pipe) == list(range(12))
+    assert list(pickle.loads(pickled)) == [1, 4, 7, 10]
