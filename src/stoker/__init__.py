@@ -22,6 +22,7 @@ from stoker.errors import (
     TrainingError,
 )
 from stoker.loading import Loader, make_loader
+from stoker.pipes import Pipe, register_stage
 from stoker.sources import (
     ClassFolderDataset,
     FileDataset,
@@ -49,6 +50,7 @@ __all__ = [
     "LabelFileDataset",
     "Loader",
     "MissingFileError",
+    "Pipe",
     "SampleIndex",
     "ShardError",
     "Source",
@@ -57,4 +59,5 @@ __all__ = [
     "__version__",
     "concat",
     "make_loader",
+    "register_stage",
 ]

@@ -90,3 +90,13 @@ def test_bad_arguments() -> None:
         make_loader(ds, backend="gpu")  # type: ignore[arg-type]
     with pytest.raises(ConfigError, match="device"):
         make_loader(ds, device="tpu:9")
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_pipe_inside_make_loader_sees_every_sample_once(workers: int) -> None:
+    from stoker import Pipe
+
+    pipe = Pipe.from_iterable(range(50)).shuffle(buffer_size=8, seed=3).shard().map(lambda i: torch.tensor(i))
+    loader = make_loader(pipe, batch_size=6, num_workers=workers, device="cpu")
+    epochs = [sorted(int(v) for batch in loader for v in batch) for _ in range(2)]
+    assert epochs[0] == epochs[1] == list(range(50))

@@ -12,7 +12,7 @@ Add your own stages with :func:`register_stage`.
 
 from __future__ import annotations
 
-from stoker.pipes import load_image as _load_image  # noqa: F401  (registers the built-in stage)
+import stoker.pipes.load_image  # noqa: F401  (registers the built-in load_image stage)
 from stoker.pipes.pipe import Pipe
 from stoker.pipes.registry import register_stage, registered_stages
 

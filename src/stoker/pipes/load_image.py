@@ -47,6 +47,6 @@ def load_image(
         try:
             data = Path(path).read_bytes()
         except FileNotFoundError:
-            raise MissingFileError(f"{path}: file not found; it was listed but is gone, list the folder again") from None
+            raise MissingFileError(f"{path}: file not found; it was listed but is gone, list again") from None
         image = decode_sample(data, os.fspath(path))
         yield (path, image) if keep_path else image

@@ -84,7 +84,10 @@ class Pipe(IterableDataset[T]):
     def list_files(
         cls, root: str | os.PathLike[str], masks: str | Sequence[str] = "*", recursive: bool = False
     ) -> Pipe[str]:
-        """A pipe over the paths (str) of the files in ``root`` matching ``masks``, sorted.
+        """A pipe over the paths (str) of the files in ``root`` matching ``masks``.
+
+        The order is fixed: a folder's files by name, then (``recursive``) each
+        subfolder's, by name, depth first. Symbolic links to folders are not followed.
 
         Args:
             root: the folder to list.

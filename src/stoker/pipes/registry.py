@@ -51,7 +51,9 @@ def register_stage(name: str, *, replace: bool = False) -> Callable[[F], F]:
     from stoker.pipes.pipe import Pipe  # here, not at the top: pipe.py imports this module
 
     if not isinstance(name, str) or not name.isidentifier() or keyword.iskeyword(name) or name.startswith("_"):
-        raise ConfigError(f"register_stage: {name!r} is not a valid stage name; use a public identifier like 'load_image'")
+        raise ConfigError(
+            f"register_stage: {name!r} is not a valid stage name; use a public identifier like 'load_image'"
+        )
     if hasattr(Pipe, name):
         raise ConfigError(f"register_stage: {name!r} is a Pipe method and cannot be replaced; choose another name")
 

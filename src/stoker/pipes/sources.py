@@ -44,16 +44,24 @@ def iterable_step(iterable: Iterable[Any]) -> Step:
     return Step("from_iterable", iterate, (iterable,), length=length)
 
 
-def matching_files(root: Path, masks: Sequence[str], recursive: bool) -> Iterator[str]:
-    """Yield, unsorted, the files under ``root`` whose name matches one of ``masks``."""
-    for folder, subfolders, names in os.walk(root):
-        for name in names:
-            if any(fnmatch.fnmatch(name, mask) for mask in masks):
-                path = os.path.join(folder, name)
-                if os.path.isfile(path):
-                    yield path
-        if not recursive:
-            subfolders.clear()
+def matching_files(folder: str, masks: Sequence[str], recursive: bool) -> Iterator[str]:
+    """Yield the files of ``folder`` whose name matches one of ``masks``, in name order,
+    then (``recursive``) those of each subfolder in name order, depth first.
+
+    The order is fixed by the names alone, and only one folder is held in memory at a
+    time. Symbolic links to folders are not followed (they could loop).
+    """
+    with os.scandir(folder) as scan:
+        entries = sorted(scan, key=lambda entry: entry.name)
+    subfolders = []
+    for entry in entries:
+        if entry.is_file():
+            if any(fnmatch.fnmatch(entry.name, mask) for mask in masks):
+                yield entry.path
+        elif recursive and entry.is_dir(follow_symlinks=False):
+            subfolders.append(entry.path)
+    for subfolder in subfolders:
+        yield from matching_files(subfolder, masks, recursive)
 
 
 def _no_files_error(root: Path, masks: Sequence[str], recursive: bool) -> MissingFileError:
@@ -65,25 +73,27 @@ def _no_files_error(root: Path, masks: Sequence[str], recursive: bool) -> Missin
 
 
 def list_files(root: str, masks: tuple[str, ...], recursive: bool) -> Iterator[str]:
-    """The ``list_files`` source: yield the matching file paths, sorted.
+    """The ``list_files`` source: yield the matching file paths in a fixed order
+    (see :func:`matching_files`).
 
     Raises:
         MissingFileError: the folder is gone or holds no matching file.
     """
-    folder = Path(root)
-    if not folder.is_dir():
+    if not os.path.isdir(root):
         raise MissingFileError(f"{root}: folder not found; check the path (it is read on every epoch)")
-    paths = sorted(matching_files(folder, masks, recursive))
-    if not paths:
-        raise _no_files_error(folder, masks, recursive)
-    yield from paths
+    found = False
+    for path in matching_files(root, masks, recursive):
+        found = True
+        yield path
+    if not found:
+        raise _no_files_error(Path(root), masks, recursive)
 
 
 def list_files_step(root: str | os.PathLike[str], masks: str | Sequence[str] = "*", recursive: bool = False) -> Step:
     """Check the arguments of ``Pipe.list_files`` and make its step.
 
     The folder must exist and hold a matching file now; the listing itself is done
-    (and sorted) each time the pipe is iterated.
+    each time the pipe is iterated, in the same order each time.
 
     Raises:
         ConfigError: ``masks`` is empty or not made of strings.
@@ -96,6 +106,6 @@ def list_files_step(root: str | os.PathLike[str], masks: str | Sequence[str] = "
     if not folder.is_dir():
         what = "is a file, not a folder" if folder.exists() else "folder not found"
         raise MissingFileError(f"{folder}: {what}; pass the folder that holds the files")
-    if next(matching_files(folder, mask_tuple, recursive), None) is None:
+    if next(matching_files(str(folder), mask_tuple, recursive), None) is None:
         raise _no_files_error(folder, mask_tuple, recursive)
     return Step("list_files", list_files, (str(folder), mask_tuple, bool(recursive)))

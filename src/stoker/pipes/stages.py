@@ -115,4 +115,5 @@ def concat_step(pipes: Sequence[Pipe[Any]]) -> Step:
             raise ConfigError(
                 f"concat: expected Pipes, got {type(other).__name__}; wrap it with Pipe.from_iterable(...)"
             )
-    return Step("concat", concat_items, (tuple(pipes),), needs_context=True, length=partial(concat_length, tuple(pipes)))
+    parts = tuple(pipes)
+    return Step("concat", concat_items, (parts,), needs_context=True, length=partial(concat_length, parts))

@@ -7,7 +7,20 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-__all__ = ["EpochStats", "History"]
+__all__ = ["METRIC_COLUMNS", "EpochStats", "History"]
+
+# Column name (CSV, TensorBoard tag, ``stoker compare --metric``) -> EpochStats field.
+METRIC_COLUMNS: dict[str, str] = {
+    "epoch": "epoch",
+    "acc/train": "train_acc",
+    "acc/valid": "valid_acc",
+    "loss/train": "train_loss",
+    "loss/valid": "valid_loss",
+    "time_s": "time_s",
+    "img_per_s": "img_per_s",
+    "data_wait_share": "data_wait_share",
+    "lr": "lr",
+}
 
 
 @dataclass(frozen=True)
@@ -52,6 +65,10 @@ class EpochStats:
         """Plain ``dict`` of numbers (what checkpoints store)."""
         return asdict(self)
 
+    def as_row(self) -> dict[str, float]:
+        """The epoch under its column names (``epoch``, ``acc/train``... as in ``metrics.csv``)."""
+        return {column: getattr(self, attr) for column, attr in METRIC_COLUMNS.items()}
+
     @classmethod
     def from_dict(cls, values: dict[str, Any]) -> EpochStats:
         """Inverse of :meth:`to_dict`; unknown keys are ignored."""
@@ -88,6 +105,10 @@ class History:
     def column(self, name: str) -> list[float]:
         """One metric across epochs, e.g. ``history.column("valid_acc")``."""
         return [getattr(e, name) for e in self.epochs]
+
+    def rows(self) -> list[dict[str, float]]:
+        """Every epoch under its column names, as :func:`~stoker.train.loggers.read_csv` returns them."""
+        return [e.as_row() for e in self.epochs]
 
     @property
     def last(self) -> EpochStats | None:

@@ -10,34 +10,19 @@ from pathlib import Path
 from typing import TextIO
 
 from stoker.errors import DataError
-from stoker.train.history import EpochStats, History
+from stoker.train.history import METRIC_COLUMNS, EpochStats, History
 from stoker.train.loggers.base import Logger, RunInfo
 
 __all__ = ["CSV_COLUMNS", "CSV_FILE", "CsvLogger", "read_csv"]
 
 CSV_FILE = "metrics.csv"
 
-# The column names, in order, and the EpochStats field behind each.
-_COLUMNS: tuple[tuple[str, str], ...] = (
-    ("epoch", "epoch"),
-    ("acc/train", "train_acc"),
-    ("acc/valid", "valid_acc"),
-    ("loss/train", "train_loss"),
-    ("loss/valid", "valid_loss"),
-    ("time_s", "time_s"),
-    ("img_per_s", "img_per_s"),
-    ("data_wait_share", "data_wait_share"),
-    ("lr", "lr"),
-)
-CSV_COLUMNS: tuple[str, ...] = tuple(name for name, _ in _COLUMNS)
+CSV_COLUMNS: tuple[str, ...] = tuple(METRIC_COLUMNS)
 
 
 def _row(stats: EpochStats) -> list[str]:
-    cells = []
-    for _, attr in _COLUMNS:
-        value = getattr(stats, attr)
-        cells.append(str(value) if isinstance(value, int) else ("nan" if math.isnan(value) else f"{value:.6g}"))
-    return cells
+    # repr of a float round-trips exactly; "nan" marks a missing value (no validation)
+    return ["nan" if isinstance(v, float) and math.isnan(v) else repr(v) for v in stats.as_row().values()]
 
 
 class CsvLogger(Logger):

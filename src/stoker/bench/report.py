@@ -1,0 +1,186 @@
+"""Show a benchmark: a markdown table, ``bench.json`` and ``bench.png``.
+
+The main table is shaped like the published comparison: one row per number of
+workers, one column per method (and backend), each cell the epoch time and images per
+second, with the share of this machine's limit in brackets. A cell says INCORRECT
+instead of a time when the method did not deliver every sample exactly once.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import psutil
+
+from stoker.bench.runner import RunResult
+
+if TYPE_CHECKING:
+    from stoker.bench.benchmark import BenchResult
+
+__all__ = ["plot", "render_markdown", "render_summary_table", "save_json", "save_report"]
+
+
+def _column(run: RunResult, backends: Sequence[str]) -> str:
+    return run.method if len(backends) == 1 else f"{run.method} ({run.backend})"
+
+
+def _cell(run: RunResult | None) -> str:
+    if run is None or run.status == "unsupported":
+        return "—"
+    if run.status == "incorrect":
+        return f"INCORRECT ({run.reason})"
+    if run.status == "failed":
+        return f"failed ({run.reason})"
+    share = run.extra.get("fraction_of_limit")
+    share_text = f" ({share:.0%})" if share is not None else ""
+    if run.status == "partial":
+        return f"partial: {run.epoch_s:,.1f} s · {run.img_per_s:,.0f} img/s{share_text}"
+    return f"{run.epoch_s:,.1f} s · {run.img_per_s:,.0f} img/s{share_text}"
+
+
+def render_summary_table(runs: Sequence[RunResult]) -> str:
+    """The published-style table: rows are workers, columns methods; cells seconds · img/s (share of limit)."""
+    backends = sorted({r.backend for r in runs}, key=["process", "thread"].index)
+    columns = list(dict.fromkeys(_column(r, backends) for r in runs))
+    workers = sorted({r.workers for r in runs})
+    by_key = {(r.workers, _column(r, backends)): r for r in runs}
+    lines = [
+        "| workers | " + " | ".join(columns) + " |",
+        "|---:|" + "---|" * len(columns),
+    ]
+    for w in workers:
+        lines.append(f"| {w} | " + " | ".join(_cell(by_key.get((w, c))) for c in columns) + " |")
+    return "\n".join(lines)
+
+
+def _gb(n: float) -> str:
+    return f"{n / 1e9:,.2f} GB"
+
+
+def _details_table(runs: Sequence[RunResult]) -> str:
+    total_ram = psutil.virtual_memory().total
+    cores = os.cpu_count() or 1
+    lines = [
+        "| method | backend | workers | status | epoch s | img/s | % of limit (which) | first batch s "
+        "| peak memory (% of RAM) | CPU cores (% of all) | data wait | shuffle score |",
+        "|---|---|---:|---|---:|---:|---|---:|---:|---:|---:|---|",
+    ]
+    for r in runs:
+        if r.status == "unsupported":
+            continue
+        timed = r.timed
+        share = r.extra.get("fraction_of_limit")
+        memory = r.peak_pss_bytes or r.peak_rss_bytes
+        cells = [
+            r.method,
+            r.backend,
+            str(r.workers),
+            r.status if not r.reason or r.status == "ok" else f"{r.status}: {r.reason}",
+            f"{r.epoch_s:,.1f}" if timed and r.epoch_s is not None else "—",
+            f"{r.img_per_s:,.0f}" if timed and r.img_per_s is not None else "—",
+            f"{share:.0%} ({r.extra.get('limit_name', '?')})" if timed and share is not None else "—",
+            f"{r.first_batch_s:,.2f}" if r.first_batch_s is not None else "—",
+            f"{_gb(memory)} ({memory / total_ram:.0%})",
+            f"{r.cpu_cores_used:.1f} ({r.cpu_cores_used / cores:.0%})",
+            f"{r.data_wait_share:.0%}" if r.data_wait_share is not None else "—",
+            f"{r.shuffle.score:.2f} {r.shuffle.verdict}" if r.shuffle is not None else "—",
+        ]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def render_markdown(result: BenchResult, details: bool = True) -> str:
+    """The whole report as markdown: the main table, then limits, packing, shuffle and details.
+
+    Args:
+        result: what :func:`~stoker.bench.bench` returned.
+        details: add the per-run table and the notes after the main table.
+    """
+    parts = [
+        f"**{result.description}** — {result.samples} images, {result.num_classes} classes, "
+        f"batch {result.batch_size}, mode {result.mode}"
+        + (f" ({result.model})" if result.mode == "train" else "")
+        + (f", at most {result.max_seconds:g} s per run" if result.max_seconds else ""),
+        "",
+        render_summary_table(result.runs),
+    ]
+    if not details:
+        return "\n".join(parts)
+    parts += ["", f"Limits on this machine: {result.limits.summary()}. Cells show img/s as a share of the tightest limit."]
+    if result.pack_s:
+        packing = ", ".join(f"{store} {seconds:,.1f} s" for store, seconds in result.pack_s.items())
+        reused = " (reused pack: not measured)" if result.packed_reused else ""
+        parts.append(f"Packing, a one-off cost: {packing}{reused}.")
+    notes = result.notes()
+    if notes:
+        parts += [""] + [f"- {note}" for note in notes]
+    parts += ["", _details_table(result.runs)]
+    return "\n".join(parts)
+
+
+def _json_default(value: Any) -> Any:
+    if isinstance(value, Path):
+        return str(value)
+    if hasattr(value, "tolist"):
+        return value.tolist()
+    raise TypeError(f"cannot write {type(value).__name__} to JSON")
+
+
+def save_json(result: BenchResult, path: str | os.PathLike[str]) -> Path:
+    """Write ``result.to_dict()`` as JSON and return the path."""
+    path = Path(path)
+    path.write_text(json.dumps(result.to_dict(), indent=1, default=_json_default) + "\n", encoding="utf-8")
+    return path
+
+
+def plot(result: BenchResult, path: str | os.PathLike[str]) -> Path:
+    """Bars of img/s per method (groups) and workers (bars); a cross marks an incorrect run."""
+    import matplotlib
+
+    matplotlib.use("Agg", force=False)
+    from matplotlib import pyplot as plt
+
+    runs = [r for r in result.runs if r.status != "unsupported"]
+    backends = sorted({r.backend for r in runs}, key=["process", "thread"].index)
+    columns = list(dict.fromkeys(_column(r, backends) for r in runs))
+    workers = sorted({r.workers for r in runs})
+    width = 0.8 / max(len(workers), 1)
+    fig, ax = plt.subplots(figsize=(max(6.0, 1.6 * len(columns) + 2), 4.0))
+    for j, w in enumerate(workers):
+        xs, heights, bad = [], [], []
+        for i, column in enumerate(columns):
+            run = next((r for r in runs if r.workers == w and _column(r, backends) == column), None)
+            if run is None:
+                continue
+            x = i - 0.4 + width * (j + 0.5)
+            if run.timed and run.img_per_s is not None:
+                xs.append(x)
+                heights.append(run.img_per_s)
+            else:
+                bad.append(x)
+        ax.bar(xs, heights, width * 0.95, label=f"{w} workers")
+        if bad:
+            ax.plot(bad, [0] * len(bad), "rx", markersize=10)
+    ax.set_xticks(range(len(columns)), columns)
+    ax.set_ylabel("images per second")
+    ax.set_title(f"{result.description}: {result.samples} images, batch {result.batch_size} (x = incorrect or failed)")
+    ax.legend(fontsize="small")
+    ax.grid(axis="y", alpha=0.3)
+    fig.tight_layout()
+    path = Path(path)
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path
+
+
+def save_report(result: BenchResult, out: str | os.PathLike[str]) -> dict[str, Path]:
+    """Write ``bench.md``, ``bench.json`` and ``bench.png`` into the folder ``out``."""
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    markdown = out / "bench.md"
+    markdown.write_text(render_markdown(result) + "\n", encoding="utf-8")
+    return {"markdown": markdown, "json": save_json(result, out / "bench.json"), "png": plot(result, out / "bench.png")}

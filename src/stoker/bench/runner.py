@@ -1,0 +1,268 @@
+"""Time one loading method for one setting, and check that its epoch was right.
+
+:func:`run_method` iterates the batches a method makes, for a whole epoch or until a
+time limit, while a :class:`~stoker.bench.monitor.ProcessMonitor` watches memory and CPU
+of every process. It counts samples and labels as they come, so it can tell whether
+every sample was seen exactly once (the label counts of each class equal the index's),
+and it keeps the label stream to score how well the method shuffles.
+
+A method that drops or repeats samples is marked ``"incorrect"`` and its time is not
+reported: a fast wrong loader is not a result.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+
+from stoker.bench.monitor import ProcessMonitor
+from stoker.bench.shuffle_quality import ShuffleQuality, shuffle_quality
+from stoker.errors import StokerError
+
+__all__ = ["STATUSES", "Expected", "RunResult", "Step", "run_method"]
+
+# ok: a whole epoch, correct. partial: stopped by the time limit; what was seen is
+# consistent. incorrect: samples missing, repeated or malformed. failed: raised an error.
+# unsupported: the method cannot run with this backend (for example a stream on threads).
+STATUSES: tuple[str, ...] = ("ok", "partial", "incorrect", "failed", "unsupported")
+
+Step = Callable[[torch.Tensor, torch.Tensor], None]  # one training step on a batch
+
+
+def label_checksum(label_counts: np.ndarray) -> str:
+    """A short hash of per-class label counts: equal for any order of the same samples."""
+    return hashlib.sha256(np.ascontiguousarray(label_counts, dtype=np.int64).tobytes()).hexdigest()[:12]
+
+
+@dataclass(frozen=True)
+class Expected:
+    """What one epoch must deliver: the sample count and the count of every label."""
+
+    samples: int
+    label_counts: np.ndarray
+
+    @classmethod
+    def of(cls, labels: np.ndarray, num_classes: int) -> Expected:
+        """The expectation for a data set with these labels."""
+        labels = np.asarray(labels, dtype=np.int64)
+        return cls(len(labels), np.bincount(labels, minlength=num_classes))
+
+    @property
+    def num_classes(self) -> int:
+        """Number of classes."""
+        return len(self.label_counts)
+
+    @property
+    def checksum(self) -> str:
+        """:func:`label_checksum` of the expected label counts."""
+        return label_checksum(self.label_counts)
+
+
+@dataclass
+class RunResult:
+    """One method, one setting: how fast, how heavy, and whether it was right.
+
+    Attributes:
+        method: the method's name (``files``, ``pipe``, ``shards-encoded``, ...).
+        workers: loader workers (0: the main process loads).
+        backend: ``"process"`` or ``"thread"``.
+        status: one of :data:`STATUSES`.
+        reason: why the status is not ``"ok"`` (empty when it is).
+        samples: samples seen (over all epochs).
+        batches: batches seen.
+        epochs: whole epochs run.
+        epoch_s: seconds per epoch (mean), or of the part run when ``partial``;
+            ``None`` when the result is not a valid timing.
+        img_per_s: samples per second over the run; ``None`` when not valid.
+        first_batch_s: seconds until the first batch arrived (worker start-up, first reads).
+        peak_rss_bytes: peak of the summed RSS of this process and its workers.
+        peak_pss_bytes: peak of the summed PSS (shared pages counted once), where known.
+        cpu_cores_used: mean cores busy over the run, all processes together.
+        data_wait_share: in train mode, the share of step time spent waiting for data.
+        label_checksum: hash of the label counts seen (equal for every correct method).
+        shuffle: how well the label stream was mixed.
+        extra: anything else the caller adds (limits, fractions).
+    """
+
+    method: str
+    workers: int
+    backend: str
+    status: str = "ok"
+    reason: str = ""
+    samples: int = 0
+    batches: int = 0
+    epochs: int = 0
+    epoch_s: float | None = None
+    img_per_s: float | None = None
+    first_batch_s: float | None = None
+    peak_rss_bytes: int = 0
+    peak_pss_bytes: int = 0
+    cpu_cores_used: float = 0.0
+    data_wait_share: float | None = None
+    label_checksum: str = ""
+    shuffle: ShuffleQuality | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def timed(self) -> bool:
+        """True when the timing is a valid result (a correct whole or partial epoch)."""
+        return self.status in ("ok", "partial")
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict."""
+        out = {k: v for k, v in self.__dict__.items() if k not in ("shuffle", "extra")}
+        out["shuffle"] = self.shuffle.to_dict() if self.shuffle is not None else None
+        out.update(self.extra)
+        return out
+
+
+def _split_batch(batch: Any) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(images, labels)`` of a batch, or a StokerError saying what the batch looked like."""
+    if isinstance(batch, dict) and "image" in batch and "label" in batch:
+        batch = (batch["image"], batch["label"])
+    if not (isinstance(batch, (tuple, list)) and len(batch) == 2):
+        raise StokerError(f"a batch must be (images, labels); got {type(batch).__name__}")
+    images, labels = batch
+    if not isinstance(labels, torch.Tensor) or labels.ndim != 1:
+        raise StokerError(f"batch labels must be a 1-D tensor, got {type(labels).__name__}")
+    if not isinstance(images, torch.Tensor) or images.ndim != 4 or len(images) != len(labels):
+        shape = tuple(images.shape) if isinstance(images, torch.Tensor) else type(images).__name__
+        raise StokerError(f"batch images must be a [B, C, H, W] tensor with B = {len(labels)} labels, got {shape}")
+    return images, labels
+
+
+def _check_epoch(seen: np.ndarray, expected: Expected, whole: bool) -> str:
+    """Empty when the label counts ``seen`` fit ``expected``; else what is wrong."""
+    if len(seen) > expected.num_classes:
+        return f"saw label {len(seen) - 1}, but the data set has {expected.num_classes} classes"
+    seen = np.pad(seen, (0, expected.num_classes - len(seen)))
+    total, want = int(seen.sum()), expected.samples
+    if whole:
+        if total != want:
+            what = "missing" if total < want else "extra"
+            return f"saw {total} samples in an epoch of {want} ({abs(want - total)} {what})"
+        wrong = np.flatnonzero(seen != expected.label_counts)
+        if len(wrong):
+            return f"label counts differ from the index for {len(wrong)} class(es) (first: class {int(wrong[0])})"
+        return ""
+    over = np.flatnonzero(seen > expected.label_counts)
+    if total > want or len(over):
+        return f"saw more samples of {len(over)} class(es) than the data set holds: repeated samples"
+    return ""
+
+
+def run_method(
+    make_batches: Callable[[], Iterable[Any]],
+    expected: Expected,
+    *,
+    method: str,
+    workers: int,
+    backend: str,
+    epochs: int = 1,
+    max_seconds: float | None = None,
+    step: Step | None = None,
+    batch_size: int | None = None,
+    seed: int = 0,
+) -> RunResult:
+    """Run ``epochs`` epochs of a method and measure them.
+
+    Args:
+        make_batches: builds the method's iterable of ``(images, labels)`` batches (a
+            loader); called once, and iterated once per epoch.
+        expected: what a whole epoch must deliver.
+        method, workers, backend: labels for the result.
+        epochs: epochs to run.
+        max_seconds: stop when the run has taken this long; the result is then
+            ``"partial"`` and only checked for repeats.
+        step: in train mode, one training step on each batch; its time counts as compute.
+        batch_size: for the shuffle-quality histograms (default: the first batch's size).
+        seed: seed of the shuffle-quality baseline.
+
+    Returns:
+        A :class:`RunResult`; errors of the method are caught and reported as ``"failed"``.
+    """
+    result = RunResult(method, workers, backend)
+    counts = np.zeros(expected.num_classes, dtype=np.int64)
+    stream: list[np.ndarray] = []
+    wait_s = compute_s = 0.0
+    stopped_early = False
+    loader: Iterable[Any] | None = None
+    with ProcessMonitor() as monitor:
+        start = time.perf_counter()
+        try:
+            loader = make_batches()
+            for _ in range(epochs):
+                epoch_counts = np.zeros(expected.num_classes, dtype=np.int64)
+                batches = iter(loader)
+                try:
+                    while True:
+                        before = time.perf_counter()
+                        try:
+                            batch = next(batches)
+                        except StopIteration:
+                            wait_s += time.perf_counter() - before
+                            break
+                        wait_s += time.perf_counter() - before
+                        if result.first_batch_s is None:
+                            result.first_batch_s = time.perf_counter() - start
+                        images, labels = _split_batch(batch)
+                        label_array = labels.cpu().numpy().astype(np.int64, copy=False)
+                        if label_array.size and (label_array.min() < 0 or label_array.max() >= expected.num_classes):
+                            raise StokerError(f"label {int(label_array.max())} is outside 0..{expected.num_classes - 1}")
+                        epoch_counts += np.bincount(label_array, minlength=expected.num_classes)
+                        stream.append(label_array)
+                        result.batches += 1
+                        if step is not None:
+                            before = time.perf_counter()
+                            step(images, labels)
+                            compute_s += time.perf_counter() - before
+                        if max_seconds is not None and time.perf_counter() - start >= max_seconds:
+                            stopped_early = True
+                            break
+                    monitor.sample_now()  # workers are still up: count them once more
+                finally:
+                    close = getattr(batches, "close", None)
+                    if close is not None:
+                        close()  # a generator's loader shuts its workers down now
+                    del batches
+                counts += epoch_counts
+                problem = _check_epoch(epoch_counts, expected, whole=not stopped_early)
+                if problem:
+                    result.status, result.reason = "incorrect", problem
+                    break
+                if stopped_early:
+                    break
+                result.epochs += 1
+        except StokerError as exc:
+            result.status, result.reason = "failed", str(exc).splitlines()[0]
+        except Exception as exc:  # a benchmark reports a broken method and goes on to the next
+            result.status, result.reason = "failed", f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+        finally:
+            del loader  # let persistent workers go before the monitor's last reading
+        elapsed = time.perf_counter() - start
+
+    result.samples = int(counts.sum())
+    result.label_checksum = label_checksum(counts)
+    result.peak_rss_bytes = monitor.peak_rss_bytes
+    result.peak_pss_bytes = monitor.peak_pss_bytes
+    result.cpu_cores_used = monitor.cpu_cores_used
+    if stream:
+        labels_seen = np.concatenate(stream)
+        result.shuffle = shuffle_quality(labels_seen, batch_size or len(stream[0]), expected.num_classes, seed)
+    if result.status == "ok" and stopped_early:
+        result.status = "partial"
+        result.reason = f"stopped after {max_seconds:g} s ({result.samples} of {expected.samples * epochs} samples); checked for repeats only"
+    if result.timed and result.samples:
+        result.epoch_s = elapsed / max(result.epochs, 1) if not stopped_early else elapsed
+        result.img_per_s = result.samples / elapsed
+        if step is not None and wait_s + compute_s > 0:
+            result.data_wait_share = wait_s / (wait_s + compute_s)
+    elif result.timed:
+        result.status, result.reason = "incorrect", "the method yielded no samples"
+    return result

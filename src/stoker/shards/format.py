@@ -1,0 +1,137 @@
+"""The shard format: file names, the Arrow schema of a shard, and its golden constants.
+
+A shard set is a folder::
+
+    OUT/manifest.json          written last: what the set holds (see :mod:`stoker.shards.manifest`)
+    OUT/train-00000.arrow      Arrow IPC files, one split per file name prefix
+    OUT/valid-00000.arrow
+
+Every shard has the same five columns, none of them nullable:
+
+==========  ==========================================  ==================================
+column      type                                        holds
+==========  ==========================================  ==================================
+``key``     ``string``                                  the sample's key in its source
+``label``   ``int64``                                   the class (``classes[label]``)
+``source``  ``string``                                  the source name (see the manifest)
+``file``    ``string``                                  the file, relative to the source root
+``image``   ``binary`` (store ``encoded``)              the file's original bytes
+            ``fixed_size_binary[3*H*W]`` (``pixels``)   decoded uint8 RGB pixels, CHW order
+==========  ==========================================  ==================================
+
+The files open with pyarrow (``pa.ipc.open_file``), pandas, polars or DuckDB. Nothing in a
+shard or manifest is pickled: opening a shard set made by a stranger runs no code.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Literal
+
+import pyarrow as pa
+
+from stoker.errors import ConfigError
+
+__all__ = [
+    "CHANNELS",
+    "FORMAT_NAME",
+    "FORMAT_VERSION",
+    "MANIFEST_NAME",
+    "MAX_SIDE",
+    "PLAN_NAME",
+    "RECORD_BATCH_BYTES",
+    "SHARD_SUFFIX",
+    "STORES",
+    "TMP_SUFFIX",
+    "Store",
+    "check_split_name",
+    "image_row_bytes",
+    "is_shard_name",
+    "shard_name",
+    "shard_schema",
+]
+
+FORMAT_NAME = "stoker-shards"
+FORMAT_VERSION = 1
+MANIFEST_NAME = "manifest.json"
+PLAN_NAME = "pack-plan.json"  # present only while a pack is unfinished
+SHARD_SUFFIX = ".arrow"
+TMP_SUFFIX = ".tmp"  # a shard being written; renamed to its final name when complete
+CHANNELS = 3  # pixels are RGB
+MAX_SIDE = 16384  # largest image height or width a pixels shard may declare
+
+# Rows are written in Arrow record batches of about this many bytes, so a writer never
+# holds more than this in memory and a reader's per-batch lookup table stays short.
+RECORD_BATCH_BYTES = 64 * 2**20
+
+Store = Literal["encoded", "pixels"]
+STORES: tuple[str, ...] = ("encoded", "pixels")
+
+_SPLIT_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_]{0,63}")
+_SHARD_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_]{0,63}-[0-9]{5,9}\.arrow")
+
+
+def check_split_name(split: str) -> str:
+    """Return ``split`` if it can name a split (letters, digits, ``_``), else raise ConfigError."""
+    if not isinstance(split, str) or not _SPLIT_RE.fullmatch(split):
+        raise ConfigError(
+            f"split name {split!r} is not allowed; use letters, digits and '_' (for example 'train', 'valid')"
+        )
+    return split
+
+
+def shard_name(split: str, number: int) -> str:
+    """The file name of shard ``number`` of ``split``: ``train-00000.arrow``."""
+    return f"{check_split_name(split)}-{number:05d}{SHARD_SUFFIX}"
+
+
+def is_shard_name(name: str) -> bool:
+    """Whether ``name`` is a plain shard file name (no folders, no ``..``)."""
+    return isinstance(name, str) and _SHARD_RE.fullmatch(name) is not None
+
+
+def image_row_bytes(image_size: tuple[int, int]) -> int:
+    """Bytes of one decoded RGB image of ``(height, width)``."""
+    height, width = image_size
+    return CHANNELS * height * width
+
+
+def shard_schema(store: str, image_size: tuple[int, int] | None) -> pa.Schema:
+    """The Arrow schema of every shard of a set with this storage mode and image size.
+
+    Args:
+        store: ``"encoded"`` (original file bytes) or ``"pixels"`` (decoded uint8 CHW).
+        image_size: ``(height, width)``; required for ``"pixels"``, optional for ``"encoded"``
+            (where it is the size images are resized to when read).
+
+    Raises:
+        ConfigError: an unknown store, or a missing or impossible image size.
+    """
+    if store not in STORES:
+        raise ConfigError(f"store must be one of {', '.join(STORES)}, got {store!r}")
+    if image_size is not None:
+        height, width = image_size
+        if not (1 <= height <= MAX_SIDE and 1 <= width <= MAX_SIDE):
+            raise ConfigError(f"image size {height}x{width} is out of range; each side must be 1..{MAX_SIDE}")
+    if store == "pixels":
+        if image_size is None:
+            raise ConfigError("store='pixels' needs an image size (height, width)")
+        image_type = pa.binary(image_row_bytes(image_size))
+    else:
+        image_type = pa.binary()
+    size_text = f"{image_size[0]}x{image_size[1]}" if image_size is not None else ""
+    return pa.schema(
+        [
+            pa.field("key", pa.string(), nullable=False),
+            pa.field("label", pa.int64(), nullable=False),
+            pa.field("source", pa.string(), nullable=False),
+            pa.field("file", pa.string(), nullable=False),
+            pa.field("image", image_type, nullable=False),
+        ],
+        metadata={
+            "stoker.format": f"{FORMAT_NAME}/{FORMAT_VERSION}",
+            "stoker.store": store,
+            "stoker.image_size": size_text,
+            "stoker.pixel_layout": "uint8 RGB CHW" if store == "pixels" else "",
+        },
+    )

@@ -1,0 +1,216 @@
+"""``ShardWriter``: write one shard file, atomically, hashing it on the way out."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import os
+from pathlib import Path
+from types import TracebackType
+
+import numpy as np
+import pyarrow as pa
+import torch
+
+from stoker.errors import ConfigError, DataError
+from stoker.shards.format import RECORD_BATCH_BYTES, TMP_SUFFIX, image_row_bytes, shard_schema
+from stoker.shards.manifest import ShardInfo
+
+__all__ = ["ShardWriter"]
+
+Image = bytes | bytearray | memoryview | np.ndarray | torch.Tensor
+
+
+class _HashingFile(io.RawIOBase):
+    """A write-only file that feeds every byte it writes to a SHA-256."""
+
+    def __init__(self, path: Path) -> None:
+        self._file = open(path, "wb")
+        self.sha256 = hashlib.sha256()
+        self.size = 0
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, data: bytes | bytearray | memoryview) -> int:  # type: ignore[override]
+        view = memoryview(data).cast("B")
+        self.sha256.update(view)
+        self._file.write(view)
+        self.size += len(view)
+        return len(view)
+
+    def sync_and_close(self) -> None:
+        self._file.flush()
+        os.fsync(self._file.fileno())
+        self._file.close()
+
+    def close(self) -> None:
+        if not self._file.closed:
+            self._file.close()
+        super().close()
+
+
+class ShardWriter:
+    """Write the rows of one shard to ``<path>.tmp``; :meth:`close` renames it to ``path``.
+
+    A shard never appears under its final name until it is complete and synced to disk,
+    so an interrupted pack leaves only ``.tmp`` files behind, and a finished shard is
+    never half written. Rows are buffered into Arrow record batches of about
+    ``record_batch_bytes`` and written as they fill.
+
+    Args:
+        path: the final file name (``OUT/train-00000.arrow``).
+        split: the split the shard belongs to (recorded in the returned :class:`ShardInfo`).
+        store: ``"encoded"`` (images are the files' bytes) or ``"pixels"`` (uint8 CHW arrays).
+        image_size: ``(height, width)``; required for ``"pixels"``.
+        record_batch_bytes: about how many image bytes go into one Arrow record batch.
+
+    Example:
+        >>> with ShardWriter("out/train-00000.arrow", "train", "encoded", None) as w:  # doctest: +SKIP
+        ...     w.write("a.png", 3, "digiface", "3/a.png", open("a.png", "rb").read())
+        >>> w.info.sha256  # doctest: +SKIP
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        split: str,
+        store: str,
+        image_size: tuple[int, int] | None,
+        record_batch_bytes: int = RECORD_BATCH_BYTES,
+    ) -> None:
+        self.path = Path(path)
+        self.split = split
+        self.store = store
+        self.schema = shard_schema(store, image_size)
+        self.tmp_path = self.path.with_name(self.path.name + TMP_SUFFIX)
+        self.info: ShardInfo | None = None
+        self._image_size = image_size
+        self._row_bytes = image_row_bytes(image_size) if store == "pixels" else 0  # type: ignore[arg-type]
+        self._batch_bytes = max(int(record_batch_bytes), 1)
+        self._rows_per_batch = max(self._batch_bytes // self._row_bytes, 1) if self._row_bytes else 0
+        self._file = _HashingFile(self.tmp_path)
+        self._writer = pa.ipc.new_file(self._file, self.schema)
+        self._samples = 0
+        self._reset()
+
+    def _reset(self) -> None:
+        self._keys: list[str] = []
+        self._labels: list[int] = []
+        self._sources: list[str] = []
+        self._files: list[str] = []
+        self._encoded: list[bytes] = []
+        self._pending_bytes = 0
+        self._pixels = np.empty((self._rows_per_batch, self._row_bytes), dtype=np.uint8) if self._row_bytes else None
+
+    def write(self, key: str, label: int, source: str, file: str, image: Image) -> None:
+        """Add one row.
+
+        Args:
+            key: the sample's key in its source.
+            label: its class, an integer >= 0.
+            source: the name of its source.
+            file: its file, relative to the source root.
+            image: the file's bytes (``encoded``), or a uint8 ``3 x H x W`` array (``pixels``).
+
+        Raises:
+            ConfigError: the writer is closed.
+            DataError: a negative label, or pixels of the wrong shape or type.
+        """
+        if self.info is not None or self._file.closed:
+            raise ConfigError(f"{self.path.name}: the shard writer is closed")
+        label = int(label)
+        if label < 0:
+            raise DataError(f"{key}: label {label} is negative; labels must be integers >= 0")
+        n = len(self._keys)
+        if self._row_bytes:
+            self._pixels[n] = self._pixel_row(key, image)  # type: ignore[index]
+            self._pending_bytes += self._row_bytes
+        else:
+            if isinstance(image, torch.Tensor):
+                data = image.contiguous().numpy().tobytes()
+            elif isinstance(image, np.ndarray):
+                data = image.tobytes()
+            else:
+                data = bytes(image)
+            self._encoded.append(data)
+            self._pending_bytes += len(data)
+        self._keys.append(str(key))
+        self._labels.append(label)
+        self._sources.append(str(source))
+        self._files.append(str(file))
+        if (self._row_bytes and len(self._keys) == self._rows_per_batch) or self._pending_bytes >= self._batch_bytes:
+            self._flush()
+
+    def _pixel_row(self, key: str, image: Image) -> np.ndarray:
+        height, width = self._image_size  # type: ignore[misc]
+        if isinstance(image, torch.Tensor):
+            if image.dtype != torch.uint8:
+                raise DataError(f"{key}: pixels must be uint8, got {image.dtype}; convert the images or store='encoded'")
+            array = image.contiguous().numpy()
+        elif isinstance(image, np.ndarray):
+            if image.dtype != np.uint8:
+                raise DataError(f"{key}: pixels must be uint8, got {image.dtype}; convert the images or store='encoded'")
+            array = np.ascontiguousarray(image)
+        else:
+            array = np.frombuffer(image, dtype=np.uint8)
+        if array.size != self._row_bytes or (array.ndim == 3 and array.shape != (3, height, width)):
+            raise DataError(
+                f"{key}: expected a uint8 image of shape 3x{height}x{width}, got {tuple(array.shape)}; "
+                "resize it to the shard set's image size"
+            )
+        return array.reshape(-1)
+
+    def _flush(self) -> None:
+        n = len(self._keys)
+        if n == 0:
+            return
+        if self._row_bytes:
+            buffer = pa.py_buffer(self._pixels[:n].reshape(-1))  # type: ignore[index]
+            images = pa.FixedSizeBinaryArray.from_buffers(self.schema.field("image").type, n, [None, buffer])
+        else:
+            images = pa.array(self._encoded, type=pa.binary())
+        batch = pa.record_batch(
+            [
+                pa.array(self._keys, type=pa.string()),
+                pa.array(np.asarray(self._labels, dtype=np.int64)),
+                pa.array(self._sources, type=pa.string()),
+                pa.array(self._files, type=pa.string()),
+                images,
+            ],
+            schema=self.schema,
+        )
+        self._writer.write_batch(batch)
+        self._samples += n
+        self._reset()
+
+    def close(self) -> ShardInfo:
+        """Flush, sync, and rename the shard to its final name; returns its :class:`ShardInfo`."""
+        if self.info is not None:
+            return self.info
+        self._flush()
+        self._writer.close()
+        self._file.sync_and_close()
+        os.replace(self.tmp_path, self.path)
+        self.info = ShardInfo(self.path.name, self.split, self._samples, self._file.size, self._file.sha256.hexdigest())
+        return self.info
+
+    def abort(self) -> None:
+        """Give up: close and delete the temporary file (the final name is never touched)."""
+        if self.info is not None:
+            return
+        try:
+            self._file.close()
+        finally:
+            self.tmp_path.unlink(missing_ok=True)
+
+    def __enter__(self) -> ShardWriter:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        if exc_type is None:
+            self.close()
+        else:
+            self.abort()

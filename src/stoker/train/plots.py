@@ -1,0 +1,100 @@
+"""Plots: a run's ``curves.png`` and the comparison of many runs.
+
+Figures are drawn with matplotlib's object API (no pyplot), so plotting never opens a
+window, touches global state or needs a display.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import os
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
+
+__all__ = ["LINE_STYLES", "plot_compare", "plot_curves"]
+
+Rows = Sequence[Mapping[str, float]]
+
+LINE_STYLES: tuple[str, ...] = ("-", "--", ":", "-.")
+
+
+def _series(rows: Rows, column: str) -> tuple[list[float], list[float]]:
+    points = [(r["epoch"], r[column]) for r in rows if column in r and not math.isnan(r[column])]
+    return [p[0] for p in points], [p[1] for p in points]
+
+
+def plot_curves(rows: Rows, out: str | os.PathLike[str], title: str | None = None) -> Path:
+    """Draw loss and accuracy, train vs valid, per epoch, into ``out`` (e.g. ``curves.png``).
+
+    Args:
+        rows: one mapping per epoch with ``epoch``, ``loss/train``, ``loss/valid``,
+            ``acc/train``, ``acc/valid`` (``History.rows()`` or ``read_csv(...)``).
+        out: the image file to write.
+        title: shown above both charts (e.g. the run name).
+
+    Returns:
+        ``out`` as a Path.
+    """
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(10, 4), layout="constrained")
+    loss_ax, acc_ax = fig.subplots(1, 2)
+    for ax, metric, label in ((loss_ax, "loss", "Loss"), (acc_ax, "acc", "Accuracy")):
+        for phase, style in (("train", "-"), ("valid", "--")):
+            x, y = _series(rows, f"{metric}/{phase}")
+            if x:
+                ax.plot(x, y, style, marker="o", markersize=3, label=phase)
+        ax.set_title(label)
+        ax.set_xlabel("epoch")
+        ax.grid(alpha=0.3)
+        if ax.get_lines():
+            ax.legend()
+    if title:
+        fig.suptitle(title)
+    out = Path(out)
+    fig.savefig(out, dpi=100)
+    return out
+
+
+def plot_compare(
+    runs: Sequence[tuple[str, str, Rows]],
+    metric: str = "acc/valid",
+    out: str | os.PathLike[str] | None = None,
+) -> Figure:
+    """Draw many runs' ``metric`` on one chart: one colour per group, one line style per run.
+
+    Args:
+        runs: ``(run name, group, rows)`` per run, in the order to draw.
+        metric: the column to draw, e.g. ``acc/valid``, ``loss/train``, ``img_per_s``.
+        out: the image file to write, if any.
+
+    Returns:
+        The matplotlib Figure.
+    """
+    from matplotlib import colormaps
+    from matplotlib.figure import Figure
+
+    groups = list(dict.fromkeys(group for _, group, _ in runs))
+    palette = colormaps["tab10"].colors
+    colour_of = {group: palette[i % len(palette)] for i, group in enumerate(groups)}
+    styles_left = {group: itertools.cycle(LINE_STYLES) for group in groups}
+
+    fig = Figure(figsize=(8, 5), layout="constrained")
+    ax = fig.subplots()
+    for name, group, rows in runs:
+        x, y = _series(rows, metric)
+        ax.plot(x, y, next(styles_left[group]), color=colour_of[group], marker="o", markersize=3, label=f"{group} / {name}")
+    ax.set_xlabel("epoch")
+    ax.set_ylabel(metric)
+    ax.set_title(f"{metric} by run")
+    ax.grid(alpha=0.3)
+    if runs:
+        ax.legend(fontsize="small")
+    if out is not None:
+        fig.savefig(Path(out), dpi=100)
+    return fig

@@ -1,0 +1,126 @@
+"""The run folder and its ``run.json``: who ran what, where, with which versions.
+
+``run.json`` sits beside ``metrics.csv`` so runs can be grouped later (``stoker
+compare --group-by category``) by what the run itself recorded, not by folder names.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from stoker.errors import ConfigError, DataError
+from stoker.train.history import History
+
+__all__ = ["RUN_FILE", "prepare_run_dir", "read_run_json", "versions", "write_run_json"]
+
+RUN_FILE = "run.json"
+LAST_FILE = "last.pt"
+BEST_FILE = "best.pt"
+
+
+def versions() -> dict[str, str]:
+    """Versions of Python, stoker, torch, torchvision and CUDA (when built with it)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    found = {"python": platform.python_version()}
+    for package in ("stoker", "torch", "torchvision"):
+        try:
+            found[package] = version(package)
+        except PackageNotFoundError:
+            found[package] = "unknown"
+    if torch.version.cuda:
+        found["cuda"] = str(torch.version.cuda)
+    return found
+
+
+def device_name(device: torch.device) -> str:
+    """A readable name of the hardware behind ``device``."""
+    if device.type == "cuda":
+        return torch.cuda.get_device_name(device)
+    return f"{platform.processor() or platform.machine()} ({os.cpu_count()} CPUs)"
+
+
+def prepare_run_dir(log_dir: str | os.PathLike[str], name: str | None, resume: bool) -> tuple[str, Path]:
+    """Create (or, to resume, find) the run folder ``log_dir/name``.
+
+    Without a name, the run is named after the time it starts (``20250101-120000``,
+    with ``-2``, ``-3``... when that folder exists).
+
+    Raises:
+        ConfigError: resuming without a name or without ``last.pt``; or starting a new
+            run in a folder that already holds one.
+    """
+    log_dir = Path(log_dir)
+    if name is not None and (not name or name in (".", "..") or "/" in name or os.sep in name):
+        raise ConfigError(f"run name {name!r} must be a plain folder name (no '/'), e.g. 'resnet18-shards'")
+    if resume:
+        if name is None:
+            raise ConfigError("resume needs the run's name: set run.name (or --name) to the folder to continue")
+        run_dir = log_dir / name
+        if not (run_dir / LAST_FILE).is_file():
+            raise ConfigError(f"{run_dir}: no {LAST_FILE} to resume from; start the run without resume")
+        return name, run_dir
+    if name is None:
+        base = time.strftime("%Y%m%d-%H%M%S")
+        name, suffix = base, 1
+        while (log_dir / name).exists():
+            suffix += 1
+            name = f"{base}-{suffix}"
+    run_dir = log_dir / name
+    if (run_dir / LAST_FILE).exists() or (run_dir / RUN_FILE).exists():
+        raise ConfigError(
+            f"{run_dir}: already holds a run; resume it (resume=True, --resume) or choose another name"
+        )
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ConfigError(f"{run_dir}: cannot create the run folder ({exc.strerror}); check log_dir") from None
+    return name, run_dir
+
+
+def write_run_json(run_dir: Path, record: Mapping[str, Any], history: History | None = None) -> Path:
+    """Write ``run.json`` (atomically): ``record`` plus a summary of ``history``."""
+    data = dict(record)
+    if history is not None:
+        epochs = history.epochs
+        data["status"] = history.stopped
+        data["summary"] = {
+            "epochs_done": len(epochs),
+            "best_valid_acc": history.best_acc if history.best_epoch else None,
+            "best_epoch": history.best_epoch or None,
+            "time_s": sum(e.time_s for e in epochs),
+            "img_per_s": (sum(e.train_samples for e in epochs) / t) if (t := sum(e.train_time_s for e in epochs)) else None,
+            "data_wait_share": (sum(e.data_wait_s for e in epochs) / t) if (t := sum(e.time_s for e in epochs)) else None,
+        }
+    data["updated"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
+    path = run_dir / RUN_FILE
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(data, indent=2, default=str) + "\n", encoding="utf-8")
+    os.replace(tmp, path)
+    return path
+
+
+def read_run_json(run_dir: str | os.PathLike[str]) -> dict[str, Any]:
+    """Read a run's ``run.json``.
+
+    Raises:
+        DataError: the file is missing or not valid JSON.
+    """
+    path = Path(run_dir) / RUN_FILE
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise DataError(f"{path}: not found; is {run_dir} a stoker run folder?") from None
+    except json.JSONDecodeError as exc:
+        raise DataError(f"{path}:{exc.lineno}: not valid JSON ({exc.msg})") from None
+    if not isinstance(data, dict):
+        raise DataError(f"{path}: expected a JSON object")
+    return data
