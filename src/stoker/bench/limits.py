@@ -26,13 +26,14 @@ from stoker.decode import resize
 from stoker.errors import ConfigError
 from stoker.sources.dataset import FileDataset
 
-__all__ = ["Limits", "Work", "evict_from_page_cache", "measure_limits"]
+__all__ = ["Limits", "Work", "evict_from_page_cache", "measure_limits", "measure_sequential_read"]
 
 # What a loading method has to do per image: decode it (encoded files or shards), or
 # only read and copy pixels (shards of decoded pixels).
 Work = Literal["decode", "pixels"]
 
 _MEMCPY_BYTES = 64 << 20  # large enough to leave the CPU caches
+_READ_CHUNK = 8 << 20  # bytes per read() of the sequential test
 
 
 @dataclass(frozen=True)
@@ -46,6 +47,9 @@ class Limits:
         read_bytes_per_s: bytes per second read from the data's storage, file by file.
         read_cold: whether the files were dropped from the page cache before the read
             test (``posix_fadvise``); when False the figure may be the cache's speed.
+        sequential_read_bytes_per_s: bytes per second read from large files (packed
+            shards) front to back, or ``None`` when not measured; methods that read
+            shards are held to this rate instead of the file-by-file one.
         encoded_bytes_per_img: mean size of a sample file.
         decoded_bytes_per_img: mean size of a decoded (and resized) uint8 image.
     """
@@ -57,26 +61,32 @@ class Limits:
     read_cold: bool
     encoded_bytes_per_img: float
     decoded_bytes_per_img: float
+    sequential_read_bytes_per_s: float | None = None
 
-    def bounds(self, work: Work, workers: int) -> dict[str, float]:
+    def bounds(self, work: Work, workers: int, sequential: bool = False) -> dict[str, float]:
         """Images per second each limit allows a method doing ``work`` with ``workers``.
 
         Decoding scales with the cores in use (``max(workers, 1)``, at most
         :attr:`cores`); a method of pixel shards decodes nothing but reads more bytes.
+        ``sequential`` methods (reading shards) are held to the sequential read rate
+        when it was measured.
         """
         cores_used = min(max(workers, 1), self.cores)
         stored = self.decoded_bytes_per_img if work == "pixels" else self.encoded_bytes_per_img
+        read_rate = self.read_bytes_per_s
+        if sequential and self.sequential_read_bytes_per_s is not None:
+            read_rate = self.sequential_read_bytes_per_s
         out = {
-            "storage read": self.read_bytes_per_s / max(stored, 1.0),
+            "storage read": read_rate / max(stored, 1.0),
             "memory copy": self.memcpy_bytes_per_s / max(self.decoded_bytes_per_img, 1.0),
         }
         if work == "decode":
             out["decode"] = self.decode_img_per_s * cores_used
         return out
 
-    def limit(self, work: Work, workers: int) -> tuple[float, str]:
+    def limit(self, work: Work, workers: int, sequential: bool = False) -> tuple[float, str]:
         """The binding limit: ``(img_per_s, name)`` of the slowest of :meth:`bounds`."""
-        bounds = self.bounds(work, workers)
+        bounds = self.bounds(work, workers, sequential)
         name = min(bounds, key=bounds.__getitem__)
         return bounds[name], name
 
@@ -87,10 +97,15 @@ class Limits:
     def summary(self) -> str:
         """One line: the three measured rates."""
         cache = "cold" if self.read_cold else "may be cached"
+        sequential = (
+            f", {self.sequential_read_bytes_per_s / 1e6:,.0f} MB/s reading shards front to back"
+            if self.sequential_read_bytes_per_s is not None
+            else ""
+        )
         return (
             f"decode {self.decode_img_per_s:,.0f} img/s per core x {self.cores} cores; "
             f"memory copy {self.memcpy_bytes_per_s / 1e9:,.1f} GB/s; "
-            f"storage read {self.read_bytes_per_s / 1e6:,.0f} MB/s ({cache}); "
+            f"storage read {self.read_bytes_per_s / 1e6:,.0f} MB/s file by file ({cache}){sequential}; "
             f"{self.encoded_bytes_per_img / 1e3:,.1f} KB per file, "
             f"{self.decoded_bytes_per_img / 1e3:,.1f} KB per decoded image"
         )
@@ -220,3 +235,26 @@ def measure_limits(
         encoded_bytes_per_img=file_bytes,
         decoded_bytes_per_img=decoded_bytes,
     )
+
+
+def measure_sequential_read(paths: list[str], time_s: float = 1.0, cold: bool = True) -> float:
+    """Bytes per second reading ``paths`` (large files: shards) front to back in big chunks.
+
+    Args:
+        paths: the files, read in order until ``time_s`` has passed.
+        time_s: about how long to read.
+        cold: drop the files from the page cache first (where the OS allows).
+    """
+    if cold:
+        evict_from_page_cache(paths)
+    total = 0
+    start = time.perf_counter()
+    for path in paths:
+        with open(path, "rb", buffering=0) as f:
+            while chunk := f.read(_READ_CHUNK):
+                total += len(chunk)
+                if time.perf_counter() - start >= time_s:
+                    break
+        if time.perf_counter() - start >= time_s:
+            break
+    return total / max(time.perf_counter() - start, 1e-9)

@@ -30,7 +30,9 @@ from stoker.errors import ConfigError
 from stoker.loading import make_loader
 from stoker.sources.dataset import FileDataset
 
-__all__ = ["BUILTIN_METHODS", "BenchData", "Method", "resolve_methods", "shard_store_of"]
+__all__ = ["BUILTIN_METHODS", "PACK_SPLIT", "BenchData", "Method", "resolve_methods", "shard_store_of"]
+
+PACK_SPLIT = "train"  # the benchmark packs every sample into this one split
 
 
 @dataclass
@@ -44,6 +46,9 @@ class BenchData:
         batch_size: samples per batch.
         device: where batches are delivered (``"auto"``, ``"cpu"``, ``"cuda"``...).
         seed: seed of every shuffle.
+        shuffle_buffer: items the Pipe's shuffle buffer holds.
+        persistent_workers: keep workers between epochs (the tuner's many short epochs);
+            by default each loader runs one epoch and its workers go when it ends.
     """
 
     dataset: FileDataset
@@ -52,6 +57,8 @@ class BenchData:
     batch_size: int = 256
     device: str | None = "auto"
     seed: int = 0
+    shuffle_buffer: int = 10_000
+    persistent_workers: bool = False
 
     @classmethod
     def of(cls, dataset: FileDataset, size: tuple[int, int] | None = None, **kwargs: Any) -> BenchData:
@@ -88,7 +95,7 @@ def _loader_args(data: BenchData, settings: LoaderSettings) -> dict[str, Any]:
         batch_size=data.batch_size,
         device=data.device,
         seed=data.seed,
-        persistent_workers=False,  # one epoch per loader: workers go when the epoch ends
+        persistent_workers=data.persistent_workers,
         **settings.loader_kwargs(),
     )
 
@@ -104,7 +111,7 @@ def build_pipe(data: BenchData, settings: LoaderSettings) -> Iterable[Any]:
 
     pipe = (
         Pipe.from_iterable(range(len(data.dataset)))
-        .shuffle(settings.shuffle_buffer, seed=data.seed)
+        .shuffle(data.shuffle_buffer, seed=data.seed)
         .shard()
         .map(data.dataset.__getitem__)
     )
@@ -112,13 +119,13 @@ def build_pipe(data: BenchData, settings: LoaderSettings) -> Iterable[Any]:
 
 
 def build_shards(store: str, data: BenchData, settings: LoaderSettings) -> Iterable[Any]:
-    """A shard set of ``store`` read through the loader, a batch of rows at a time."""
-    from stoker.shards import ShardDataset
+    """A shard set of ``store`` (packed from this data, one split) read a batch of rows at a time."""
+    from stoker.shards.dataset import ShardDataset
 
     root = data.packed.get(store)
     if root is None:
         raise ConfigError(f"shards-{store}: no packed shard set; pack the data first or pass --packed DIR")
-    dataset = ShardDataset(root, mode="map", size=data.size)
+    dataset = ShardDataset(root, split=PACK_SPLIT)
     return make_loader(dataset, shuffle=True, **_loader_args(data, settings))
 
 

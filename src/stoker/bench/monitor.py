@@ -1,10 +1,15 @@
 """Watch the memory and CPU time of this process and all its children (loader workers).
 
-A background thread polls psutil. Resident memory (RSS) is cheap to read and is polled
-often; proportional memory (PSS: shared pages split between the processes sharing them,
-so forked workers and memory-mapped shards are not counted twice) costs a few
-milliseconds a process on Linux and is polled about once a second. CPU time is summed
-per process id, keeping the last figure of workers that have exited.
+The watching runs in a small helper process (this file run as a script: Python and
+psutil only, no torch), not in a thread of the measured process: a thread that wakes
+twenty times a second slowed a loader running in the main process by up to three times,
+by disturbing torch's thread pool on a busy machine.
+
+Resident memory (RSS) is cheap to read and is polled often; proportional memory (PSS:
+shared pages split between the processes sharing them, so forked workers and memory-
+mapped shards are not counted twice) costs a few milliseconds a process on Linux and is
+polled twice a second, and soon after new workers appear. CPU time is summed per process id, keeping the last figure
+of workers that have exited.
 
 Example:
     >>> with ProcessMonitor() as monitor:  # doctest: +SKIP
@@ -14,13 +19,103 @@ Example:
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
 import threading
 import time
 from types import TracebackType
+from typing import Any
 
 import psutil
 
 __all__ = ["ProcessMonitor"]
+
+_ANSWER_TIMEOUT_S = 10.0  # the helper answers within a poll; past this it is stuck: kill it
+
+
+class _Watch:
+    """The helper's state: polls the process tree rooted at ``root_pid``, skipping itself."""
+
+    def __init__(self, root_pid: int, pss: bool) -> None:
+        self.root = psutil.Process(root_pid)
+        self.me = os.getpid()
+        self.pss = pss
+        self.peak_rss = self.peak_pss = 0
+        self.baseline_rss = self.root.memory_info().rss
+        self.max_processes = 1
+        self.start_cpu: dict[int, float] = {}
+        self.last_cpu: dict[int, float] = {}
+
+    def poll(self, with_pss: bool) -> None:
+        try:
+            processes = [self.root, *(p for p in self.root.children(recursive=True) if p.pid != self.me)]
+        except psutil.Error:
+            processes = [self.root]
+        self.max_processes = max(self.max_processes, len(processes))
+        rss = pss = 0
+        for process in processes:
+            try:
+                with process.oneshot():
+                    times = process.cpu_times()
+                    rss += process.memory_info().rss
+                    if with_pss and self.pss:
+                        pss += getattr(process.memory_full_info(), "pss", 0)
+            except (psutil.Error, OSError):
+                continue  # a worker exited between listing and reading
+            cpu = times.user + times.system
+            self.start_cpu.setdefault(process.pid, cpu if process.pid == self.root.pid else 0.0)
+            self.last_cpu[process.pid] = cpu
+        self.peak_rss = max(self.peak_rss, rss)
+        if with_pss:
+            self.peak_pss = max(self.peak_pss, pss)
+
+    def result(self) -> dict[str, Any]:
+        return {
+            "peak_rss_bytes": self.peak_rss,
+            "peak_pss_bytes": self.peak_pss,
+            "baseline_rss_bytes": self.baseline_rss,
+            "cpu_seconds": sum(self.last_cpu[pid] - self.start_cpu.get(pid, 0.0) for pid in self.last_cpu),
+            "max_processes": self.max_processes,
+        }
+
+
+def _serve(root_pid: int, interval_s: float, pss_interval_s: float) -> None:
+    """The helper's main loop: poll until told to stop on stdin; answer on stdout."""
+    watch = _Watch(root_pid, pss_interval_s > 0)
+    watch.poll(with_pss=True)
+    commands: list[str] = []
+    wake = threading.Event()
+
+    def read_commands() -> None:
+        for line in sys.stdin:
+            commands.append(line.strip())
+            wake.set()
+        commands.append("stop")
+        wake.set()
+
+    threading.Thread(target=read_commands, daemon=True).start()
+    print("ready", flush=True)
+    next_pss = time.monotonic() + pss_interval_s
+    while True:
+        wake.wait(interval_s)
+        wake.clear()
+        with_pss = pss_interval_s > 0 and time.monotonic() >= next_pss
+        if with_pss:
+            next_pss = time.monotonic() + pss_interval_s
+        seen = watch.max_processes
+        while commands:
+            command = commands.pop(0)
+            if command == "sample":
+                watch.poll(with_pss=True)
+            elif command == "stop":
+                watch.poll(with_pss=False)
+                print(json.dumps(watch.result()), flush=True)
+                return
+        watch.poll(with_pss)
+        if watch.max_processes > seen:  # workers started: measure what they share soon
+            next_pss = min(next_pss, time.monotonic() + 0.2)
 
 
 class ProcessMonitor:
@@ -39,7 +134,7 @@ class ProcessMonitor:
         max_processes: the most processes seen at once (this one and its workers).
     """
 
-    def __init__(self, interval_s: float = 0.05, pss_interval_s: float = 1.0) -> None:
+    def __init__(self, interval_s: float = 0.05, pss_interval_s: float = 0.5) -> None:
         self.interval_s = interval_s
         self.pss_interval_s = pss_interval_s
         self.peak_rss_bytes = 0
@@ -48,11 +143,7 @@ class ProcessMonitor:
         self.cpu_seconds = 0.0
         self.wall_seconds = 0.0
         self.max_processes = 1
-        self._root = psutil.Process()
-        self._start_cpu: dict[int, float] = {}
-        self._last_cpu: dict[int, float] = {}
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._helper: subprocess.Popen[str] | None = None
         self._start_wall = 0.0
 
     @property
@@ -60,58 +151,52 @@ class ProcessMonitor:
         """Mean number of cores kept busy: CPU seconds over wall seconds."""
         return self.cpu_seconds / self.wall_seconds if self.wall_seconds > 0 else 0.0
 
-    def _processes(self) -> list[psutil.Process]:
-        try:
-            return [self._root, *self._root.children(recursive=True)]
-        except psutil.Error:
-            return [self._root]
-
-    def _poll(self, with_pss: bool) -> None:
-        rss = pss = 0
-        processes = self._processes()
-        self.max_processes = max(self.max_processes, len(processes))
-        for process in processes:
-            try:
-                with process.oneshot():
-                    times = process.cpu_times()
-                    rss += process.memory_info().rss
-                    if with_pss:
-                        pss += getattr(process.memory_full_info(), "pss", 0)
-            except (psutil.Error, OSError):
-                continue  # a worker exited between listing and reading
-            cpu = times.user + times.system
-            self._start_cpu.setdefault(process.pid, cpu if process.pid == self._root.pid else 0.0)
-            self._last_cpu[process.pid] = cpu
-        self.peak_rss_bytes = max(self.peak_rss_bytes, rss)
-        if with_pss:
-            self.peak_pss_bytes = max(self.peak_pss_bytes, pss)
-
-    def _run(self) -> None:
-        next_pss = time.monotonic()
-        while not self._stop.wait(self.interval_s):
-            with_pss = self.pss_interval_s > 0 and time.monotonic() >= next_pss
-            if with_pss:
-                next_pss = time.monotonic() + self.pss_interval_s
-            self._poll(with_pss)
+    def _send(self, command: str) -> None:
+        helper = self._helper
+        if helper is not None and helper.stdin is not None:
+            helper.stdin.write(command + "\n")
+            helper.stdin.flush()
 
     def __enter__(self) -> ProcessMonitor:
-        self.baseline_rss_bytes = self._root.memory_info().rss
+        # Run this file as a script (runpy leaves sys.path alone for a file), so the
+        # helper imports psutil only, not stoker and torch.
+        launch = f"import runpy; runpy.run_path({os.path.abspath(__file__)!r}, run_name='__main__')"
+        self._helper = subprocess.Popen(
+            [sys.executable, "-c", launch, str(os.getpid()), str(self.interval_s), str(self.pss_interval_s)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        if self._helper.stdout is not None:
+            self._helper.stdout.readline()  # "ready": the baseline is taken
         self._start_wall = time.perf_counter()
-        self._poll(with_pss=self.pss_interval_s > 0)
-        self._thread = threading.Thread(target=self._run, name="stoker-bench-monitor", daemon=True)
-        self._thread.start()
         return self
 
     def sample_now(self) -> None:
-        """Take one more reading (with PSS) now; call it just before workers shut down."""
-        self._poll(with_pss=self.pss_interval_s > 0)
+        """Ask for one more reading (with PSS) soon, without waiting for it (workers are up now)."""
+        self._send("sample")
 
     def __exit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join()
-        self._poll(with_pss=False)
         self.wall_seconds = time.perf_counter() - self._start_wall
-        self.cpu_seconds = sum(self._last_cpu[pid] - self._start_cpu.get(pid, 0.0) for pid in self._last_cpu)
+        helper, self._helper = self._helper, None
+        answer = ""
+        if helper is not None:
+            try:  # "stop" and end of input both stop the helper; it answers with one JSON line
+                out, _ = helper.communicate("stop\n", timeout=_ANSWER_TIMEOUT_S)
+                answer = out.strip().splitlines()[-1] if out.strip() else ""
+            except subprocess.TimeoutExpired:
+                helper.kill()
+                helper.communicate()
+        if answer.startswith("{"):
+            result = json.loads(answer)
+            self.peak_rss_bytes = result["peak_rss_bytes"]
+            self.peak_pss_bytes = result["peak_pss_bytes"]
+            self.baseline_rss_bytes = result["baseline_rss_bytes"]
+            self.cpu_seconds = result["cpu_seconds"]
+            self.max_processes = result["max_processes"]
+
+
+if __name__ == "__main__":  # the helper process
+    _serve(int(sys.argv[1]), float(sys.argv[2]), float(sys.argv[3]))

@@ -28,6 +28,12 @@ def _column(run: RunResult, backends: Sequence[str]) -> str:
     return run.method if len(backends) == 1 else f"{run.method} ({run.backend})"
 
 
+def _seconds(s: float | None) -> str:
+    if s is None:
+        return "—"
+    return f"{s:.2f}" if s < 10 else f"{s:,.1f}"
+
+
 def _cell(run: RunResult | None) -> str:
     if run is None or run.status == "unsupported":
         return "—"
@@ -38,8 +44,8 @@ def _cell(run: RunResult | None) -> str:
     share = run.extra.get("fraction_of_limit")
     share_text = f" ({share:.0%})" if share is not None else ""
     if run.status == "partial":
-        return f"partial: {run.epoch_s:,.1f} s · {run.img_per_s:,.0f} img/s{share_text}"
-    return f"{run.epoch_s:,.1f} s · {run.img_per_s:,.0f} img/s{share_text}"
+        return f"partial: {_seconds(run.epoch_s)} s · {run.img_per_s:,.0f} img/s{share_text}"
+    return f"{_seconds(run.epoch_s)} s · {run.img_per_s:,.0f} img/s{share_text}"
 
 
 def render_summary_table(runs: Sequence[RunResult]) -> str:
@@ -66,7 +72,7 @@ def _details_table(runs: Sequence[RunResult]) -> str:
     cores = os.cpu_count() or 1
     lines = [
         "| method | backend | workers | status | epoch s | img/s | % of limit (which) | first batch s "
-        "| peak memory (% of RAM) | CPU cores (% of all) | data wait | shuffle score |",
+        "| peak memory: RSS · PSS (% of RAM) | CPU cores (% of all) | data wait | shuffle score |",
         "|---|---|---:|---|---:|---:|---|---:|---:|---:|---:|---|",
     ]
     for r in runs:
@@ -74,17 +80,17 @@ def _details_table(runs: Sequence[RunResult]) -> str:
             continue
         timed = r.timed
         share = r.extra.get("fraction_of_limit")
-        memory = r.peak_pss_bytes or r.peak_rss_bytes
+        memory = r.peak_pss_bytes or r.peak_rss_bytes  # PSS counts shared pages once
         cells = [
             r.method,
             r.backend,
             str(r.workers),
             r.status if not r.reason or r.status == "ok" else f"{r.status}: {r.reason}",
-            f"{r.epoch_s:,.1f}" if timed and r.epoch_s is not None else "—",
+            _seconds(r.epoch_s) if timed else "—",
             f"{r.img_per_s:,.0f}" if timed and r.img_per_s is not None else "—",
             f"{share:.0%} ({r.extra.get('limit_name', '?')})" if timed and share is not None else "—",
             f"{r.first_batch_s:,.2f}" if r.first_batch_s is not None else "—",
-            f"{_gb(memory)} ({memory / total_ram:.0%})",
+            f"{_gb(r.peak_rss_bytes)} · {_gb(r.peak_pss_bytes) if r.peak_pss_bytes else '—'} ({memory / total_ram:.0%})",
             f"{r.cpu_cores_used:.1f} ({r.cpu_cores_used / cores:.0%})",
             f"{r.data_wait_share:.0%}" if r.data_wait_share is not None else "—",
             f"{r.shuffle.score:.2f} {r.shuffle.verdict}" if r.shuffle is not None else "—",
@@ -143,6 +149,7 @@ def plot(result: BenchResult, path: str | os.PathLike[str]) -> Path:
 
     matplotlib.use("Agg", force=False)
     from matplotlib import pyplot as plt
+    from matplotlib.transforms import blended_transform_factory
 
     runs = [r for r in result.runs if r.status != "unsupported"]
     backends = sorted({r.backend for r in runs}, key=["process", "thread"].index)
@@ -163,10 +170,12 @@ def plot(result: BenchResult, path: str | os.PathLike[str]) -> Path:
             else:
                 bad.append(x)
         ax.bar(xs, heights, width * 0.95, label=f"{w} workers")
-        if bad:
-            ax.plot(bad, [0] * len(bad), "rx", markersize=10)
+        if bad:  # at the foot of the axes, whatever its scale
+            ax.plot(bad, [0.03] * len(bad), "rx", markersize=10, transform=blended_transform_factory(ax.transData, ax.transAxes))
     ax.set_xticks(range(len(columns)), columns)
-    ax.set_ylabel("images per second")
+    if any(r.timed and r.img_per_s for r in runs):
+        ax.set_yscale("log")  # methods differ by orders of magnitude
+    ax.set_ylabel("images per second (log scale)")
     ax.set_title(f"{result.description}: {result.samples} images, batch {result.batch_size} (x = incorrect or failed)")
     ax.legend(fontsize="small")
     ax.grid(axis="y", alpha=0.3)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import time
+import warnings
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -81,6 +82,8 @@ class RunResult:
             ``None`` when the result is not a valid timing.
         img_per_s: samples per second over the run; ``None`` when not valid.
         first_batch_s: seconds until the first batch arrived (worker start-up, first reads).
+        steady_img_per_s: samples per second after the first batch (start-up left out),
+            what a loader with persistent workers keeps up; ``None`` when not valid.
         peak_rss_bytes: peak of the summed RSS of this process and its workers.
         peak_pss_bytes: peak of the summed PSS (shared pages counted once), where known.
         cpu_cores_used: mean cores busy over the run, all processes together.
@@ -101,6 +104,7 @@ class RunResult:
     epoch_s: float | None = None
     img_per_s: float | None = None
     first_batch_s: float | None = None
+    steady_img_per_s: float | None = None
     peak_rss_bytes: int = 0
     peak_pss_bytes: int = 0
     cpu_cores_used: float = 0.0
@@ -169,6 +173,7 @@ def run_method(
     step: Step | None = None,
     batch_size: int | None = None,
     seed: int = 0,
+    on_batch: Callable[[int], Any] | None = None,
 ) -> RunResult:
     """Run ``epochs`` epochs of a method and measure them.
 
@@ -183,6 +188,7 @@ def run_method(
         step: in train mode, one training step on each batch; its time counts as compute.
         batch_size: for the shuffle-quality histograms (default: the first batch's size).
         seed: seed of the shuffle-quality baseline.
+        on_batch: called with the size of each batch (a progress bar's ``update``).
 
     Returns:
         A :class:`RunResult`; errors of the method are caught and reported as ``"failed"``.
@@ -191,9 +197,12 @@ def run_method(
     counts = np.zeros(expected.num_classes, dtype=np.int64)
     stream: list[np.ndarray] = []
     wait_s = compute_s = 0.0
+    first_batch_samples = 0
     stopped_early = False
     loader: Iterable[Any] | None = None
-    with ProcessMonitor() as monitor:
+    with ProcessMonitor() as monitor, warnings.catch_warnings():
+        # More workers than cores is a setting the benchmark tries on purpose.
+        warnings.filterwarnings("ignore", message="This DataLoader will create", category=UserWarning)
         start = time.perf_counter()
         try:
             loader = make_batches()
@@ -209,15 +218,19 @@ def run_method(
                             wait_s += time.perf_counter() - before
                             break
                         wait_s += time.perf_counter() - before
+                        images, labels = _split_batch(batch)
                         if result.first_batch_s is None:
                             result.first_batch_s = time.perf_counter() - start
-                        images, labels = _split_batch(batch)
+                            first_batch_samples = len(labels)
+                            monitor.sample_now()  # the workers are up and loaded: measure what they share
                         label_array = labels.cpu().numpy().astype(np.int64, copy=False)
                         if label_array.size and (label_array.min() < 0 or label_array.max() >= expected.num_classes):
                             raise StokerError(f"label {int(label_array.max())} is outside 0..{expected.num_classes - 1}")
                         epoch_counts += np.bincount(label_array, minlength=expected.num_classes)
                         stream.append(label_array)
                         result.batches += 1
+                        if on_batch is not None:
+                            on_batch(len(label_array))
                         if step is not None:
                             before = time.perf_counter()
                             step(images, labels)
@@ -225,7 +238,6 @@ def run_method(
                         if max_seconds is not None and time.perf_counter() - start >= max_seconds:
                             stopped_early = True
                             break
-                    monitor.sample_now()  # workers are still up: count them once more
                 finally:
                     close = getattr(batches, "close", None)
                     if close is not None:
@@ -261,6 +273,9 @@ def run_method(
     if result.timed and result.samples:
         result.epoch_s = elapsed / max(result.epochs, 1) if not stopped_early else elapsed
         result.img_per_s = result.samples / elapsed
+        steady_s = elapsed - (result.first_batch_s or 0.0)
+        if result.samples > first_batch_samples and steady_s > 0:
+            result.steady_img_per_s = (result.samples - first_batch_samples) / steady_s
         if step is not None and wait_s + compute_s > 0:
             result.data_wait_share = wait_s / (wait_s + compute_s)
     elif result.timed:

@@ -1,18 +1,20 @@
-"""Loader settings: what ``stoker tune`` chooses and ``stoker train --loader-config`` reads.
+"""Loader settings: what ``stoker tune`` chooses, as a ``[data]`` table ``stoker train`` reads.
 
-The file is a small TOML table ``[data]`` so that it can be read on its own or merged
-into a training configuration::
+The file holds the loader's knobs under the keys of the training configuration's
+``[data]`` table, so it can be merged into a training config (``stoker train CONFIG
+--loader-config FILE``) or pasted into one. What the knobs were measured with (the
+storage and the rate) is kept in comments, since the storage is a choice of data, not
+of the loader::
 
-    # written by `stoker tune` on 2025-01-01: 2150 img/s measured
+    # written by `stoker tune digiface --budget 60s` on 2025-01-01 10:00
+    # measured: 2150 img/s reading shards-pixels
     [data]
-    method = "shards-pixels"
     workers = 2
-    backend = "process"
+    backend = "thread"
     prefetch_factor = 4
-    read_batch = 256
 
 Example:
-    >>> s = LoaderSettings(workers=4, backend="thread")
+    >>> s = LoaderSettings(workers=4, backend="thread", prefetch_factor=4)
     >>> LoaderSettings.from_toml(s.to_toml()) == s
     True
 """
@@ -20,54 +22,58 @@ Example:
 from __future__ import annotations
 
 import os
+import re
 import sys
-from dataclasses import asdict, dataclass, fields, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from stoker.errors import ConfigError
+from stoker.errors import ConfigError, MissingFileError
 
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover
     import tomli as tomllib
 
-__all__ = ["BACKENDS", "METHODS", "LoaderSettings", "load_settings", "save_settings"]
+__all__ = ["BACKENDS", "LOADER_KEYS", "METHODS", "LoaderSettings", "load_settings", "save_settings"]
 
-# The loading methods the benchmark compares; one stoker reader each.
+# The loading methods (storages) the benchmark compares; one stoker reader each.
 METHODS: tuple[str, ...] = ("files", "pipe", "shards-encoded", "shards-pixels")
 BACKENDS: tuple[str, ...] = ("process", "thread")
+# The keys of a training config's [data] table that these settings write and read.
+LOADER_KEYS: tuple[str, ...] = ("workers", "backend", "prefetch_factor")
+
+_MEASURED_RE = re.compile(r"^# measured: ([0-9.,]+) img/s reading (\S+)\s*$", re.MULTILINE)
 
 
 @dataclass(frozen=True)
 class LoaderSettings:
-    """How to load one data set: the method (storage) and the loader's knobs.
+    """The loader's knobs, and what they were measured with.
+
+    Two settings are equal when they set the loader the same way; ``method`` and
+    ``img_per_s`` only record the measurement.
 
     Attributes:
-        method: ``"files"`` (one file per sample), ``"pipe"`` (a streaming Pipe over
-            the files), ``"shards-encoded"`` or ``"shards-pixels"`` (packed shards).
         workers: loader workers (processes or threads); 0 loads in the main process.
         backend: ``"process"`` (DataLoader workers) or ``"thread"`` (a thread pool).
         prefetch_factor: batches each worker loads ahead.
-        read_batch: samples read together from a shard (shards only).
-        shuffle_buffer: items the Pipe's shuffle buffer holds (pipe only).
-        img_per_s: what these settings measured, for the record (not a setting).
+        method: the storage the settings were measured on: ``"files"``, ``"pipe"``,
+            ``"shards-encoded"`` or ``"shards-pixels"``.
+        img_per_s: the rate they measured, if known.
     """
 
-    method: str = "files"
     workers: int = 2
     backend: str = "process"
     prefetch_factor: int = 2
-    read_batch: int = 256
-    shuffle_buffer: int = 10_000
-    img_per_s: float | None = None
+    method: str = field(default="files", compare=False)
+    img_per_s: float | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
         if self.method not in METHODS:
             raise ConfigError(f"loader settings: method must be one of {', '.join(METHODS)}; got {self.method!r}")
         if self.backend not in BACKENDS:
             raise ConfigError(f"loader settings: backend must be 'process' or 'thread'; got {self.backend!r}")
-        for name, minimum in (("workers", 0), ("prefetch_factor", 1), ("read_batch", 1), ("shuffle_buffer", 1)):
+        for name, minimum in (("workers", 0), ("prefetch_factor", 1)):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
                 raise ConfigError(f"loader settings: {name} must be a whole number >= {minimum}; got {value!r}")
@@ -87,36 +93,44 @@ class LoaderSettings:
         """A copy with some fields changed (and checked)."""
         return replace(self, **changes)
 
-    def to_dict(self) -> dict[str, Any]:
-        """The fields as a plain dict (``img_per_s`` left out when unknown)."""
-        out = asdict(self)
-        if out["img_per_s"] is None:
-            del out["img_per_s"]
-        return out
+    def data_table(self) -> dict[str, Any]:
+        """The ``[data]`` keys of a training config these settings set.
+
+        Example:
+            >>> LoaderSettings(workers=4, backend="thread").data_table()
+            {'workers': 4, 'backend': 'thread', 'prefetch_factor': 2}
+        """
+        return {key: getattr(self, key) for key in LOADER_KEYS}
 
     def to_toml(self, comment: str = "") -> str:
-        """The settings as a TOML ``[data]`` table, with ``comment`` lines on top."""
+        """A TOML ``[data]`` table, with ``comment`` lines and the measurement on top."""
         lines = [f"# {line}" for line in comment.splitlines()]
+        if self.img_per_s is not None:
+            lines.append(f"# measured: {self.img_per_s:.1f} img/s reading {self.method}")
         lines.append("[data]")
-        for key, value in self.to_dict().items():
-            lines.append(f"{key} = {_toml_value(value)}")
+        for key, value in self.data_table().items():
+            lines.append(f'{key} = "{value}"' if isinstance(value, str) else f"{key} = {value}")
         return "\n".join(lines) + "\n"
 
     @classmethod
-    def from_dict(cls, table: dict[str, Any], where: str = "loader settings") -> LoaderSettings:
-        """Settings from a dict such as a TOML ``[data]`` table; unknown keys are errors."""
-        known = {f.name for f in fields(cls)}
-        unknown = sorted(set(table) - known)
-        if unknown:
-            raise ConfigError(f"{where}: unknown key(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}")
+    def from_table(cls, table: dict[str, Any], where: str = "loader settings") -> LoaderSettings:
+        """Settings from a ``[data]`` table; keys of the table that are not loader knobs are ignored.
+
+        A training config's ``[data]`` table holds more (``path``, ``batch_size``...);
+        the loader's knobs missing from it keep their defaults, and ``backend = "auto"``
+        counts as the default ``"process"``.
+        """
+        values = {key: table[key] for key in LOADER_KEYS if key in table}
+        if values.get("backend") == "auto":
+            del values["backend"]
         try:
-            return cls(**table)
+            return cls(**values)
         except ConfigError as exc:
             raise ConfigError(f"{where}: {str(exc).removeprefix('loader settings: ')}") from None
 
     @classmethod
     def from_toml(cls, text: str, where: str = "loader settings") -> LoaderSettings:
-        """Settings from TOML text with a ``[data]`` table."""
+        """Settings from TOML text with a ``[data]`` table (and the measurement comment, if any)."""
         try:
             document = tomllib.loads(text)
         except tomllib.TOMLDecodeError as exc:
@@ -124,17 +138,11 @@ class LoaderSettings:
         table = document.get("data")
         if not isinstance(table, dict):
             raise ConfigError(f"{where}: no [data] table; write one with `stoker tune DATA --out FILE`")
-        return cls.from_dict(table, where)
-
-
-def _toml_value(value: Any) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, str):
-        return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
-    if isinstance(value, float):
-        return f"{value:.1f}"
-    return str(value)
+        settings = cls.from_table(table, where)
+        measured = _MEASURED_RE.search(text)
+        if measured and measured.group(2) in METHODS:
+            settings = settings.replace(img_per_s=float(measured.group(1).replace(",", "")), method=measured.group(2))
+        return settings
 
 
 def save_settings(settings: LoaderSettings, path: str | os.PathLike[str], comment: str = "") -> Path:
@@ -148,14 +156,12 @@ def save_settings(settings: LoaderSettings, path: str | os.PathLike[str], commen
 
 
 def load_settings(path: str | os.PathLike[str]) -> LoaderSettings:
-    """Read settings written by :func:`save_settings` (or any TOML with a ``[data]`` table).
+    """Read settings written by :func:`save_settings`, or the ``[data]`` table of a training config.
 
     Raises:
         MissingFileError: no such file.
-        ConfigError: not TOML, no ``[data]`` table, or a bad key or value (naming the file).
+        ConfigError: not TOML, no ``[data]`` table, or a bad value (naming the file).
     """
-    from stoker.errors import MissingFileError
-
     path = Path(path)
     try:
         text = path.read_text(encoding="utf-8")

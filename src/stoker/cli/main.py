@@ -14,6 +14,13 @@ from stoker.errors import StokerError
 _COMMANDS: list[tuple[str, str]] = [
     ("make_data", "make_data"),
     ("demo", "demo"),
+    ("bench", "bench"),
+    ("tune", "tune"),
+    ("train", "train"),
+    ("compare", "compare"),
+    ("pack", "pack"),
+    ("verify", "verify"),
+    ("inspect", "inspect"),
 ]
 
 

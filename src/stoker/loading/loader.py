@@ -87,7 +87,11 @@ class Loader:
         self.epoch = 0
         self.skipped: list[Skipped] = []
         self._collate = collate_fn
-        self._generator = torch.Generator()
+        self._generator = torch.Generator()  # the DataLoader's: worker base seeds
+        # The shuffle order has its own generator: a DataLoader draws worker seeds from its
+        # generator on a fresh iterator but not on a persistent one's reset, which would
+        # make epoch N's order depend on whether the workers were started this epoch.
+        self._sampler_generator = torch.Generator()
         self._iterable = isinstance(dataset, IterableDataset)
         self._distributed = isinstance(sampler, DistributedSampler)
         if self._iterable:
@@ -95,7 +99,7 @@ class Loader:
         elif sampler is not None:
             self._sampler = sampler
         elif shuffle:
-            self._sampler = RandomSampler(dataset, generator=self._generator)  # type: ignore[arg-type]
+            self._sampler = RandomSampler(dataset, generator=self._sampler_generator)  # type: ignore[arg-type]
         else:
             self._sampler = SequentialSampler(dataset)  # type: ignore[arg-type]
         self._pin = device.type == "cuda"
@@ -132,6 +136,7 @@ class Loader:
 
     def __iter__(self) -> Iterator[Any]:
         self._generator.manual_seed(self.seed * 1_000_003 + self.epoch)
+        self._sampler_generator.manual_seed(self.seed * 1_000_003 + self.epoch)
         if self._distributed:
             self._sampler.set_epoch(self.epoch)  # type: ignore[union-attr]
         if hasattr(self.dataset, "set_epoch"):

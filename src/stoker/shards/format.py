@@ -6,7 +6,7 @@ A shard set is a folder::
     OUT/train-00000.arrow      Arrow IPC files, one split per file name prefix
     OUT/valid-00000.arrow
 
-Every shard has the same five columns, none of them nullable:
+Every shard has the same six columns, none of them nullable:
 
 ==========  ==========================================  ==================================
 column      type                                        holds
@@ -15,6 +15,8 @@ column      type                                        holds
 ``label``   ``int64``                                   the class (``classes[label]``)
 ``source``  ``string``                                  the source name (see the manifest)
 ``file``    ``string``                                  the file, relative to the source root
+``crc32``   ``uint32``                                  CRC-32 of the ``image`` bytes, so that
+                                                        ``stoker verify`` can name a bad row
 ``image``   ``binary`` (store ``encoded``)              the file's original bytes
             ``fixed_size_binary[3*H*W]`` (``pixels``)   decoded uint8 RGB pixels, CHW order
 ==========  ==========================================  ==================================
@@ -126,6 +128,7 @@ def shard_schema(store: str, image_size: tuple[int, int] | None) -> pa.Schema:
             pa.field("label", pa.int64(), nullable=False),
             pa.field("source", pa.string(), nullable=False),
             pa.field("file", pa.string(), nullable=False),
+            pa.field("crc32", pa.uint32(), nullable=False),
             pa.field("image", image_type, nullable=False),
         ],
         metadata={

@@ -162,7 +162,7 @@ class Manifest:
         """The exact bytes of ``manifest.json``: indented JSON, checksum last, newline at the end."""
         body = self.to_dict()
         body["checksum"] = _checksum(body)
-        return (json.dumps(body, indent=2, ensure_ascii=False, allow_nan=False) + "\n").encode("utf-8")
+        return _render(body).encode("utf-8")
 
     @classmethod
     def from_bytes(cls, data: bytes, where: str = MANIFEST_NAME) -> Manifest:
@@ -217,6 +217,22 @@ def write_json_atomic(path: Path, data: bytes) -> Path:
         os.fsync(f.fileno())
     os.replace(tmp, path)
     return path
+
+
+def _render(body: Mapping[str, Any]) -> str:
+    """One top-level field per line; a list of objects one object per line; the rest inline."""
+
+    def inline(value: Any) -> str:
+        return json.dumps(value, ensure_ascii=False, allow_nan=False)
+
+    lines = []
+    for key, value in body.items():
+        if isinstance(value, list) and value and all(isinstance(v, dict) for v in value):
+            items = ",\n".join(f"    {inline(v)}" for v in value)
+            lines.append(f"  {inline(key)}: [\n{items}\n  ]")
+        else:
+            lines.append(f"  {inline(key)}: {inline(value)}")
+    return "{\n" + ",\n".join(lines) + "\n}\n"
 
 
 def _checksum(body: Mapping[str, Any]) -> str:

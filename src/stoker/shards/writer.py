@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import io
 import os
+import zlib
 from pathlib import Path
 from types import TracebackType
 
@@ -100,6 +101,7 @@ class ShardWriter:
         self._sources: list[str] = []
         self._files: list[str] = []
         self._encoded: list[bytes] = []
+        self._crcs: list[int] = []
         self._pending_bytes = 0
         self._pixels = np.empty((self._rows_per_batch, self._row_bytes), dtype=np.uint8) if self._row_bytes else None
 
@@ -124,7 +126,9 @@ class ShardWriter:
             raise DataError(f"{key}: label {label} is negative; labels must be integers >= 0")
         n = len(self._keys)
         if self._row_bytes:
-            self._pixels[n] = self._pixel_row(key, image)  # type: ignore[index]
+            row = self._pixel_row(key, image)
+            self._pixels[n] = row  # type: ignore[index]
+            self._crcs.append(zlib.crc32(row))
             self._pending_bytes += self._row_bytes
         else:
             if isinstance(image, torch.Tensor):
@@ -134,6 +138,7 @@ class ShardWriter:
             else:
                 data = bytes(image)
             self._encoded.append(data)
+            self._crcs.append(zlib.crc32(data))
             self._pending_bytes += len(data)
         self._keys.append(str(key))
         self._labels.append(label)
@@ -176,6 +181,7 @@ class ShardWriter:
                 pa.array(np.asarray(self._labels, dtype=np.int64)),
                 pa.array(self._sources, type=pa.string()),
                 pa.array(self._files, type=pa.string()),
+                pa.array(np.asarray(self._crcs, dtype=np.uint32)),
                 images,
             ],
             schema=self.schema,

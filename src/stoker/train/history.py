@@ -7,7 +7,7 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-__all__ = ["METRIC_COLUMNS", "EpochStats", "History"]
+__all__ = ["EpochStats", "History", "METRIC_COLUMNS"]
 
 # Column name (CSV, TensorBoard tag, ``stoker compare --metric``) -> EpochStats field.
 METRIC_COLUMNS: dict[str, str] = {

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import difflib
 
+import torch
 from torch import nn
 
 from stoker.errors import ConfigError
@@ -28,7 +29,7 @@ class SmallCNN(nn.Module):
         width: channels of the first block (doubled in the next two).
 
     Example:
-        >>> SmallCNN(10)(torch.zeros(2, 3, 64, 64)).shape  # doctest: +SKIP
+        >>> SmallCNN(10)(torch.zeros(2, 3, 64, 64)).shape
         torch.Size([2, 10])
     """
 
@@ -42,7 +43,7 @@ class SmallCNN(nn.Module):
         self.pool = nn.AdaptiveAvgPool2d(1)
         self.head = nn.Linear(channels[-1], num_classes)
 
-    def forward(self, x):  # x: [B, 3, H, W] float
+    def forward(self, x: torch.Tensor) -> torch.Tensor:  # x: [B, 3, H, W] float
         x = self.features(x)  # [B, 4w, H/16, W/16]
         return self.head(self.pool(x).flatten(1))  # [B, num_classes]
 

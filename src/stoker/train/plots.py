@@ -41,6 +41,7 @@ def plot_curves(rows: Rows, out: str | os.PathLike[str], title: str | None = Non
         ``out`` as a Path.
     """
     from matplotlib.figure import Figure
+    from matplotlib.ticker import MaxNLocator
 
     fig = Figure(figsize=(10, 4), layout="constrained")
     loss_ax, acc_ax = fig.subplots(1, 2)
@@ -49,8 +50,15 @@ def plot_curves(rows: Rows, out: str | os.PathLike[str], title: str | None = Non
             x, y = _series(rows, f"{metric}/{phase}")
             if x:
                 ax.plot(x, y, style, marker="o", markersize=3, label=phase)
+        if metric == "acc":
+            x, y = _series(rows, "acc/valid")
+            if y:
+                best = max(range(len(y)), key=lambda i: (y[i], -i))
+                ax.plot([x[best]], [y[best]], "*", markersize=12, color="gold", markeredgecolor="black",
+                        label=f"best {y[best]:.3f} (epoch {x[best]:.0f})")
         ax.set_title(label)
         ax.set_xlabel("epoch")
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.grid(alpha=0.3)
         if ax.get_lines():
             ax.legend()
@@ -78,6 +86,7 @@ def plot_compare(
     """
     from matplotlib import colormaps
     from matplotlib.figure import Figure
+    from matplotlib.ticker import MaxNLocator
 
     groups = list(dict.fromkeys(group for _, group, _ in runs))
     palette = colormaps["tab10"].colors
@@ -90,6 +99,7 @@ def plot_compare(
         x, y = _series(rows, metric)
         ax.plot(x, y, next(styles_left[group]), color=colour_of[group], marker="o", markersize=3, label=f"{group} / {name}")
     ax.set_xlabel("epoch")
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_ylabel(metric)
     ax.set_title(f"{metric} by run")
     ax.grid(alpha=0.3)

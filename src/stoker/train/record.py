@@ -19,7 +19,7 @@ import torch
 from stoker.errors import ConfigError, DataError
 from stoker.train.history import History
 
-__all__ = ["RUN_FILE", "prepare_run_dir", "read_run_json", "versions", "write_run_json"]
+__all__ = ["BEST_FILE", "LAST_FILE", "RUN_FILE", "device_name", "prepare_run_dir", "read_run_json", "versions", "write_run_json"]
 
 RUN_FILE = "run.json"
 LAST_FILE = "last.pt"

@@ -8,8 +8,8 @@ from stoker.train.loggers.csv import CSV_COLUMNS, CsvLogger, read_csv
 from stoker.train.loggers.tensorboard import TensorBoardLogger
 
 __all__ = [
-    "CSV_COLUMNS",
     "BatchProgress",
+    "CSV_COLUMNS",
     "ConsoleLogger",
     "CsvLogger",
     "Logger",

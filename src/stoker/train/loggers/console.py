@@ -38,12 +38,11 @@ class ConsoleLogger(Logger):
     time gets a second line saying so.
 
     Args:
-        progress: show the progress bar (it is also hidden when stderr is not a terminal
-            and ``progress`` is ``None``).
+        progress: show the progress bar when stderr is a terminal; ``False``: never.
         file: where summary lines go (default: ``sys.stdout`` at the time of writing).
     """
 
-    def __init__(self, progress: bool | None = True, file: TextIO | None = None) -> None:
+    def __init__(self, progress: bool = True, file: TextIO | None = None) -> None:
         self.progress = progress
         self.file = file
         self._bar: tqdm | None = None
@@ -66,7 +65,7 @@ class ConsoleLogger(Logger):
             leave=False,
             file=sys.stderr,
             dynamic_ncols=True,
-            disable=None if self.progress is None else not self.progress,
+            disable=None if self.progress else True,  # None: only on a terminal
         )
 
     def batch_end(self, progress: BatchProgress) -> None:

@@ -1,0 +1,323 @@
+"""``tune()``: measure, within a time budget, which loader settings are fastest here.
+
+No number of workers is best everywhere: it depends on image size, preprocessing, the
+disk and the cores. The tuner does not guess; it times short runs on a sample of the
+data, one knob at a time (coordinate search), and keeps what was fastest:
+
+1. **storage and workers**: for each storage (files, encoded shards, pixel shards),
+   workers 0, 1, 2, 4, ... until one more doubling gains less than 5 %;
+2. **backend**: threads instead of processes for the best so far;
+3. **prefetch depth**: 1 and 4 batches per worker next to the default 2.
+
+Each trial runs for a few seconds on the sample with persistent workers, is checked for
+repeated samples like every benchmark run, and is measured after its first batch (the
+steady rate a training run keeps up). A setting within 3 % of the fastest that uses
+fewer workers wins, since it leaves cores and memory to the training. Shard storages
+are packed from the sample first; that time counts against the budget, and a storage
+whose packing would not fit is skipped (and said so).
+
+Example:
+    >>> settings = tune("digiface/", budget_s=60)  # doctest: +SKIP
+    >>> save_settings(settings, "loader.toml")  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+import numpy as np
+
+from stoker.bench.benchmark import _settle_size, open_data, pack_for_bench
+from stoker.bench.limits import Limits, evict_from_page_cache, measure_limits, measure_sequential_read
+from stoker.bench.methods import BUILTIN_METHODS, BenchData
+from stoker.bench.runner import Expected, RunResult, run_method
+from stoker.bench.settings import LoaderSettings
+from stoker.errors import ConfigError
+from stoker.sources.dataset import FileDataset
+
+__all__ = ["DEFAULT_STORAGES", "Trial", "TuneResult", "search_settings", "tune"]
+
+DEFAULT_STORAGES: tuple[str, ...] = ("files", "shards-encoded", "shards-pixels")
+_MIN_GAIN = 0.05  # a doubling of workers must gain this much to try the next one
+_NEAR_BEST = 0.03  # settings this close to the fastest count as equally fast
+_MIN_TRIAL_S = 1.0
+_MAX_TRIAL_S = 15.0
+_PLANNED_TRIALS = 14  # about how many trials a full search runs; sets each trial's length
+_EPOCHS_PER_TRIAL = 1000  # trials stop on time, long before this many passes over the sample
+
+Echo = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class Trial:
+    """One measured setting.
+
+    Attributes:
+        settings: what was tried.
+        phase: the search step (``"storage and workers"``, ``"backend"``, ``"prefetch"``).
+        img_per_s: steady images per second, or ``None`` when the run was not valid.
+        status: the run's status (``ok``, ``partial``, ``incorrect``, ``failed``).
+        reason: why it was not valid, if it was not.
+        peak_memory_bytes: peak memory of all processes during the trial.
+    """
+
+    settings: LoaderSettings
+    phase: str
+    img_per_s: float | None
+    status: str
+    reason: str = ""
+    peak_memory_bytes: int = 0
+
+    @property
+    def valid(self) -> bool:
+        """True when the trial measured a rate."""
+        return self.img_per_s is not None
+
+    def describe(self) -> str:
+        """One line: the setting and what it measured."""
+        s = self.settings
+        what = f"{s.method}, {s.workers} workers, {s.backend}, prefetch {s.prefetch_factor}"
+        if self.img_per_s is None:
+            return f"{what}: {self.status}: {self.reason}"
+        return f"{what}: {self.img_per_s:,.0f} img/s, {self.peak_memory_bytes / 1e9:.2f} GB"
+
+
+@dataclass
+class TuneResult:
+    """What the search tried and what it chose.
+
+    Attributes:
+        settings: the chosen settings (``img_per_s`` holds their measured rate).
+        trials: every trial, in order.
+        reason: why these settings were chosen, in a sentence.
+        skipped: what the search left out and why (budget, packing time).
+        limits: the machine's limits measured first.
+        sample_size: samples the trials ran on.
+        elapsed_s: how long the search took.
+    """
+
+    settings: LoaderSettings
+    trials: list[Trial]
+    reason: str
+    skipped: list[str] = field(default_factory=list)
+    limits: Limits | None = None
+    sample_size: int = 0
+    elapsed_s: float = 0.0
+
+    def report(self) -> str:
+        """The trials, the skipped parts and the choice, as printable lines."""
+        lines = [f"tried {len(self.trials)} settings on {self.sample_size} samples in {self.elapsed_s:.0f} s:"]
+        for trial in self.trials:
+            lines.append(f"  [{trial.phase}] {trial.describe()}")
+        lines += [f"  skipped: {text}" for text in self.skipped]
+        lines.append(f"chose: {self.reason}")
+        return "\n".join(lines)
+
+
+class _Search:
+    """The state of one search: the sample, the clock, the packed shards and the trials."""
+
+    def __init__(self, data: BenchData, expected: Expected, budget_s: float, trial_s: float, cold: bool, echo: Echo) -> None:
+        self.data = data
+        self.expected = expected
+        self.deadline = time.perf_counter() + budget_s
+        self.trial_s = trial_s
+        self.cold = cold
+        self.echo = echo
+        self.trials: list[Trial] = []
+        self.skipped: list[str] = []
+
+    @property
+    def left_s(self) -> float:
+        return self.deadline - time.perf_counter()
+
+    def measure(self, settings: LoaderSettings, phase: str) -> Trial | None:
+        """Run one trial, or return None (and note it) when the budget is spent."""
+        for done in self.trials:
+            if done.settings == settings and done.settings.method == settings.method:
+                return done
+        if self.left_s < 1.25 * self.trial_s:  # a trial overruns its time by its start-up and shut-down
+            self.skipped.append(f"{phase}: {settings.method}, {settings.workers} workers, {settings.backend}, "
+                                f"prefetch {settings.prefetch_factor} (the budget was spent)")
+            return None
+        method = BUILTIN_METHODS[settings.method]
+        if self.cold:
+            evict_from_page_cache([str(p) for p in self.data.dataset.index.paths])
+        run: RunResult = run_method(
+            lambda: method.build(self.data, settings),
+            self.expected,
+            method=settings.method,
+            workers=settings.workers,
+            backend=settings.backend,
+            epochs=_EPOCHS_PER_TRIAL,
+            max_seconds=self.trial_s,
+            batch_size=self.data.batch_size,
+            seed=self.data.seed,
+        )
+        rate = (run.steady_img_per_s or run.img_per_s) if run.timed else None
+        trial = Trial(settings, phase, rate, run.status, run.reason, run.peak_pss_bytes or run.peak_rss_bytes)
+        self.trials.append(trial)
+        self.echo(f"  [{phase}] {trial.describe()}")
+        return trial
+
+    def best(self) -> Trial | None:
+        valid = [t for t in self.trials if t.valid]
+        if not valid:
+            return None
+        top = max(t.img_per_s or 0.0 for t in valid)
+        near = [t for t in valid if (t.img_per_s or 0.0) >= top * (1 - _NEAR_BEST)]
+        return min(near, key=lambda t: (t.settings.workers, -(t.img_per_s or 0.0)))
+
+
+def _worker_candidates(cores: int, max_workers: int | None) -> list[int]:
+    top = max_workers if max_workers is not None else min(2 * cores, 16)
+    out, w = [0], 1
+    while w <= top:
+        out.append(w)
+        w *= 2
+    return out
+
+
+def _sample(dataset: FileDataset, sample_size: int, seed: int) -> FileDataset:
+    if sample_size >= len(dataset):
+        return dataset
+    rows = np.sort(np.random.default_rng(seed).choice(len(dataset), sample_size, replace=False))
+    return dataset.subset(rows)
+
+
+def search_settings(
+    data: str | os.PathLike[str] | FileDataset,
+    budget_s: float = 60.0,
+    *,
+    storages: Sequence[str] = DEFAULT_STORAGES,
+    batch_size: int = 256,
+    size: tuple[int, int] | None = None,
+    max_workers: int | None = None,
+    sample_size: int | None = None,
+    device: str | None = "auto",
+    cold: bool = False,
+    seed: int = 0,
+    echo: Echo | None = None,
+) -> TuneResult:
+    """Search loader settings for ``data`` within ``budget_s`` seconds; see the module docs.
+
+    Args:
+        data: a folder in any layout stoker reads, or a stoker data set.
+        budget_s: the time the whole search may take (limits, packing and trials).
+        storages: the storages to consider (``files``, ``shards-encoded``, ``shards-pixels``).
+        batch_size: the training batch size (kept as given: it is a training choice).
+        size: ``(height, width)`` to resize to, when images differ in size.
+        max_workers: the most workers to try (default: twice the cores, at most 16).
+        sample_size: samples the trials run on (default: ``max(8 batches, 2048)``).
+        device: where batches go, as in training.
+        cold: drop the sample's files from the page cache before each trial.
+        seed: seed of the sample, the shuffles and the packing.
+        echo: called with a line per trial as the search goes.
+
+    Returns:
+        A :class:`TuneResult`; its ``settings`` are valid :func:`stoker.make_loader`
+        arguments (``settings.loader_kwargs()``).
+
+    Raises:
+        ConfigError: a budget too small for one trial, or an unknown storage.
+    """
+    start = time.perf_counter()
+    say = echo or (lambda line: None)
+    if budget_s < 3 * _MIN_TRIAL_S:
+        raise ConfigError(f"tune: a budget of {budget_s:g} s is too short; give at least {3 * _MIN_TRIAL_S:g} s (e.g. --budget 60s)")
+    unknown = [s for s in storages if s not in DEFAULT_STORAGES]
+    if unknown or not storages:
+        raise ConfigError(f"tune: storages must be among {', '.join(DEFAULT_STORAGES)}, got {list(storages)!r}")
+    dataset, description = open_data(data)
+    size = _settle_size(dataset, size)
+    sample = _sample(dataset, sample_size or max(8 * batch_size, 2048), seed)
+    limit_s = min(1.0, budget_s / 30)
+    limits = measure_limits(sample, size=size, time_s=limit_s, seed=seed)
+    say(f"tuning the loader for {description}: {limits.summary()}")
+
+    trial_s = float(np.clip(budget_s * 0.85 / _PLANNED_TRIALS, _MIN_TRIAL_S, _MAX_TRIAL_S))
+    bench_data = BenchData.of(
+        sample, size, batch_size=min(batch_size, len(sample)), device=device, seed=seed, persistent_workers=True
+    )
+    state = _Search(bench_data, Expected.of(sample.labels, sample.num_classes), budget_s - (time.perf_counter() - start), trial_s, cold, say)
+    workdir = Path(tempfile.mkdtemp(prefix="stoker-tune-"))
+    try:
+        # 1. storage and workers
+        for storage in storages:
+            store = BUILTIN_METHODS[storage].store
+            if store is not None:
+                work_s = len(sample) / max(limits.decode_img_per_s, 1.0)
+                if work_s > 0.3 * state.left_s:
+                    state.skipped.append(f"{storage}: packing {len(sample)} samples would take about {work_s:.0f} s of the budget")
+                    continue
+                say(f"  packing {len(sample)} samples as {store} shards ...")
+                pack_for_bench(sample, store, workdir / store, size, seed)
+                bench_data.packed[store] = workdir / store
+                if limits.sequential_read_bytes_per_s is None:
+                    shard_files = sorted(str(p) for p in (workdir / store).glob("*.arrow"))
+                    limits = replace(limits, sequential_read_bytes_per_s=measure_sequential_read(shard_files, limit_s))
+            best_rate = 0.0
+            for w in _worker_candidates(limits.cores, max_workers):
+                trial = state.measure(LoaderSettings(method=storage, workers=w), "storage and workers")
+                if trial is None or not trial.valid:
+                    break
+                rate = trial.img_per_s or 0.0
+                if w >= 2 and rate < best_rate * (1 + _MIN_GAIN):
+                    break  # diminishing returns: more workers only cost memory
+                best_rate = max(best_rate, rate)
+        # 2. backend
+        leader = state.best()
+        if leader is not None:
+            w = leader.settings.workers
+            top = max_workers if max_workers is not None else 2 * max(w, 1)
+            other = "thread" if leader.settings.backend == "process" else "process"
+            for workers in dict.fromkeys(min(v, top) for v in (max(w, 1), 2 * max(w, 1))):
+                state.measure(leader.settings.replace(backend=other, workers=workers), "backend")
+        # 3. prefetch depth
+        leader = state.best()
+        if leader is not None and leader.settings.workers > 0:
+            for depth in (1, 4):
+                state.measure(leader.settings.replace(prefetch_factor=depth), "prefetch")
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+
+    chosen = state.best()
+    if chosen is None:
+        settings = LoaderSettings()
+        reason = "no trial measured a valid rate; keeping the defaults (" + "; ".join(t.describe() for t in state.trials[:3]) + ")"
+    else:
+        settings = chosen.settings.replace(img_per_s=round(chosen.img_per_s or 0.0, 1))
+        rivals = sorted((t for t in state.trials if t.valid and t is not chosen), key=lambda t: -(t.img_per_s or 0.0))
+        reason = f"{chosen.describe()}"
+        if rivals:
+            runner_up = rivals[0]
+            ahead = (chosen.img_per_s or 0.0) / (runner_up.img_per_s or 1.0) - 1
+            reason += (
+                f" — {ahead:+.0%} against the next best ({runner_up.describe()})"
+                + ("; within 3 %, the one with fewer workers wins" if ahead < 0 else "")
+            )
+        method = BUILTIN_METHODS[settings.method]
+        bound, limit_name = limits.limit(method.work, settings.workers, sequential=method.store is not None)
+        reason += f"; {(chosen.img_per_s or 0.0) / bound:.0%} of this machine's {limit_name} limit ({bound:,.0f} img/s)"
+        if settings.method.startswith("shards"):
+            store = BUILTIN_METHODS[settings.method].store
+            reason += f". Pack the data first: `stoker pack DATA OUT --store {store}`"
+    return TuneResult(settings, state.trials, reason, state.skipped, limits, len(sample), time.perf_counter() - start)
+
+
+def tune(data: str | os.PathLike[str] | FileDataset, budget_s: float = 60.0, **kwargs: object) -> LoaderSettings:
+    """The fastest loader settings for ``data`` found within ``budget_s`` seconds.
+
+    Takes the arguments of :func:`search_settings`; returns only the chosen settings.
+
+    Example:
+        >>> settings = tune("digiface/", budget_s=30)  # doctest: +SKIP
+        >>> make_loader(ds, batch_size=256, **settings.loader_kwargs())  # doctest: +SKIP
+    """
+    return search_settings(data, budget_s, **kwargs).settings  # type: ignore[arg-type]

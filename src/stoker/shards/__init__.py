@@ -1,0 +1,38 @@
+"""Packed shards: ``pack`` a data set into checksummed Arrow files, read them fast, verify and inspect them.
+
+Example:
+    >>> from stoker.shards import ShardDataset, pack, verify
+    >>> pack("data/digiface", "packed", store="pixels", size=(112, 112), valid=0.1)  # doctest: +SKIP
+    >>> train = ShardDataset("packed", split="train")  # doctest: +SKIP
+    >>> verify("packed").ok  # doctest: +SKIP
+    True
+"""
+
+from __future__ import annotations
+
+from stoker.shards.dataset import ShardBatch, ShardDataset, collate_shard_batch
+from stoker.shards.manifest import Manifest, ShardInfo
+from stoker.shards.pack import pack
+from stoker.shards.stream import ShardStream, stream_order
+from stoker.shards.summary import ShardSetSummary, SplitSummary, summarize, write_grid
+from stoker.shards.verify import Fault, VerifyReport, verify
+from stoker.shards.writer import ShardWriter
+
+__all__ = [
+    "Fault",
+    "Manifest",
+    "ShardBatch",
+    "ShardDataset",
+    "ShardInfo",
+    "ShardSetSummary",
+    "ShardStream",
+    "ShardWriter",
+    "SplitSummary",
+    "VerifyReport",
+    "collate_shard_batch",
+    "pack",
+    "stream_order",
+    "summarize",
+    "verify",
+    "write_grid",
+]

@@ -1,0 +1,269 @@
+"""``ShardDataset``: a map-style torch Dataset over one split of a shard set, read a batch at a time."""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+
+import numpy as np
+import torch
+from torch.utils.data import Dataset, default_collate, get_worker_info
+
+from stoker.errors import ConfigError, DataError
+from stoker.loading.collate import Batch, collate
+from stoker.shards.manifest import Manifest
+from stoker.shards.reader import ShardSet
+from stoker.sources.dataset import OnError, Skipped
+
+__all__ = ["ShardBatch", "ShardDataset", "collate_shard_batch", "load_shard_image"]
+
+Transform = Callable[[torch.Tensor], Any]
+
+
+def _empty_uint8(shape: tuple[int, ...]) -> torch.Tensor:
+    """An uninitialised uint8 tensor for a batch.
+
+    In a DataLoader worker it is made in shared memory, as torch's own collate does, so
+    sending it to the main process copies nothing more. Elsewhere numpy allocates it:
+    numpy asks the kernel for huge pages for large arrays, which halves the cost of
+    touching a fresh batch-sized buffer.
+    """
+    if get_worker_info() is not None and hasattr(torch.UntypedStorage, "_new_shared"):
+        storage = torch.UntypedStorage._new_shared(math.prod(shape))
+        return torch.empty(0, dtype=torch.uint8).set_(storage).view(shape)
+    return torch.from_numpy(np.empty(shape, dtype=np.uint8))
+
+
+def load_shard_image(shards: ShardSet, index: int) -> torch.Tensor:
+    """Sample ``index`` as a uint8 RGB CHW tensor: pixels as stored, or decoded, cropped and resized.
+
+    Raises:
+        DecodeError: an encoded image does not decode (the message names shard, row and file).
+        ShardError: the row names a source the manifest does not list.
+    """
+    if shards.row_bytes:
+        height, width = shards.manifest.image_size  # type: ignore[misc]
+        out = torch.empty((1, 3, height, width), dtype=torch.uint8)
+        shards.read_pixels(np.asarray([index], dtype=np.int64), out.numpy().reshape(1, -1))
+        return out[0]
+    shard, rows = shards.locate(np.asarray([index], dtype=np.int64))
+    return shards.decode(int(shard[0]), int(rows[0]))
+
+
+class ShardBatch(Sequence[Any]):
+    """The samples of one batch, gathered by one call; a sequence of ``(image, label)``.
+
+    :meth:`ShardDataset.collate_fn` turns it into a batch without copying again; any
+    other collate function (torch's ``default_collate``) sees an ordinary sequence of
+    samples and works, only slower.
+
+    Attributes:
+        images: ``uint8 [n, 3, H, W]`` when the images share a size and there is no
+            per-sample transform, else a list of per-sample results.
+        labels: ``int64 [n]``.
+        skipped: bad samples dropped under ``on_error="skip"``.
+    """
+
+    def __init__(self, images: torch.Tensor | list[Any], labels: torch.Tensor, skipped: list[Skipped]) -> None:
+        self.images = images
+        self.labels = labels
+        self.skipped = skipped
+
+    def __len__(self) -> int:
+        return len(self.labels)
+
+    def __getitem__(self, j: int) -> tuple[Any, int]:  # type: ignore[override]
+        return self.images[j], int(self.labels[j])
+
+    def __iter__(self) -> Iterator[tuple[Any, int]]:
+        return (self[j] for j in range(len(self)))
+
+
+def collate_shard_batch(samples: Any) -> Batch:
+    """Collate for shard data sets: a :class:`ShardBatch` passes through, anything else is collated.
+
+    Returns a stoker :class:`~stoker.loading.collate.Batch` whose ``data`` is
+    ``(images, labels)``; stoker's loader unwraps it and counts skipped samples.
+    """
+    if not isinstance(samples, ShardBatch):
+        return collate(samples)
+    if len(samples) == 0:
+        return Batch(None, 0, samples.skipped)
+    images = samples.images
+    if isinstance(images, list):
+        images = default_collate(images)
+    return Batch((images, samples.labels), len(samples), samples.skipped)
+
+
+class ShardDataset(Dataset):
+    """A map-style torch Dataset over one split of a shard set made by ``stoker pack``.
+
+    Give it to :func:`stoker.make_loader` (or any torch DataLoader): the sampler shuffles
+    exactly over the whole split, and the loader fetches a batch with one call to
+    :meth:`__getitems__`, which gathers the batch's rows straight from the memory-mapped
+    shards into the batch tensor. Pixel shards decode nothing; encoded shards decode,
+    crop and (when the set has an image size) resize each image.
+
+    Opening is cheap and safe: it checks the manifest (strictly, with its checksum) and
+    every shard's size, and runs no code from the files (there is no pickle).
+
+    Args:
+        root: the folder ``stoker pack`` wrote.
+        split: which split to read (``"train"``, ``"valid"``, ...).
+        transform: applied to each uint8 CHW image tensor (per sample). Leave it out
+            for the fastest path and transform whole batches on the device instead.
+        on_error: ``"raise"`` (default) or ``"skip"`` samples that fail to decode
+            (skips are counted by stoker's loader and reported after the epoch).
+
+    Raises:
+        ShardError: the manifest or a shard is missing, edited, truncated or grown.
+        ConfigError: the set has no such split.
+
+    Example:
+        >>> train = ShardDataset("packed", split="train")  # doctest: +SKIP
+        >>> loader = make_loader(train, batch_size=256, num_workers=0)  # doctest: +SKIP
+        >>> images, labels = next(iter(loader))  # uint8 [256, 3, 112, 112], int64 [256]  # doctest: +SKIP
+    """
+
+    def __init__(
+        self,
+        root: str | os.PathLike[str],
+        split: str = "train",
+        transform: Transform | None = None,
+        on_error: OnError = "raise",
+    ) -> None:
+        if on_error not in ("raise", "skip"):
+            raise ConfigError(f"on_error must be 'raise' or 'skip', got {on_error!r}")
+        self.shards = ShardSet(root, split)
+        self.transform = transform
+        self.on_error: OnError = on_error
+
+    # -- what the set holds ---------------------------------------------------------
+    @property
+    def root(self) -> str:
+        """The shard set folder."""
+        return str(self.shards.root)
+
+    @property
+    def split(self) -> str:
+        """The split this data set reads."""
+        return self.shards.split
+
+    @property
+    def manifest(self) -> Manifest:
+        """The shard set's manifest."""
+        return self.shards.manifest
+
+    @property
+    def store(self) -> str:
+        """``"encoded"`` or ``"pixels"``."""
+        return self.shards.manifest.store
+
+    @property
+    def image_size(self) -> tuple[int, int] | None:
+        """``(height, width)`` of every image read, or ``None`` (encoded, each at its own size)."""
+        return self.shards.manifest.image_size
+
+    @property
+    def classes(self) -> tuple[str, ...]:
+        """Class names; ``classes[label]`` names a label."""
+        return self.shards.manifest.classes
+
+    @property
+    def num_classes(self) -> int:
+        """Number of classes."""
+        return len(self.shards.manifest.classes)
+
+    @property
+    def labels(self) -> np.ndarray:
+        """Every sample's label, in order (``int64``)."""
+        return self.shards.all_labels()
+
+    @property
+    def default_backend(self) -> str:
+        """The loader backend that measured fastest for this storage mode (see the benchmark)."""
+        return "thread" if self.store == "pixels" else "process"
+
+    def trace(self, i: int) -> dict[str, Any]:
+        """Where sample ``i`` lives and came from: shard, row, key, source, file, label."""
+        return self.shards.row_info(self._check_index(i))
+
+    # -- the torch Dataset protocol ---------------------------------------------------
+    def __len__(self) -> int:
+        return len(self.shards)
+
+    def _check_index(self, i: int) -> int:
+        i = int(i)
+        if i < 0:
+            i += len(self)
+        if not 0 <= i < len(self):
+            raise IndexError(f"sample index {i} is out of range for {len(self)} samples")
+        return i
+
+    def __getitem__(self, i: int) -> tuple[Any, int] | Skipped:
+        batch = self.__getitems__([self._check_index(i)])
+        if batch.skipped:
+            return batch.skipped[0]
+        return batch[0]
+
+    def __getitems__(self, indices: Sequence[int] | np.ndarray) -> ShardBatch:
+        """Gather a batch with one call (torch's DataLoader calls this for every batch)."""
+        idx = np.asarray(indices, dtype=np.int64).reshape(-1)
+        labels = self.shards.read_labels(idx)
+        if self.shards.row_bytes:
+            height, width = self.image_size  # type: ignore[misc]
+            images = _empty_uint8((len(idx), 3, height, width))
+            self.shards.read_pixels(idx, images.numpy().reshape(len(idx), self.shards.row_bytes))
+            if self.transform is None:
+                return ShardBatch(images, torch.from_numpy(labels), [])
+            return ShardBatch([self.transform(image) for image in images], torch.from_numpy(labels), [])
+        return self._decode_batch(idx, labels)
+
+    def _decode_batch(self, idx: np.ndarray, labels: np.ndarray) -> ShardBatch:
+        shard_ids, rows = self.shards.locate(idx)
+        size = self.image_size
+        # With a fixed size and no transform each image goes straight into the batch
+        # tensor while it is still in the cache; otherwise they are collected.
+        out = _empty_uint8((len(idx), 3, *size)) if size is not None and self.transform is None else None
+        # numpy copies on this thread; torch would fan each small copy out to its thread
+        # pool, which costs more than the copy (and much more on a busy machine).
+        out_array = out.numpy() if out is not None else None
+        good: list[Any] = []
+        keep: list[int] = []
+        skipped: list[Skipped] = []
+        for j, (s, r) in enumerate(zip(shard_ids.tolist(), rows.tolist())):
+            try:
+                image = self.shards.decode(s, r)
+            except DataError as exc:
+                if self.on_error == "raise":
+                    raise
+                skipped.append(Skipped(f"{self.split}[{int(idx[j])}]", str(exc)))
+                continue
+            if out_array is not None:
+                out_array[len(keep)] = image.numpy()
+            else:
+                good.append(self.transform(image) if self.transform is not None else image)
+            keep.append(j)
+        kept_labels = torch.from_numpy(labels[keep] if len(keep) != len(idx) else labels)
+        if out is not None:
+            return ShardBatch(out[: len(keep)], kept_labels, skipped)
+        if self.transform is None and good and all(g.shape == good[0].shape for g in good):
+            images = _empty_uint8((len(good), *good[0].shape))
+            torch.stack(good, out=images)
+            return ShardBatch(images, kept_labels, skipped)
+        return ShardBatch(good, kept_labels, skipped)
+
+    # stoker's make_loader picks this up; torch's DataLoader takes it as collate_fn=.
+    collate_fn = staticmethod(collate_shard_batch)
+
+    def set_epoch(self, epoch: int) -> None:
+        """Nothing to do: a map-style data set is shuffled by the loader's sampler."""
+
+    def __repr__(self) -> str:
+        size = f"{self.image_size[0]}x{self.image_size[1]}" if self.image_size else "own size"
+        return (
+            f"ShardDataset({self.root!r}, split={self.split!r}: {len(self)} samples, "
+            f"{self.num_classes} classes, {self.store}, {size})"
+        )

@@ -1,0 +1,491 @@
+"""``pack``: write a data set's samples, shuffled, into checksummed Arrow shards.
+
+The steps, in order:
+
+1. open the source (any file layout, several concatenated, or a shard set) and check
+   every argument — before a byte is written;
+2. plan: shuffle each split with the seed and cut it into shards (:mod:`stoker.shards.plan`);
+3. claim the output folder: an empty or new folder, the same pack half done (resume),
+   or, with ``overwrite``, a folder whose old shard set is removed;
+4. write every shard not already finished, each one whole by one worker process, to a
+   temporary name that is renamed when complete;
+5. write ``manifest.json`` last and remove ``pack-plan.json``.
+
+The shards depend only on the arguments, not on the number of workers or on
+interruptions: the same arguments give byte-identical shards and manifest.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import multiprocessing
+import os
+import sys
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from dataclasses import dataclass
+from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
+from typing import Any, Union
+
+import numpy as np
+import pyarrow as pa
+import torch
+from tqdm import tqdm
+
+from stoker.decode import Box, resize
+from stoker.errors import ConfigError, DataError, ShardError
+from stoker.shards.dataset import ShardDataset
+from stoker.shards.format import (
+    MANIFEST_NAME,
+    PLAN_NAME,
+    SHARD_SUFFIX,
+    STORES,
+    TMP_SUFFIX,
+    check_split_name,
+    shard_schema,
+)
+from stoker.shards.manifest import Manifest, ShardInfo
+from stoker.shards.plan import PackPlan, ShardPlan, make_plan, read_plan_fingerprint
+from stoker.shards.rows import RowSource, as_rows
+from stoker.sources.dataset import FileDataset
+from stoker.sources.detect import detect_layout, open_splits
+from stoker.sources.index import Source
+
+__all__ = ["pack"]
+
+PathLike = Union[str, "os.PathLike[str]"]
+SourceArg = Union[PathLike, Sequence[PathLike], FileDataset, ShardDataset, Mapping[str, Union[FileDataset, ShardDataset]]]
+
+_PROGRESS_EVERY = 32  # rows between progress reports from a worker
+
+
+def _stoker_version() -> str:
+    try:
+        return version("stoker")
+    except PackageNotFoundError:
+        return "0.0.0+unknown"
+
+
+# -- 1. the source and the arguments --------------------------------------------------
+
+
+def _check_args(store: str, size: tuple[int, int] | None, shard_samples: int, shard_bytes: int, valid: float | None, workers: int | None) -> None:
+    if store not in STORES:
+        raise ConfigError(f"store must be one of {', '.join(STORES)}, got {store!r}")
+    if size is not None:
+        if len(size) != 2 or any(isinstance(v, bool) or int(v) != v or v < 1 for v in size):
+            raise ConfigError(f"size must be (height, width) of positive integers, got {size!r}")
+        shard_schema(store, (int(size[0]), int(size[1])))  # checks the range
+    if shard_samples < 1:
+        raise ConfigError(f"shard_samples must be >= 1, got {shard_samples}")
+    if shard_bytes < 1:
+        raise ConfigError(f"shard_bytes must be >= 1, got {shard_bytes}")
+    if valid is not None and not 0.0 < valid < 1.0:
+        raise ConfigError(f"valid must be a fraction between 0 and 1, got {valid}")
+    if workers is not None and workers < 0:
+        raise ConfigError(f"workers must be >= 0, got {workers}")
+
+
+def _open(source: SourceArg, labels: PathLike | None, crop: Box | None) -> tuple[dict[str, Any], list[str]]:
+    """``({split: data set}, source description)``; the data sets are file data sets or shard sets."""
+    if isinstance(source, (FileDataset, ShardDataset)):
+        split = source.split if isinstance(source, ShardDataset) else "train"
+        return {split: source}, [s.root for s in _sources_of(source)]
+    if isinstance(source, Mapping):
+        datasets = {check_split_name(str(k)): v for k, v in source.items()}
+        if not datasets:
+            raise ConfigError("pack: the mapping of splits is empty")
+        return datasets, list(dict.fromkeys(s.root for ds in datasets.values() for s in _sources_of(ds)))
+    paths = [source] if isinstance(source, (str, os.PathLike)) else list(source)
+    if not paths:
+        raise ConfigError("pack: give at least one source")
+    described = [str(Path(p).resolve()) for p in paths]
+    if any(detect_layout(p) == "shards" for p in paths):
+        if len(paths) > 1:
+            raise ConfigError("pack: a shard set is re-packed alone; pass it as the only source")
+        if labels is not None or crop is not None:
+            raise ConfigError("pack: a shard set has its labels and crop already; leave --labels and --crop out")
+        manifest = Manifest.load(paths[0])
+        return {split: ShardDataset(paths[0], split) for split in manifest.splits}, described
+    return dict(open_splits(paths, labels=labels, crop=crop)), described
+
+
+def _sources_of(dataset: FileDataset | ShardDataset) -> tuple[Source, ...]:
+    if isinstance(dataset, ShardDataset):
+        return dataset.manifest.sources
+    if isinstance(dataset, FileDataset):
+        return dataset.index.sources
+    raise ConfigError(f"pack reads stoker file data sets or shard sets, got {type(dataset).__name__}")
+
+
+def _split_valid(datasets: dict[str, Any], valid: float | None, seed: int) -> dict[str, Any]:
+    if valid is None:
+        return datasets
+    if set(datasets) != {"train"}:
+        raise ConfigError(
+            f"the source has splits already ({', '.join(datasets)}); leave out --split valid=... to keep them"
+        )
+    train = datasets["train"]
+    if not isinstance(train, FileDataset):
+        raise ConfigError("--split valid=... splits file sources; a shard set keeps the splits it has")
+    train, held_out = train.split(valid, seed)
+    return {"train": train, "valid": held_out}
+
+
+def _ordered(datasets: dict[str, Any]) -> dict[str, Any]:
+    first = [s for s in ("train", "valid") if s in datasets]
+    return {s: datasets[s] for s in first + [s for s in datasets if s not in first]}
+
+
+def _merge_sources(rows: Mapping[str, RowSource]) -> tuple[Source, ...]:
+    merged: dict[str, Source] = {}
+    for split_rows in rows.values():
+        for src in split_rows.sources:
+            if src.name in merged and merged[src.name] != src:
+                raise ConfigError(
+                    f"two sources are both named {src.name!r} ({merged[src.name].root}, {src.root}); give them distinct names"
+                )
+            merged.setdefault(src.name, src)
+    used = {str(n) for split_rows in rows.values() for n in np.unique(split_rows.source_names)}
+    return tuple(s for s in merged.values() if s.name in used)
+
+
+def _merge_classes(rows: Mapping[str, RowSource]) -> tuple[str, ...]:
+    longest = max((r.classes for r in rows.values()), key=len)
+    for split, r in rows.items():
+        if tuple(longest[: len(r.classes)]) != tuple(r.classes):
+            raise ConfigError(f"split {split!r} names its classes differently from the others; give every split the same classes")
+    return tuple(longest)
+
+
+# -- 3. the output folder ---------------------------------------------------------------
+
+
+def _is_ours(name: str) -> bool:
+    return name in (MANIFEST_NAME, PLAN_NAME, MANIFEST_NAME + TMP_SUFFIX, PLAN_NAME + TMP_SUFFIX) or name.endswith(
+        (SHARD_SUFFIX, SHARD_SUFFIX + TMP_SUFFIX)
+    )
+
+
+def _same_pack(out: Path, fingerprint: str) -> Manifest | None:
+    """The manifest in ``out`` if it was written by a pack with this fingerprint."""
+    try:
+        manifest = Manifest.load(out)
+    except ShardError:
+        return None
+    return manifest if manifest.made_by.get("plan") == fingerprint else None
+
+
+def _all_in_place(out: Path, manifest: Manifest) -> bool:
+    for info in manifest.shards:
+        try:
+            if (out / info.name).stat().st_size != info.bytes:
+                return False
+        except OSError:
+            return False
+    return True
+
+
+def _claim(out: Path, sources: Sequence[Source], fingerprint: str, overwrite: bool) -> tuple[Manifest | None, dict[str, str]]:
+    """Make ``out`` ready for this pack.
+
+    Returns:
+        ``(manifest, known)``: the manifest when this same pack is already complete
+        (nothing to do), and the SHA-256 of each shard a previous run of this pack
+        recorded (shards of a resumed pack must match them to be kept).
+    """
+    resolved = out.resolve()
+    for src in sources:
+        root = Path(src.root)
+        if "://" not in src.root and (resolved == root.resolve() or root.resolve() in resolved.parents):
+            raise ConfigError(f"{out}: is inside the source {src.root}; write the shards to a folder outside it")
+    if out.exists() and not out.is_dir():
+        raise ConfigError(f"{out}: exists and is not a folder; choose another output folder")
+    out.mkdir(parents=True, exist_ok=True)
+    entries = sorted(e.name for e in os.scandir(out))
+    if overwrite:
+        for name in entries:
+            if _is_ours(name) and (out / name).is_file():
+                (out / name).unlink()
+        return None, {}
+    if not entries:
+        return None, {}
+    previous = _same_pack(out, fingerprint)
+    if previous is not None and _all_in_place(out, previous):
+        return previous, {}
+    if previous is not None or read_plan_fingerprint(out) == fingerprint:
+        # This same pack, interrupted or with shards deleted since: resume it.
+        for name in entries:
+            if name.endswith(TMP_SUFFIX):
+                (out / name).unlink(missing_ok=True)
+        (out / MANIFEST_NAME).unlink(missing_ok=True)
+        return None, {info.name: info.sha256 for info in previous.shards} if previous is not None else {}
+    shown = ", ".join(entries[:4]) + (" ..." if len(entries) > 4 else "")
+    what = "a different shard set or pack" if any(_is_ours(n) for n in entries) else "other files"
+    raise ConfigError(
+        f"{out}: is not empty ({shown}): it holds {what}; pass --overwrite (overwrite=True) to replace "
+        "the shard set there, or choose an empty folder"
+    )
+
+
+# -- 4. writing shards --------------------------------------------------------------------
+
+
+@dataclass
+class _Job:
+    """What every shard writer needs (sent once to each worker process)."""
+
+    out: Path
+    store: str
+    size: tuple[int, int] | None
+    rows: dict[str, RowSource]
+
+
+def _pixels(rows: RowSource, i: int, size: tuple[int, int]) -> torch.Tensor:
+    image = rows.read_pixels(i)
+    if image.dtype != torch.uint8:
+        raise DataError(
+            f"{rows.source_names[i]}/{rows.files[i]}: pixels must be uint8, got {image.dtype}; "
+            "convert the files or use store='encoded'"
+        )
+    return resize(image, size).contiguous()
+
+
+def _write_shard(job: _Job, plan: ShardPlan, report: Callable[[int], None]) -> ShardInfo:
+    from stoker.shards.writer import ShardWriter
+
+    rows = job.rows[plan.split]
+    pending = 0
+    with ShardWriter(job.out / plan.name, plan.split, job.store, job.size) as writer:
+        for i in plan.rows.tolist():
+            image = rows.read_encoded(i) if job.store == "encoded" else _pixels(rows, i, job.size)  # type: ignore[arg-type]
+            writer.write(str(rows.keys[i]), int(rows.labels[i]), str(rows.source_names[i]), str(rows.files[i]), image)
+            pending += 1
+            if pending == _PROGRESS_EVERY:
+                report(pending)
+                pending = 0
+    report(pending)
+    return writer.close()
+
+
+def _reuse_finished(
+    out: Path, plan: ShardPlan, rows: RowSource, store: str, size: tuple[int, int] | None, known_sha: str | None
+) -> ShardInfo | None:
+    """The info of a shard an earlier run finished, if it holds exactly the planned rows.
+
+    A shard file only ever gets its final name when complete, so checking its structure
+    and rows is enough; when the earlier run recorded the shard's SHA-256 it must match too.
+    """
+    path = out / plan.name
+    if not path.is_file():
+        return None
+    try:
+        with pa.memory_map(str(path), "r") as source:
+            reader = pa.ipc.open_file(source)
+            if not reader.schema.equals(shard_schema(store, size), check_metadata=True):
+                return None
+            table = reader.read_all()
+            table.validate(full=True)
+            same = (
+                table.num_rows == len(plan.rows)
+                and table.column("key").to_pylist() == rows.keys[plan.rows].tolist()
+                and np.array_equal(table.column("label").to_numpy(), rows.labels[plan.rows])
+            )
+    except (pa.ArrowException, OSError, ValueError):
+        same = False
+    if not same:
+        path.unlink()
+        return None
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(1 << 22):
+            digest.update(chunk)
+    if known_sha is not None and digest.hexdigest() != known_sha:
+        path.unlink()
+        return None
+    return ShardInfo(plan.name, plan.split, len(plan.rows), path.stat().st_size, digest.hexdigest())
+
+
+_WORKER: dict[str, Any] = {}
+
+
+def _init_worker(job: _Job, counter: Any) -> None:
+    torch.set_num_threads(1)  # one shard per process; the processes use the cores
+    _WORKER["job"], _WORKER["counter"] = job, counter
+
+
+def _worker_task(plan: ShardPlan) -> ShardInfo:
+    counter = _WORKER["counter"]
+
+    def report(n: int) -> None:
+        with counter.get_lock():
+            counter.value += n
+
+    return _write_shard(_WORKER["job"], plan, report)
+
+
+def _write_all(job: _Job, todo: list[ShardPlan], workers: int, bar: tqdm) -> dict[str, ShardInfo]:
+    done: dict[str, ShardInfo] = {}
+    if workers <= 1 or len(todo) <= 1:
+        for plan in todo:
+            done[plan.name] = _write_shard(job, plan, bar.update)
+        return done
+    counter = multiprocessing.Value("q", 0)
+    start = bar.n
+    pool = ProcessPoolExecutor(min(workers, len(todo)), initializer=_init_worker, initargs=(job, counter))
+    futures: dict[Future[ShardInfo], ShardPlan] = {}
+    try:
+        futures = {pool.submit(_worker_task, plan): plan for plan in todo}
+        pending = set(futures)
+        while pending:
+            finished, pending = wait(pending, timeout=0.25, return_when=FIRST_COMPLETED)
+            bar.update(start + counter.value - bar.n)
+            for future in finished:
+                info = future.result()
+                done[info.name] = info
+        bar.update(start + counter.value - bar.n)
+    except BaseException:
+        for future in futures:
+            future.cancel()
+        pool.shutdown(wait=False, cancel_futures=True)
+        raise
+    pool.shutdown()
+    return done
+
+
+# -- the whole ---------------------------------------------------------------------------
+
+
+def pack(
+    source: SourceArg,
+    out: PathLike,
+    *,
+    store: str = "encoded",
+    size: tuple[int, int] | None = None,
+    shard_samples: int = 10_000,
+    shard_bytes: int = 256 * 2**20,
+    valid: float | None = None,
+    seed: int = 0,
+    workers: int | None = None,
+    overwrite: bool = False,
+    progress: bool = True,
+    labels: PathLike | None = None,
+    crop: Box | None = None,
+) -> Manifest:
+    """Pack a data set into shuffled, checksummed Arrow shards plus ``manifest.json``.
+
+    Args:
+        source: a folder in any layout (class folders, label file, ids), several of them
+            (labels side by side), an existing shard set (re-pack), a stoker data set,
+            or a ``{split: data set}`` mapping.
+        out: the output folder (new, empty, or this same pack half done).
+        store: ``"encoded"`` keeps each file's bytes (compact, decoded when read);
+            ``"pixels"`` stores decoded uint8 RGB pixels after the crop, at ``size``
+            (no decoding when read; larger).
+        size: ``(height, width)``. ``pixels``: the stored size (default: the first
+            image's size). ``encoded``: the size images are resized to when read.
+        shard_samples: the most samples per shard.
+        shard_bytes: about the most bytes per shard.
+        valid: hold out this fraction of each class as the ``valid`` split (sources
+            that have no splits of their own).
+        seed: the shuffle (and split) seed; the same arguments give identical bytes.
+        workers: processes writing shards (default: the CPU count; 0 or 1 writes here).
+        overwrite: replace a shard set (or other stoker files) already in ``out``.
+        progress: show a progress bar on stderr.
+        labels: the label file of a label-file folder that holds several ``.txt`` files.
+        crop: ``(top, left, height, width)`` for every image of file sources.
+
+    Returns:
+        The :class:`Manifest` written.
+
+    Raises:
+        ConfigError: a bad argument, or ``out`` holds something else (without ``overwrite``).
+        DataError: a source file is missing or does not decode (``pixels``).
+        ShardError: a shard set source is damaged.
+
+    Example:
+        >>> from stoker.shards import pack
+        >>> manifest = pack("data/digiface", "packed", store="pixels", size=(112, 112),
+        ...                 valid=0.1)  # doctest: +SKIP
+        >>> manifest.split_samples("valid")  # doctest: +SKIP
+        2000
+    """
+    out = Path(out)
+    _check_args(store, size, shard_samples, shard_bytes, valid, workers)
+    size = (int(size[0]), int(size[1])) if size is not None else None
+    datasets, described = _open(source, labels, crop)
+    datasets = _ordered(_split_valid(datasets, valid, seed))
+    rows = {split: as_rows(ds) for split, ds in datasets.items()}
+    if any(len(r) == 0 for r in rows.values()):
+        raise ConfigError(f"split {next(s for s, r in rows.items() if len(r) == 0)!r} has no samples")
+    first = next(iter(datasets.values()))
+    if size is None and isinstance(first, ShardDataset):
+        size = first.image_size
+    if store == "pixels" and size is None:
+        image = next(iter(rows.values())).read_pixels(0)
+        size = (int(image.shape[-2]), int(image.shape[-1]))
+    sources = _merge_sources(rows)
+    classes = _merge_classes(rows)
+    settings = {
+        "store": store,
+        "image_size": list(size) if size else None,
+        "shard_samples": shard_samples,
+        "shard_bytes": shard_bytes,
+        "seed": seed,
+        "valid": valid,
+        "classes": list(classes),
+        "sources": [[s.name, s.root, list(s.crop) if s.crop else None] for s in sources],
+    }
+    plan: PackPlan = make_plan(
+        rows, store=store, image_size=size, seed=seed, shard_samples=shard_samples, shard_bytes=shard_bytes, settings=settings
+    )
+    finished, known = _claim(out, sources, plan.fingerprint, overwrite)
+    if finished is not None:
+        return finished
+    plan.save(out)
+
+    total = sum(len(p.rows) for p in plan.shards)
+    infos: dict[str, ShardInfo] = {}
+    todo: list[ShardPlan] = []
+    for shard in plan.shards:
+        reused = _reuse_finished(out, shard, rows[shard.split], store, size, known.get(shard.name))
+        if reused is not None:
+            infos[shard.name] = reused
+        else:
+            todo.append(shard)
+    workers = (len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1) if workers is None else workers
+    job = _Job(out, store, size, rows)
+    with tqdm(
+        total=total,
+        initial=sum(i.samples for i in infos.values()),
+        unit="img",
+        desc=f"pack {out.name}",
+        disable=not progress,
+        file=sys.stderr,
+        dynamic_ncols=True,
+        smoothing=0.1,
+    ) as bar:
+        infos.update(_write_all(job, todo, workers, bar))
+
+    manifest = Manifest(
+        store=store,
+        image_size=size,
+        classes=classes,
+        sources=sources,
+        shards=tuple(infos[s.name] for s in plan.shards),
+        made_by={
+            "tool": "stoker",
+            "stoker_version": _stoker_version(),
+            "source": described,
+            "seed": seed,
+            "valid": valid,
+            "shard_samples": shard_samples,
+            "shard_bytes": shard_bytes,
+            "plan": plan.fingerprint,
+        },
+    )
+    manifest.save(out)
+    (out / PLAN_NAME).unlink(missing_ok=True)
+    return manifest
+

@@ -1,0 +1,396 @@
+"""Read shards: one memory-mapped, checked file (:class:`ShardFile`) and one split of a set (:class:`ShardSet`).
+
+Reading is by the batch: a call takes an array of row numbers and fills one output
+array, so the Python work per batch is a handful of numpy calls, not one per sample.
+Pixel rows are copied exactly once, from the memory-mapped file into the batch tensor.
+
+Files open lazily, in the process that reads them, and are dropped when the reader is
+pickled, so a reader can be handed to DataLoader worker processes.
+"""
+
+from __future__ import annotations
+
+import bisect
+import os
+import threading
+import zlib
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import torch
+
+from stoker.decode import decode_sample, resize
+from stoker.errors import ConfigError, DecodeError, ShardError
+from stoker.shards.format import image_row_bytes, shard_schema
+from stoker.shards.manifest import Manifest, ShardInfo
+
+__all__ = ["ShardFile", "ShardSet", "repair_hint"]
+
+# Column positions in the schema (see stoker.shards.format).
+_KEY, _LABEL, _SOURCE, _FILE, _CRC32, _IMAGE = range(6)
+
+
+def repair_hint(root: str | os.PathLike[str]) -> str:
+    """What a shard error tells the user to do."""
+    return f"run `stoker verify {root}` to check every shard, or re-pack with `stoker pack`"
+
+
+class ShardFile:
+    """One shard, memory-mapped and checked against the manifest and the schema.
+
+    Opening checks the file size, the schema, the structure of every record batch
+    (``validate(full=True)``: offsets in bounds, no nulls) and the row count, so that
+    reading a row of a damaged file raises :class:`ShardError` rather than crashing.
+    It does not hash the file; ``stoker verify`` does.
+
+    Attributes:
+        info: the manifest's entry for this shard.
+        labels: every row's label (``int64``).
+    """
+
+    def __init__(self, root: Path, info: ShardInfo, schema: pa.Schema, num_classes: int) -> None:
+        self.info = info
+        self.path = root / info.name
+        where = f"shard {info.name}"
+        hint = repair_hint(root)
+        try:
+            self._mmap = pa.memory_map(str(self.path), "r")
+        except FileNotFoundError:
+            raise ShardError(f"{where}: file is missing; {hint}") from None
+        except (OSError, pa.ArrowException) as exc:
+            raise ShardError(f"{where}: cannot open ({exc}); {hint}") from None
+        try:
+            size = self._mmap.size()
+            if size != info.bytes:
+                raise ShardError(
+                    f"{where}: {size} bytes on disk, the manifest says {info.bytes} (truncated or changed); {hint}"
+                )
+            reader = pa.ipc.open_file(self._mmap)
+            if not reader.schema.equals(schema, check_metadata=True):
+                raise ShardError(f"{where}: its schema does not match the manifest ({reader.schema}); {hint}")
+            batches = [reader.get_batch(i) for i in range(reader.num_record_batches)]
+            for batch in batches:
+                batch.validate(full=True)
+                if any(column.null_count for column in batch.columns):
+                    raise ShardError(f"{where}: has null values, which stoker never writes; {hint}")
+        except ShardError:
+            self._mmap.close()
+            raise
+        except (pa.ArrowException, OSError, ValueError, IndexError) as exc:
+            self._mmap.close()
+            raise ShardError(f"{where}: not a readable Arrow file ({_short(exc)}); {hint}") from None
+        counts = [batch.num_rows for batch in batches]
+        if sum(counts) != info.samples:
+            self._mmap.close()
+            raise ShardError(f"{where}: holds {sum(counts)} rows, the manifest says {info.samples}; {hint}")
+        self._batches = batches
+        self._starts = np.cumsum([0] + counts)
+        self._start_list = self._starts.tolist()
+        self.labels = np.concatenate([b.column(_LABEL).to_numpy() for b in batches]) if batches else np.zeros(0, np.int64)
+        if len(self.labels) and (self.labels.min() < 0 or self.labels.max() >= num_classes):
+            row = int(np.flatnonzero((self.labels < 0) | (self.labels >= num_classes))[0])
+            self._mmap.close()
+            raise ShardError(
+                f"{where} row {row}: label {int(self.labels[row])} is outside the {num_classes} classes; {hint}"
+            )
+        self._origins: tuple[list[str], list[str]] | None = None
+        self._crc32 = (
+            np.concatenate([b.column(_CRC32).to_numpy() for b in batches]) if batches else np.zeros(0, np.uint32)
+        )
+        image_type = schema.field("image").type
+        self._pixels: list[np.ndarray] = []
+        self._encoded: list[tuple[np.ndarray, np.ndarray]] = []
+        for batch in batches:
+            column = batch.column(_IMAGE)
+            buffers = column.buffers()
+            n = len(column)
+            if pa.types.is_fixed_size_binary(image_type):
+                width = image_type.byte_width
+                data = _as_uint8(buffers[1], column.offset * width, n * width)
+                self._pixels.append(data.reshape(n, width))
+            else:
+                offsets = np.frombuffer(buffers[1], dtype=np.int32, count=n + 1, offset=4 * column.offset)
+                self._encoded.append((offsets, _as_uint8(buffers[2], 0, None)))
+
+    def __len__(self) -> int:
+        return self.info.samples
+
+    def _locate(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(record batch, row within it) of each row."""
+        chunk = np.searchsorted(self._starts, rows, side="right") - 1
+        return chunk, rows - self._starts[chunk]
+
+    def take_pixels(self, rows: np.ndarray, out: np.ndarray) -> None:
+        """Copy pixel rows (checked to be in range) into ``out``, one copy per row."""
+        chunk, local = self._locate(rows)
+        if chunk[0] == chunk[-1] and (chunk == chunk[0]).all():
+            # mode="clip" skips numpy's buffering of out= (rows are already in range).
+            np.take(self._pixels[int(chunk[0])], local, axis=0, out=out, mode="clip")
+            return
+        views = self._pixels
+        for j, (c, r) in enumerate(zip(chunk.tolist(), local.tolist())):
+            out[j] = views[c][r]
+
+    @property
+    def pixel_segments(self) -> tuple[np.ndarray, list[np.ndarray]]:
+        """(first row of each record batch, its pixels as a ``rows x 3*H*W`` view)."""
+        return self._starts[:-1], self._pixels
+
+    def pixel_row(self, row: int) -> np.ndarray:
+        """A read-only view of one row's pixels (flat, ``3*H*W`` bytes)."""
+        if len(self._pixels) == 1:
+            return self._pixels[0][row]
+        chunk = bisect.bisect_right(self._start_list, row) - 1
+        return self._pixels[chunk][row - self._start_list[chunk]]
+
+    def encoded(self, row: int) -> np.ndarray:
+        """A read-only view of one row's encoded bytes."""
+        if len(self._encoded) == 1:
+            offsets, data = self._encoded[0]
+            return data[offsets[row] : offsets[row + 1]]
+        chunk = bisect.bisect_right(self._start_list, row) - 1
+        offsets, data = self._encoded[chunk]
+        r = row - self._start_list[chunk]
+        return data[offsets[r] : offsets[r + 1]]
+
+    def origin(self, row: int) -> tuple[str, str]:
+        """``(source, file)`` of a row (both columns are read once, on first use)."""
+        if self._origins is None:
+            self._origins = (self.column("source"), self.column("file"))
+        return self._origins[0][row], self._origins[1][row]
+
+    def crc32(self) -> np.ndarray:
+        """Every row's recorded CRC-32 of its image bytes (``uint32``)."""
+        return self._crc32
+
+    def image_bytes(self, row: int) -> np.ndarray:
+        """A read-only view of one row's image bytes, whatever the store."""
+        return self.pixel_row(row) if self._pixels else self.encoded(row)
+
+    def encoded_sizes(self) -> np.ndarray:
+        """Bytes of every row's encoded image."""
+        return np.concatenate([np.diff(offsets) for offsets, _ in self._encoded]).astype(np.int64)
+
+    def column(self, name: str) -> list[Any]:
+        """A whole string column (``"key"``, ``"source"`` or ``"file"``) as Python strings."""
+        return [value for batch in self._batches for value in batch.column(name).to_pylist()]
+
+    def value(self, name: str, row: int) -> Any:
+        """One cell of a column."""
+        chunk, local = self._locate(np.asarray([row]))
+        return self._batches[int(chunk[0])].column(name)[int(local[0])].as_py()
+
+    def close(self) -> None:
+        """Drop the views and unmap the file."""
+        self._pixels, self._encoded, self._batches = [], [], []
+        self._mmap.close()
+
+
+def _as_uint8(buffer: pa.Buffer | None, offset: int, count: int | None) -> np.ndarray:
+    if buffer is None:
+        return np.zeros(0, dtype=np.uint8)
+    return np.frombuffer(buffer, dtype=np.uint8, count=-1 if count is None else count, offset=offset)
+
+
+def _short(exc: BaseException) -> str:
+    text = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    return text if len(text) <= 160 else text[:157] + "..."
+
+
+class ShardSet:
+    """The shards of one split of a shard set, read a batch of rows at a time.
+
+    Opening reads and checks the manifest and compares every shard's size on disk with
+    it (cheap: no data is read); a missing, truncated or grown shard raises
+    :class:`ShardError` at once. Shard files are memory-mapped on first use, in the
+    process that uses them.
+
+    Args:
+        root: the shard set folder.
+        split: which split to read.
+
+    Raises:
+        ShardError: the manifest or a shard is missing, damaged or edited.
+        ConfigError: the set has no such split.
+    """
+
+    def __init__(self, root: str | os.PathLike[str], split: str = "train") -> None:
+        self.root = Path(root)
+        self.split = split
+        self.manifest = Manifest.load(self.root)
+        self.infos = self.manifest.shards_of(split)
+        self.schema = shard_schema(self.manifest.store, self.manifest.image_size)
+        self.starts = np.cumsum([0] + [info.samples for info in self.infos])
+        self.crops = {s.name: s.crop for s in self.manifest.sources}
+        self.row_bytes = image_row_bytes(self.manifest.image_size) if self.manifest.store == "pixels" else 0  # type: ignore[arg-type]
+        self._lock = threading.Lock()
+        self._reset()
+        self.check_sizes()
+
+    def _reset(self) -> None:
+        self._files: list[ShardFile | None] = [None] * len(self.infos)
+        self._segment_starts: np.ndarray | None = None
+        self._segment_views: list[np.ndarray] = []
+        self._labels: np.ndarray | None = None
+
+    def check_sizes(self) -> None:
+        """Compare every shard's size on disk with the manifest (no data is read)."""
+        for info in self.infos:
+            try:
+                size = (self.root / info.name).stat().st_size
+            except FileNotFoundError:
+                raise ShardError(f"shard {info.name}: file is missing; {repair_hint(self.root)}") from None
+            except OSError as exc:
+                raise ShardError(f"shard {info.name}: cannot read ({exc.strerror}); {repair_hint(self.root)}") from None
+            if size != info.bytes:
+                raise ShardError(
+                    f"shard {info.name}: {size} bytes on disk, the manifest says {info.bytes} "
+                    f"(truncated or changed); {repair_hint(self.root)}"
+                )
+
+    def __len__(self) -> int:
+        return int(self.starts[-1])
+
+    def file(self, shard: int) -> ShardFile:
+        """Shard number ``shard`` of this split, opened (and checked) on first use."""
+        opened = self._files[shard]
+        if opened is None:
+            with self._lock:
+                opened = self._files[shard]
+                if opened is None:
+                    opened = ShardFile(self.root, self.infos[shard], self.schema, len(self.manifest.classes))
+                    self._files[shard] = opened
+        return opened
+
+    def locate(self, indices: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(shard number, row within the shard) of each sample index.
+
+        Raises:
+            IndexError: an index is outside ``0 .. len - 1``.
+        """
+        n = len(self)
+        if len(indices) and (indices.min() < 0 or indices.max() >= n):
+            bad = int(indices[(indices < 0) | (indices >= n)][0])
+            raise IndexError(f"sample index {bad} is out of range for split {self.split!r} of {n} samples")
+        shard = np.searchsorted(self.starts, indices, side="right") - 1
+        return shard, indices - self.starts[shard]
+
+    def _one_shard(self, indices: np.ndarray) -> tuple[int, np.ndarray] | None:
+        """``(shard, rows)`` when every index is in one shard (sequential reading), else None."""
+        shard, rows = self.locate(indices)
+        if len(indices) and shard[0] == shard[-1] and (shard == shard[0]).all():
+            return int(shard[0]), rows
+        return None
+
+    def _open_all(self) -> None:
+        """Open every shard and lay their record batches end to end (for random reads)."""
+        if self._segment_starts is not None:
+            return
+        starts, views, labels = [], [], []
+        for s in range(len(self.infos)):
+            opened = self.file(s)
+            first_rows, pixels = opened.pixel_segments
+            if pixels:
+                starts.extend((first_rows + self.starts[s]).tolist())
+                views.extend(pixels)
+            labels.append(opened.labels)
+        self._labels = np.concatenate(labels)
+        self._segment_views = views
+        self._segment_starts = np.asarray(starts, dtype=np.int64)
+
+    def read_labels(self, indices: np.ndarray) -> np.ndarray:
+        """The labels of the given samples (``int64``)."""
+        one = self._one_shard(indices)
+        if one is not None:
+            return self.file(one[0]).labels[one[1]]
+        if len(indices) == 0:
+            return np.zeros(0, dtype=np.int64)
+        self._open_all()
+        return self._labels[indices]  # type: ignore[index]
+
+    def read_pixels(self, indices: np.ndarray, out: np.ndarray) -> None:
+        """Copy the pixel rows of the given samples into ``out`` (``len(indices) x 3*H*W`` uint8)."""
+        if not self.row_bytes:
+            raise ConfigError("this shard set stores encoded images; decode them with read_encoded")
+        one = self._one_shard(indices)
+        if one is not None:
+            self.file(one[0]).take_pixels(one[1], out)
+            return
+        if len(indices) == 0:
+            return
+        # Rows from many shards: one copy per row, straight into the batch (a vectorised
+        # gather would need a temporary and a second copy).
+        self._open_all()
+        segment = np.searchsorted(self._segment_starts, indices, side="right") - 1  # type: ignore[arg-type]
+        local = indices - self._segment_starts[segment]  # type: ignore[index]
+        views = self._segment_views
+        for j, (s, r) in enumerate(zip(segment.tolist(), local.tolist())):
+            out[j] = views[s][r]
+
+    def decode(self, shard: int, row: int, resized: bool = True) -> torch.Tensor:
+        """Row ``row`` of shard number ``shard``, decoded, cropped and (``resized``) resized to the set's image size.
+
+        Raises:
+            DecodeError: the image does not decode (the message names shard, row and file).
+            ShardError: the row names a source the manifest does not list.
+        """
+        opened = self.file(shard)
+        source, file = opened.origin(row)
+        if source not in self.crops:
+            raise ShardError(
+                f"shard {opened.info.name} row {row}: source {source!r} is not in the manifest; {repair_hint(self.root)}"
+            )
+        data = opened.encoded(row)
+        name = f"shard {opened.info.name} row {row}: {source}/{file}"
+        # Check the bytes before a decoder sees them: damaged bytes are an error here, not a
+        # crash in the image library (torchvision's PNG decoder segfaults on some).
+        if zlib.crc32(data) != int(opened.crc32()[row]):
+            raise DecodeError(f"{name}: image bytes do not match their CRC-32 (the shard is damaged); {repair_hint(self.root)}")
+        image = decode_sample(data, name, self.crops[source])
+        return resize(image, self.manifest.image_size) if resized else image
+
+    def read_encoded(self, index: int) -> tuple[np.ndarray, int, int]:
+        """One sample's encoded bytes (a read-only view), its shard number and its row."""
+        shard, rows = self.locate(np.asarray([index], dtype=np.int64))
+        s, r = int(shard[0]), int(rows[0])
+        return self.file(s).encoded(r), s, r
+
+    def row_info(self, index: int) -> dict[str, Any]:
+        """Where sample ``index`` is and where it came from: shard, row, key, source, file, label."""
+        shard, rows = self.locate(np.asarray([index], dtype=np.int64))
+        s, r = int(shard[0]), int(rows[0])
+        opened = self.file(s)
+        source, file = opened.origin(r)
+        return {
+            "shard": self.infos[s].name,
+            "row": r,
+            "key": opened.value("key", r),
+            "source": source,
+            "file": file,
+            "label": int(opened.labels[r]),
+        }
+
+    def all_labels(self) -> np.ndarray:
+        """Every sample's label, in order (opens every shard of the split)."""
+        self._open_all()
+        return self._labels  # type: ignore[return-value]
+
+    def close(self) -> None:
+        """Unmap every open shard."""
+        files = self._files
+        self._reset()
+        for opened in files:
+            if opened is not None:
+                opened.close()
+
+    def __getstate__(self) -> dict[str, Any]:
+        # Memory maps do not cross processes: the copy reopens the files where it runs.
+        state = {k: v for k, v in self.__dict__.items() if k not in ("_lock", "_files", "_segment_starts", "_segment_views", "_labels")}
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._lock = threading.Lock()
+        self._reset()

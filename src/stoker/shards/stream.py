@@ -1,0 +1,211 @@
+"""``ShardStream``: an iterable torch Dataset over a shard set — shard order shuffled, then a buffer.
+
+Each epoch, the shards of the split are put in a seeded random order and their rows laid
+end to end. That sequence is cut into ``world_size x num_workers`` contiguous, nearly
+equal pieces, one per (rank, worker): rank ``r``'s worker ``w`` reads piece
+``r * num_workers + w``. Every sample is in exactly one piece, so each is read exactly
+once per epoch, and the ranks' shares differ by at most one sample. Each reader then
+shuffles its piece through a buffer of ``shuffle_buffer`` rows, so its reads stay within
+a window of the files (good for a page cache or a disk that is larger than memory).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import numpy as np
+import torch
+from torch.utils.data import IterableDataset, get_worker_info
+
+from stoker.errors import ConfigError
+from stoker.loading.collate import collate
+from stoker.shards.dataset import ShardDataset
+from stoker.sources.dataset import OnError, Skipped
+
+__all__ = ["ShardStream", "stream_order"]
+
+
+def _placement_from_torch() -> tuple[int, int] | None:
+    if torch.distributed.is_available() and torch.distributed.is_initialized():
+        return torch.distributed.get_rank(), torch.distributed.get_world_size()
+    return None
+
+
+def _buffer_shuffle(rows: np.ndarray, buffer: int, rng: np.random.Generator) -> np.ndarray:
+    """The order a shuffle buffer of ``buffer`` items gives ``rows``."""
+    if buffer <= 1 or len(rows) <= 1:
+        return rows
+    if buffer >= len(rows):
+        return rows[rng.permutation(len(rows))]
+    items = rows.tolist()
+    pool = items[:buffer]
+    picks = rng.integers(0, buffer, len(items) - buffer).tolist()
+    out = []
+    for pick, incoming in zip(picks, items[buffer:]):
+        out.append(pool[pick])
+        pool[pick] = incoming
+    tail = np.asarray(pool, dtype=np.int64)[rng.permutation(buffer)]
+    return np.concatenate([np.asarray(out, dtype=np.int64), tail])
+
+
+def stream_order(
+    shard_sizes: list[int] | np.ndarray,
+    *,
+    seed: int,
+    epoch: int,
+    shuffle: bool,
+    shuffle_buffer: int,
+    rank: int,
+    world_size: int,
+    worker: int,
+    num_workers: int,
+) -> np.ndarray:
+    """The sample indices one (rank, worker) reads in one epoch, in the order it reads them.
+
+    Args:
+        shard_sizes: samples in each shard of the split, in manifest order.
+        seed, epoch: fix the shard order and the buffer's draws.
+        shuffle: shuffle the shard order and run the buffer; False reads in order.
+        shuffle_buffer: rows in the shuffle buffer.
+        rank, world_size, worker, num_workers: which piece of the epoch to read.
+
+    Returns:
+        ``int64`` sample indices (into the split, as :class:`ShardDataset` numbers them).
+
+    Example:
+        >>> order = [stream_order([3, 3], seed=0, epoch=0, shuffle=True, shuffle_buffer=4,
+        ...                       rank=0, world_size=1, worker=w, num_workers=2) for w in (0, 1)]
+        >>> sorted(np.concatenate(order).tolist())
+        [0, 1, 2, 3, 4, 5]
+    """
+    for name, index, count in (("rank", rank, world_size), ("worker", worker, num_workers)):
+        if not (0 <= index < count):
+            raise ConfigError(f"{name}={index} is out of range for {count}; expected 0 <= {name} < {count}")
+    sizes = np.asarray(shard_sizes, dtype=np.int64)
+    starts = np.concatenate([[0], np.cumsum(sizes)])
+    total = int(starts[-1])
+    rng = np.random.default_rng([seed & 0xFFFFFFFF, epoch & 0xFFFFFFFF, 0])
+    shard_order = rng.permutation(len(sizes)) if shuffle else np.arange(len(sizes))
+    # Position of each shard's first row in this epoch's sequence.
+    ordered_starts = np.concatenate([[0], np.cumsum(sizes[shard_order])])
+    consumers = world_size * num_workers
+    me = rank * num_workers + worker
+    lo, hi = total * me // consumers, total * (me + 1) // consumers
+    pieces = []
+    first = int(np.searchsorted(ordered_starts, lo, side="right")) - 1
+    for k in range(max(first, 0), len(shard_order)):
+        begin, end = int(ordered_starts[k]), int(ordered_starts[k + 1])
+        if begin >= hi:
+            break
+        a, b = max(begin, lo), min(end, hi)
+        if a < b:
+            shard = int(shard_order[k])
+            pieces.append(np.arange(starts[shard] + a - begin, starts[shard] + b - begin, dtype=np.int64))
+    mine = np.concatenate(pieces) if pieces else np.zeros(0, dtype=np.int64)
+    if not shuffle:
+        return mine
+    return _buffer_shuffle(mine, shuffle_buffer, np.random.default_rng([seed & 0xFFFFFFFF, epoch & 0xFFFFFFFF, me + 1]))
+
+
+class ShardStream(IterableDataset):
+    """An iterable torch Dataset over one split of a shard set: every sample once per epoch.
+
+    Use it where an iterable data set is wanted (streaming-style training, several
+    ranks); for an exact global shuffle use the map-style :class:`ShardDataset`. Under
+    DataLoader workers and ``torch.distributed`` ranks each reader takes its own piece of
+    the epoch (see the module docs). The epoch number (from :meth:`set_epoch`, which
+    stoker's loader calls) lives in shared memory, so persistent workers follow it.
+
+    Args:
+        root: the folder ``stoker pack`` wrote.
+        split: which split to read.
+        transform: applied to each uint8 CHW image tensor.
+        shuffle: shuffle shard order and rows each epoch (default True).
+        shuffle_buffer: rows in each reader's shuffle buffer.
+        seed: base seed of the shuffle.
+        rank, world_size: this process's place among ranks; default: from
+            ``torch.distributed`` when it is initialised, else one rank.
+        on_error: ``"raise"`` or ``"skip"`` samples that fail to decode.
+        read_rows: rows gathered per read (one call per this many samples).
+
+    Example:
+        >>> stream = ShardStream("packed", split="train", shuffle_buffer=10_000)  # doctest: +SKIP
+        >>> loader = make_loader(stream, batch_size=256, num_workers=2)  # doctest: +SKIP
+    """
+
+    def __init__(
+        self,
+        root: str | os.PathLike[str],
+        split: str = "train",
+        transform: Callable[[torch.Tensor], Any] | None = None,
+        *,
+        shuffle: bool = True,
+        shuffle_buffer: int = 10_000,
+        seed: int = 0,
+        rank: int | None = None,
+        world_size: int | None = None,
+        on_error: OnError = "raise",
+        read_rows: int = 256,
+    ) -> None:
+        if shuffle_buffer < 1 or read_rows < 1:
+            raise ConfigError(f"shuffle_buffer and read_rows must be >= 1, got {shuffle_buffer} and {read_rows}")
+        if (rank is None) != (world_size is None):
+            raise ConfigError("give rank and world_size together, or neither")
+        if rank is not None and world_size is not None and not 0 <= rank < world_size:
+            raise ConfigError(f"rank={rank} is out of range for world_size={world_size}")
+        self.dataset = ShardDataset(root, split, transform, on_error)
+        self.shuffle = shuffle
+        self.shuffle_buffer = shuffle_buffer
+        self.seed = seed
+        self.read_rows = read_rows
+        self._placement = (rank, world_size) if rank is not None else None
+        self._epoch = torch.zeros((), dtype=torch.int64).share_memory_()
+
+    @property
+    def epoch(self) -> int:
+        """The epoch the next iteration reads."""
+        return int(self._epoch)
+
+    def set_epoch(self, epoch: int) -> None:
+        """Fix the epoch the next iteration reads (its shard order and buffer draws)."""
+        self._epoch.fill_(int(epoch))
+
+    def placement(self) -> tuple[int, int, int, int]:
+        """``(rank, world_size, worker, num_workers)`` of the current process."""
+        rank, world_size = self._placement or _placement_from_torch() or (0, 1)
+        info = get_worker_info()
+        return (rank, world_size, 0, 1) if info is None else (rank, world_size, info.id, info.num_workers)
+
+    def order(self, rank: int = 0, world_size: int = 1, worker: int = 0, num_workers: int = 1) -> np.ndarray:
+        """The sample indices a (rank, worker) reads this epoch, in order (see :func:`stream_order`)."""
+        return stream_order(
+            [info.samples for info in self.dataset.shards.infos],
+            seed=self.seed,
+            epoch=self.epoch,
+            shuffle=self.shuffle,
+            shuffle_buffer=self.shuffle_buffer,
+            rank=rank,
+            world_size=world_size,
+            worker=worker,
+            num_workers=num_workers,
+        )
+
+    def __iter__(self) -> Iterator[tuple[Any, int] | Skipped]:
+        rows = self.order(*self.placement())
+        for start in range(0, len(rows), self.read_rows):
+            batch = self.dataset.__getitems__(rows[start : start + self.read_rows])
+            yield from batch.skipped
+            yield from batch
+
+    def __len__(self) -> int:
+        """Samples this rank reads per epoch (all its workers together)."""
+        rank, world_size, _, _ = self.placement()
+        total = len(self.dataset)
+        return total * (rank + 1) // world_size - total * rank // world_size
+
+    collate_fn = staticmethod(collate)
+
+    def __repr__(self) -> str:
+        return f"ShardStream({self.dataset.root!r}, split={self.dataset.split!r}: {len(self.dataset)} samples)"

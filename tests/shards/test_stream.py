@@ -1,0 +1,108 @@
+"""ShardStream: every sample exactly once per epoch, for any workers x ranks; order follows the epoch."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from stoker.errors import ConfigError
+from stoker.loading import make_loader
+from stoker.shards import ShardStream, stream_order
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    sizes=st.lists(st.integers(min_value=1, max_value=30), min_size=1, max_size=8),
+    world_size=st.integers(min_value=1, max_value=4),
+    num_workers=st.integers(min_value=1, max_value=4),
+    buffer=st.integers(min_value=1, max_value=50),
+    shuffle=st.booleans(),
+    seed=st.integers(min_value=0, max_value=2**40),
+    epoch=st.integers(min_value=0, max_value=1000),
+)
+def test_every_sample_exactly_once_for_any_workers_and_ranks(
+    sizes: list[int], world_size: int, num_workers: int, buffer: int, shuffle: bool, seed: int, epoch: int
+) -> None:
+    total = sum(sizes)
+    per_rank = []
+    everything = []
+    for rank in range(world_size):
+        mine = [
+            stream_order(sizes, seed=seed, epoch=epoch, shuffle=shuffle, shuffle_buffer=buffer,
+                         rank=rank, world_size=world_size, worker=w, num_workers=num_workers)
+            for w in range(num_workers)
+        ]
+        per_rank.append(sum(len(m) for m in mine))
+        everything.extend(np.concatenate(mine).tolist())
+    assert sorted(everything) == list(range(total))
+    assert max(per_rank) - min(per_rank) <= 1  # ranks get equal shares (DDP needs it)
+
+
+def test_shard_order_and_rows_change_with_the_epoch_and_not_otherwise() -> None:
+    kwargs = dict(seed=7, shuffle=True, shuffle_buffer=16, rank=0, world_size=1, worker=0, num_workers=1)
+    first = stream_order([50, 50, 50], epoch=0, **kwargs)  # type: ignore[arg-type]
+    assert np.array_equal(first, stream_order([50, 50, 50], epoch=0, **kwargs))  # type: ignore[arg-type]
+    assert not np.array_equal(first, stream_order([50, 50, 50], epoch=1, **kwargs))  # type: ignore[arg-type]
+    assert not np.array_equal(first, np.arange(150))
+    # A buffer keeps reads local: no row leaves its shard's neighbourhood by much.
+    assert np.array_equal(stream_order([5, 5], epoch=0, **{**kwargs, "shuffle": False}), np.arange(10))  # type: ignore[arg-type]
+    with pytest.raises(ConfigError):
+        stream_order([5], epoch=0, **{**kwargs, "rank": 1})  # type: ignore[arg-type]
+
+
+@pytest.fixture()
+def unique_labels(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A pixel shard set where every sample has its own label (so a label names a sample)."""
+    from stoker.shards import pack
+    from stoker.sources import FileDataset
+    from stoker.sources.detect import open_splits
+
+    root = tmp_path_factory.mktemp("uniq-src")
+    from PIL import Image
+
+    for i in range(23):
+        (root / f"{i:02d}").mkdir()
+        Image.new("RGB", (4, 4), (i, 0, 0)).save(root / f"{i:02d}" / "x.png")
+    out = tmp_path_factory.mktemp("uniq")
+    ds: FileDataset = open_splits([root])["train"]
+    pack(ds, out, store="pixels", shard_samples=5, progress=False, workers=0)
+    return out
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_loader_epochs_see_every_sample_once_in_a_new_order(unique_labels: Path, workers: int) -> None:
+    stream = ShardStream(unique_labels, shuffle_buffer=4, seed=1)
+    loader = make_loader(stream, batch_size=4, num_workers=workers, device="cpu", persistent_workers=workers > 0)
+    orders = []
+    for _ in range(2):
+        labels = torch.cat([batch[1] for batch in loader]).tolist()
+        assert sorted(labels) == list(range(23))
+        orders.append(labels)
+    assert orders[0] != orders[1]  # the loader advanced the epoch, persistent workers followed
+
+
+def test_explicit_ranks_split_the_epoch(unique_labels: Path) -> None:
+    parts = [ShardStream(unique_labels, rank=r, world_size=3, seed=2) for r in range(3)]
+    seen = [[label for _, label in part] for part in parts]
+    assert sorted(sum(seen, [])) == list(range(23))
+    assert [len(s) for s in seen] == [len(p) for p in parts] and sum(len(p) for p in parts) == 23
+    with pytest.raises(ConfigError):
+        ShardStream(unique_labels, rank=3, world_size=3)
+    with pytest.raises(ConfigError):
+        ShardStream(unique_labels, rank=0)
+
+
+def test_set_epoch_reaches_copies(unique_labels: Path, packed: Callable[..., Path]) -> None:
+    import pickle
+
+    stream = ShardStream(unique_labels)
+    copy = pickle.loads(pickle.dumps(stream))
+    stream.set_epoch(5)
+    assert stream.epoch == 5
+    assert copy.epoch in (0, 5)  # a plain pickle copies; DataLoader workers share (see the loader test)
