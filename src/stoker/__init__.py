@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from importlib.metadata import PackageNotFoundError, version
 
+from stoker.bench import bench, shuffle_quality, tune
 from stoker.errors import (
     CheckpointError,
     ConfigError,
@@ -23,6 +24,7 @@ from stoker.errors import (
 )
 from stoker.loading import Loader, make_loader
 from stoker.pipes import Pipe, register_stage
+from stoker.shards import Manifest, ShardDataset, pack, verify
 from stoker.sources import (
     ClassFolderDataset,
     FileDataset,
@@ -32,6 +34,7 @@ from stoker.sources import (
     Source,
     concat,
 )
+from stoker.train import Scenario, fit
 
 try:
     __version__ = version("stoker")
@@ -49,15 +52,24 @@ __all__ = [
     "LabelError",
     "LabelFileDataset",
     "Loader",
+    "Manifest",
     "MissingFileError",
     "Pipe",
     "SampleIndex",
+    "Scenario",
+    "ShardDataset",
     "ShardError",
     "Source",
     "StokerError",
     "TrainingError",
     "__version__",
+    "bench",
     "concat",
+    "fit",
     "make_loader",
+    "pack",
     "register_stage",
+    "shuffle_quality",
+    "tune",
+    "verify",
 ]

@@ -97,3 +97,12 @@ def test_encoded_without_size_reads_each_file_at_its_size(packed: Callable[..., 
     assert ds.image_size is None
     image, _ = ds[0]
     assert tuple(image.shape) == (3, 12, 10)
+
+
+def test_loader_defaults_follow_the_storage_mode(packed: Callable[..., Path]) -> None:
+    pixels = ShardDataset(packed(store="pixels", size=(8, 8), shard_samples=7, valid=0.25))
+    assert pixels.loader_defaults == {"backend": "process", "num_workers": 0}
+    encoded = ShardDataset(packed(store="encoded", shard_samples=7))
+    assert encoded.loader_defaults["num_workers"] >= 1
+    images, _ = next(iter(make_loader(pixels, batch_size=4, device="cpu", **pixels.loader_defaults)))
+    assert images.shape == (4, 3, 8, 8)

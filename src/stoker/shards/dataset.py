@@ -182,9 +182,21 @@ class ShardDataset(Dataset):
         return self.shards.all_labels()
 
     @property
-    def default_backend(self) -> str:
-        """The loader backend that measured fastest for this storage mode (see the benchmark)."""
-        return "thread" if self.store == "pixels" else "process"
+    def loader_defaults(self) -> dict[str, Any]:
+        """The loader settings that measured fastest for this storage mode (``benchmarks/bench_shards.py``).
+
+        Pixel shards are read fastest in the training process itself (``num_workers=0``):
+        a batch is one gather from the memory-mapped files, and shipping it from a worker
+        process costs several times more than reading it. Encoded shards are decoded
+        fastest by worker processes, one per core.
+
+        Example:
+            >>> loader = make_loader(ds, batch_size=256, **ds.loader_defaults)  # doctest: +SKIP
+        """
+        if self.store == "pixels":
+            return {"backend": "process", "num_workers": 0}
+        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+        return {"backend": "process", "num_workers": min(4, cores)}
 
     def trace(self, i: int) -> dict[str, Any]:
         """Where sample ``i`` lives and came from: shard, row, key, source, file, label."""

@@ -111,7 +111,8 @@ def _open_shards(cfg: DataConfig, transform: Any, seed: int) -> TrainData:
     train = ShardDataset(root, "train", on_error=cfg.on_error)  # type: ignore[arg-type]
     if transform is not None and train.image_size != cfg.image_size:
         train.transform = transform  # resize only what the shard set does not already store at this size
-    base = TrainData(train, train, train.num_classes, "", collate_shard_batch, train.default_backend)
+    backend = getattr(train, "loader_defaults", {}).get("backend", "process")  # what measured fastest
+    base = TrainData(train, train, train.num_classes, "", collate_shard_batch, backend)
     if "valid" in train.manifest.splits:
         base.valid = ShardDataset(root, "valid", transform=train.transform, on_error=cfg.on_error)  # type: ignore[arg-type]
     else:
