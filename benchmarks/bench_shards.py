@@ -11,12 +11,15 @@ and times every way of loading them at batch 256, output uint8 3x112x112, on the
 each in-process (0 workers), with worker processes and with threads. In the same run it
 measures the limits no loader can beat: the decode limit (one core's decode + crop +
 resize rate of this data, times the cores a method uses) and the memory-copy rate
-(single-core ``copy_`` of a 64 MiB buffer, as bytes of a batch per second).
+(single-core ``copy_`` of a 64 MiB buffer, as bytes of a batch per second). Each limit is
+measured again right before the method it bounds, so a busy moment on a shared machine
+lowers both. The CPU-efficiency column (CPU time the images need at the one-core limit
+over the CPU time the method used) does not depend on other load at all.
 
 Run::
 
-    python benchmarks/bench_shards.py --n 20000 --out /tmp/stoker-bench
-    python benchmarks/bench_shards.py --quick   # 2,000 images, short timings
+    python benchmarks/bench_shards.py --n 20000
+    python benchmarks/bench_shards.py --quick   # 2,000 images, 3 s per method
 
 The data is generated (and packed) once per ``--out`` folder and reused. All files are in
 the page cache when timed (they were just written), so storage speed is not measured.
@@ -28,6 +31,7 @@ import argparse
 import functools
 import os
 import sys
+import tempfile
 import time
 import warnings
 from collections.abc import Callable
@@ -99,8 +103,8 @@ def file_dataset(kind: str, root: Path) -> FileDataset:
 
 
 def decode_rate(dataset: FileDataset, seconds: float) -> float:
-    """Images per second one core decodes, crops and resizes (files already read)."""
-    rows = np.random.default_rng(0).permutation(len(dataset))[:64]
+    """Images per second one core decodes, crops and resizes (512 files, already read)."""
+    rows = np.random.default_rng(0).permutation(len(dataset))[:512]
     blobs = [(dataset.read_bytes(int(i)), str(dataset.index.paths[i]), dataset.index.crop_of(int(i))) for i in rows]
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
@@ -109,7 +113,9 @@ def decode_rate(dataset: FileDataset, seconds: float) -> float:
         while (elapsed := time.perf_counter() - start) < seconds or done < 64:
             for data, name, box in blobs:
                 resize(decode_sample(data, name, box), SIZE)
-            done += len(blobs)
+                done += 1
+                if done % 64 == 0 and time.perf_counter() - start >= seconds:
+                    break
     finally:
         torch.set_num_threads(threads)
     return done / elapsed
@@ -280,22 +286,32 @@ def table(results: list[Result], limits: dict[str, dict[str, float]]) -> str:
 
 
 def verdict(results: list[Result]) -> str:
+    """The issue's targets, each marked met or not, from this run's numbers."""
+
+    def mark(ok: bool) -> str:
+        return "met" if ok else "NOT met"
+
+    def where(r: Result) -> str:
+        return "in-process" if r.workers == 0 else f"{r.backend}, {r.workers} workers"
+
     out = []
     for data in dict.fromkeys(r.data for r in results):
         rows = [r for r in results if r.data == data]
         base = next(r.img_per_s for r in rows if r.method == "files" and r.backend == "process" and r.workers > 0)
-        enc = max((r for r in rows if r.method == "encoded shards"), key=lambda r: r.img_per_s / r.limit_img_per_s)
-        pix = max((r for r in rows if r.method == "pixels shards"), key=lambda r: r.img_per_s)
-        enc_ok = enc.img_per_s >= 0.9 * enc.limit_img_per_s
-        pix_copy_ok = pix.img_per_s >= 0.6 * pix.limit_img_per_s
-        pix_files_ok = pix.img_per_s >= 20 * base
-        out.append(
-            f"- {data}: encoded best {enc.img_per_s / enc.limit_img_per_s:.0%} of its decode limit "
-            f"({enc.backend}, {enc.workers} workers) -> target >= 90%: {'met' if enc_ok else 'NOT met'}; "
-            f"pixels best {pix.img_per_s / pix.limit_img_per_s:.0%} of memcpy ({'in-process' if pix.workers == 0 else pix.backend}, "
-            f"{pix.workers} workers) -> target >= 60%: {'met' if pix_copy_ok else 'NOT met'}; "
-            f"{pix.img_per_s / base:.0f}x plain files with 2 workers -> target >= 20x: {'met' if pix_files_ok else 'NOT met'}"
-        )
+        encoded = [r for r in rows if r.method == "encoded shards"]
+        single = max((r for r in encoded if r.workers <= 1), key=lambda r: r.img_per_s / r.limit_img_per_s)
+        multi = max((r for r in encoded if r.workers > 1), key=lambda r: r.img_per_s / r.limit_img_per_s)
+        pix = max((r for r in rows if r.method == "pixels shards"), key=lambda r: r.img_per_s / r.limit_img_per_s)
+        fastest = max((r for r in rows if r.method == "pixels shards"), key=lambda r: r.img_per_s)
+        for r, limit in ((single, 0.9), (multi, 0.9)):
+            share = r.img_per_s / r.limit_img_per_s
+            out.append(f"- {data}: encoded shards, {where(r)}: {share:.0%} of {r.limit_name} "
+                       f"(CPU efficiency {r.cpu_efficiency:.0%}); target >= 90%: {mark(share >= limit)}")
+        share = pix.img_per_s / pix.limit_img_per_s
+        out.append(f"- {data}: pixels shards, {where(pix)}: {share:.0%} of memcpy; target >= 60%: {mark(share >= 0.6)}")
+        out.append(f"- {data}: pixels shards, {where(fastest)}: {fastest.img_per_s / base:.0f}x plain files with "
+                   f"{next(r.workers for r in rows if r.method == 'files' and r.workers > 0)} worker processes; "
+                   f"target >= 20x: {mark(fastest.img_per_s >= 20 * base)}")
     return "\n".join(out)
 
 
@@ -305,7 +321,8 @@ def main() -> None:
     parser.add_argument("--classes", type=int, default=100, help="classes per data set")
     parser.add_argument("--seconds", type=float, default=8.0, help="seconds each method is timed (at most one epoch)")
     parser.add_argument("--quick", action="store_true", help="2,000 images and 3 s per method")
-    parser.add_argument("--out", type=Path, default=Path("stoker-bench-shards"), help="working folder (data is reused)")
+    parser.add_argument("--out", type=Path, default=Path(tempfile.gettempdir()) / "stoker-bench-shards",
+                        help="working folder; its data is reused by later runs (default: a folder in the temp dir)")
     parser.add_argument("--only", choices=["digiface", "celeba"], help="run one data set only")
     args = parser.parse_args()
     n, seconds = (2_000, 3.0) if args.quick else (args.n, args.seconds)

@@ -127,7 +127,7 @@ def test_loader_settings_from_tune_feed_the_data_table(tmp_path: Path, folders: 
     cfg = load_config(None, values=_loader_settings(settings))
     assert (cfg.data.workers, cfg.data.backend, cfg.data.prefetch_factor) == (3, "thread", 4)
     settings.write_text("[data]\nworkers = 'many'\n")
-    result = CliRunner().invoke(train, [str(_config(tmp_path, folders)), "--loader", str(settings)])
+    result = CliRunner().invoke(train, [str(_config(tmp_path, folders)), "--loader-config", str(settings)])
     assert isinstance(result.exception, ConfigError) and "data.workers must be a whole number" in str(result.exception)
 
 

@@ -42,7 +42,7 @@ last.pt (every epoch), best.pt (best valid accuracy) and curves.png.
 @click.option("--patience", type=int, help="run.patience: epochs without a better valid accuracy before stopping.")
 @click.option("--resume", is_flag=True, default=None, help="run.resume: continue the run --name from its last.pt.")
 @click.option("--no-progress", is_flag=True, help="Hide progress bars (run.progress = false).")
-@click.option("--loader", "loader_file", type=click.Path(dir_okay=False, path_type=Path), metavar="FILE",
+@click.option("--loader-config", "--loader", "loader_file", type=click.Path(dir_okay=False, path_type=Path), metavar="FILE",
               help="Loader settings from `stoker tune --out FILE` (its [data] table); flags still win.")
 @click.option("--set", "assignments", multiple=True, metavar="TABLE.KEY=VALUE",
               help="Set any config key, e.g. --set optim.scheduler=cosine (value read as TOML, else text).")

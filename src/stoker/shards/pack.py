@@ -17,7 +17,6 @@ interruptions: the same arguments give byte-identical shards and manifest.
 
 from __future__ import annotations
 
-import hashlib
 import multiprocessing
 import os
 import sys
@@ -29,24 +28,16 @@ from pathlib import Path
 from typing import Any, Union
 
 import numpy as np
-import pyarrow as pa
 import torch
 from tqdm import tqdm
 
 from stoker.decode import Box, resize
-from stoker.errors import ConfigError, DataError, ShardError
+from stoker.errors import ConfigError, DataError
 from stoker.shards.dataset import ShardDataset
-from stoker.shards.format import (
-    MANIFEST_NAME,
-    PLAN_NAME,
-    SHARD_SUFFIX,
-    STORES,
-    TMP_SUFFIX,
-    check_split_name,
-    shard_schema,
-)
+from stoker.shards.format import PLAN_NAME, STORES, check_split_name, shard_schema
+from stoker.shards.claim import claim, reuse_finished
 from stoker.shards.manifest import Manifest, ShardInfo
-from stoker.shards.plan import PackPlan, ShardPlan, make_plan, read_plan_fingerprint
+from stoker.shards.plan import PackPlan, ShardPlan, make_plan
 from stoker.shards.rows import RowSource, as_rows
 from stoker.sources.dataset import FileDataset
 from stoker.sources.detect import detect_layout, open_splits
@@ -159,77 +150,7 @@ def _merge_classes(rows: Mapping[str, RowSource]) -> tuple[str, ...]:
     return tuple(longest)
 
 
-# -- 3. the output folder ---------------------------------------------------------------
-
-
-def _is_ours(name: str) -> bool:
-    return name in (MANIFEST_NAME, PLAN_NAME, MANIFEST_NAME + TMP_SUFFIX, PLAN_NAME + TMP_SUFFIX) or name.endswith(
-        (SHARD_SUFFIX, SHARD_SUFFIX + TMP_SUFFIX)
-    )
-
-
-def _same_pack(out: Path, fingerprint: str) -> Manifest | None:
-    """The manifest in ``out`` if it was written by a pack with this fingerprint."""
-    try:
-        manifest = Manifest.load(out)
-    except ShardError:
-        return None
-    return manifest if manifest.made_by.get("plan") == fingerprint else None
-
-
-def _all_in_place(out: Path, manifest: Manifest) -> bool:
-    for info in manifest.shards:
-        try:
-            if (out / info.name).stat().st_size != info.bytes:
-                return False
-        except OSError:
-            return False
-    return True
-
-
-def _claim(out: Path, sources: Sequence[Source], fingerprint: str, overwrite: bool) -> tuple[Manifest | None, dict[str, str]]:
-    """Make ``out`` ready for this pack.
-
-    Returns:
-        ``(manifest, known)``: the manifest when this same pack is already complete
-        (nothing to do), and the SHA-256 of each shard a previous run of this pack
-        recorded (shards of a resumed pack must match them to be kept).
-    """
-    resolved = out.resolve()
-    for src in sources:
-        root = Path(src.root)
-        if "://" not in src.root and (resolved == root.resolve() or root.resolve() in resolved.parents):
-            raise ConfigError(f"{out}: is inside the source {src.root}; write the shards to a folder outside it")
-    if out.exists() and not out.is_dir():
-        raise ConfigError(f"{out}: exists and is not a folder; choose another output folder")
-    out.mkdir(parents=True, exist_ok=True)
-    entries = sorted(e.name for e in os.scandir(out))
-    if overwrite:
-        for name in entries:
-            if _is_ours(name) and (out / name).is_file():
-                (out / name).unlink()
-        return None, {}
-    if not entries:
-        return None, {}
-    previous = _same_pack(out, fingerprint)
-    if previous is not None and _all_in_place(out, previous):
-        return previous, {}
-    if previous is not None or read_plan_fingerprint(out) == fingerprint:
-        # This same pack, interrupted or with shards deleted since: resume it.
-        for name in entries:
-            if name.endswith(TMP_SUFFIX):
-                (out / name).unlink(missing_ok=True)
-        (out / MANIFEST_NAME).unlink(missing_ok=True)
-        return None, {info.name: info.sha256 for info in previous.shards} if previous is not None else {}
-    shown = ", ".join(entries[:4]) + (" ..." if len(entries) > 4 else "")
-    what = "a different shard set or pack" if any(_is_ours(n) for n in entries) else "other files"
-    raise ConfigError(
-        f"{out}: is not empty ({shown}): it holds {what}; pass --overwrite (overwrite=True) to replace "
-        "the shard set there, or choose an empty folder"
-    )
-
-
-# -- 4. writing shards --------------------------------------------------------------------
+# -- 3 and 4. the output folder (stoker.shards.claim), then writing shards --------------------------------------------------------------------
 
 
 @dataclass
@@ -267,44 +188,6 @@ def _write_shard(job: _Job, plan: ShardPlan, report: Callable[[int], None]) -> S
                 pending = 0
     report(pending)
     return writer.close()
-
-
-def _reuse_finished(
-    out: Path, plan: ShardPlan, rows: RowSource, store: str, size: tuple[int, int] | None, known_sha: str | None
-) -> ShardInfo | None:
-    """The info of a shard an earlier run finished, if it holds exactly the planned rows.
-
-    A shard file only ever gets its final name when complete, so checking its structure
-    and rows is enough; when the earlier run recorded the shard's SHA-256 it must match too.
-    """
-    path = out / plan.name
-    if not path.is_file():
-        return None
-    try:
-        with pa.memory_map(str(path), "r") as source:
-            reader = pa.ipc.open_file(source)
-            if not reader.schema.equals(shard_schema(store, size), check_metadata=True):
-                return None
-            table = reader.read_all()
-            table.validate(full=True)
-            same = (
-                table.num_rows == len(plan.rows)
-                and table.column("key").to_pylist() == rows.keys[plan.rows].tolist()
-                and np.array_equal(table.column("label").to_numpy(), rows.labels[plan.rows])
-            )
-    except (pa.ArrowException, OSError, ValueError):
-        same = False
-    if not same:
-        path.unlink()
-        return None
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        while chunk := f.read(1 << 22):
-            digest.update(chunk)
-    if known_sha is not None and digest.hexdigest() != known_sha:
-        path.unlink()
-        return None
-    return ShardInfo(plan.name, plan.split, len(plan.rows), path.stat().st_size, digest.hexdigest())
 
 
 _WORKER: dict[str, Any] = {}
@@ -440,7 +323,7 @@ def pack(
     plan: PackPlan = make_plan(
         rows, store=store, image_size=size, seed=seed, shard_samples=shard_samples, shard_bytes=shard_bytes, settings=settings
     )
-    finished, known = _claim(out, sources, plan.fingerprint, overwrite)
+    finished, known = claim(out, sources, plan.fingerprint, overwrite)
     if finished is not None:
         return finished
     plan.save(out)
@@ -449,12 +332,13 @@ def pack(
     infos: dict[str, ShardInfo] = {}
     todo: list[ShardPlan] = []
     for shard in plan.shards:
-        reused = _reuse_finished(out, shard, rows[shard.split], store, size, known.get(shard.name))
+        reused = reuse_finished(out, shard, rows[shard.split], store, size, known.get(shard.name))
         if reused is not None:
             infos[shard.name] = reused
         else:
             todo.append(shard)
-    workers = (len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1) if workers is None else workers
+    if workers is None:
+        workers = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
     job = _Job(out, store, size, rows)
     with tqdm(
         total=total,

@@ -75,7 +75,7 @@ class ShardSetSummary:
             lines.append(f"{s.name:<10} {s.samples:>10,} {s.shards:>7} {_bytes_text(s.bytes):>12} {seen:>13,}")
         shown = min(len(m.classes), max_classes)
         lines += ["", f"samples per class{'' if shown == len(m.classes) else f' (first {shown} of {len(m.classes)})'}:"]
-        name_width = min(max((len(c) for c in m.classes[:shown]), default=4), 24)
+        name_width = min(max([len("class"), *(len(c) for c in m.classes[:shown])]), 24)
         header = f"  {'label':>6}  {'class':<{name_width}}" + "".join(f" {s.name:>10}" for s in self.splits)
         lines.append(header)
         for label in range(shown):
@@ -128,6 +128,10 @@ def write_grid(
 
     Returns:
         ``path``.
+
+    Example:
+        >>> write_grid("packed", "grid.png", split="valid", count=16)  # doctest: +SKIP
+        PosixPath('grid.png')
     """
     from PIL import Image, ImageDraw
 
