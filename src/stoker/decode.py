@@ -9,6 +9,7 @@ Grayscale, grayscale+alpha and RGBA all become RGB here and nowhere else.
 from __future__ import annotations
 
 import io
+import zlib
 from collections.abc import Sequence
 from pathlib import PurePath
 
@@ -74,12 +75,40 @@ def decode_image(data: bytes | bytearray | memoryview | np.ndarray, name: str = 
     buffer = np.frombuffer(data, dtype=np.uint8) if not isinstance(data, np.ndarray) else data.reshape(-1)
     if buffer.size == 0:
         raise DecodeError(f"{name}: the file is empty; {_BAD_SAMPLE_HINT}")
+    if buffer[:8].tobytes() == _PNG_SIGNATURE:
+        _check_png_chunks(buffer.tobytes(), name)
     encoded = torch.from_numpy(buffer.copy())  # torchvision wants a writable tensor
     try:
         return _tv_decode_image(encoded, mode=ImageReadMode.RGB)
     except (RuntimeError, ValueError):
         pass  # not a format torchvision reads, or corrupt: let PIL have a go
     return _decode_with_pil(buffer.tobytes(), name)
+
+
+_PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+
+
+def _check_png_chunks(data: bytes, name: str) -> None:
+    """Check every PNG chunk's length and CRC before libpng sees the file.
+
+    torchvision 0.29's PNG decoder kills the whole process (a segmentation fault) when
+    libpng reports an error inside the image data (a flipped byte in an IDAT chunk), where
+    it should raise. The CRC-32 of each chunk catches such damage first, for a few
+    microseconds per file, so a corrupt PNG becomes a :class:`DecodeError` instead.
+    """
+    pos, end = 8, len(data)
+    while pos + 12 <= end:
+        length = int.from_bytes(data[pos : pos + 4], "big")
+        kind = data[pos + 4 : pos + 8]
+        stop = pos + 8 + length
+        if stop + 4 > end:
+            raise DecodeError(f"{name}: PNG is truncated in its {kind!r} chunk; {_BAD_SAMPLE_HINT}")
+        if zlib.crc32(data[pos + 4 : stop]) != int.from_bytes(data[stop : stop + 4], "big"):
+            raise DecodeError(f"{name}: PNG {kind.decode('latin-1')!r} chunk fails its CRC (corrupt file); {_BAD_SAMPLE_HINT}")
+        if kind == b"IEND":
+            return
+        pos = stop + 4
+    raise DecodeError(f"{name}: PNG ends before its IEND chunk (truncated file); {_BAD_SAMPLE_HINT}")
 
 
 def _decode_with_pil(data: bytes, name: str) -> torch.Tensor:

@@ -100,3 +100,16 @@ def test_pipe_inside_make_loader_sees_every_sample_once(workers: int) -> None:
     loader = make_loader(pipe, batch_size=6, num_workers=workers, device="cpu")
     epochs = [sorted(int(v) for batch in loader for v in batch) for _ in range(2)]
     assert epochs[0] == epochs[1] == list(range(50))
+
+
+def test_a_shard_set_picks_its_fastest_loader_settings(folders: Path, tmp_path: Path) -> None:
+    from stoker import ShardDataset, pack
+
+    pack(folders, tmp_path / "pixels", store="pixels", progress=False, workers=0)
+    shards = ShardDataset(tmp_path / "pixels")
+    loader = make_loader(shards, batch_size=8, device="cpu")
+    assert (loader.num_workers, loader.backend) == (0, "process")  # measured fastest for pixels
+    assert loader.num_workers == shards.loader_defaults["num_workers"]
+    labels, count = _epoch(loader)
+    assert count == 21 and sorted(labels) == sorted(ClassFolderDataset(folders).labels.tolist())
+    assert make_loader(shards, batch_size=8, num_workers=2, device="cpu").num_workers == 2  # explicit wins

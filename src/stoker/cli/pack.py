@@ -68,13 +68,15 @@ def parse_crop(text: str | None) -> tuple[int, int, int, int] | None:
 @click.option("--split", "split_spec", metavar="valid=F", help="Hold out a fraction F of each class as the valid split.")
 @click.option("--workers", type=click.IntRange(min=0), default=None, help="Processes writing shards [default: CPU count].")
 @click.option("--seed", type=int, default=0, show_default=True, help="Shuffle (and split) seed.")
+@click.option("--no-shuffle", is_flag=True,
+              help="Keep the source order (only to measure what an unshuffled pack does; training wants shuffled).")
 @click.option("--overwrite", is_flag=True, help="Replace the shard set already in OUT.")
 @click.option("--labels", type=click.Path(dir_okay=False, path_type=Path),
               help="Label file ('<file> <label>' lines) of a single SRC folder that holds several .txt files.")
 @click.option("--crop", metavar="T,L,H,W", help="Crop box (top,left,height,width) for every image of every SRC.")
 @click.option("--quiet", is_flag=True, help="No progress bar.")
 def pack(paths: tuple[str, ...], store: str, size: str | None, shard_samples: int, shard_bytes: str,
-         split_spec: str | None, workers: int | None, seed: int, overwrite: bool, labels: Path | None,
+         split_spec: str | None, workers: int | None, seed: int, no_shuffle: bool, overwrite: bool, labels: Path | None,
          crop: str | None, quiet: bool) -> None:
     """Pack SRC... into shuffled, checksummed Arrow shards in OUT.
 
@@ -104,6 +106,7 @@ def pack(paths: tuple[str, ...], store: str, size: str | None, shard_samples: in
         shard_bytes=parse_bytes(shard_bytes),
         valid=parse_split(split_spec),
         seed=seed,
+        shuffle=not no_shuffle,
         workers=workers,
         overwrite=overwrite,
         progress=not quiet,

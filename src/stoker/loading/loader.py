@@ -201,7 +201,7 @@ def make_loader(
     drop_last: bool = False,
     prefetch_factor: int = 2,
     persistent_workers: bool = True,
-    backend: Backend = "process",
+    backend: Backend | None = None,
     seed: int = 0,
     collate_fn: Callable[[Any], Any] | None = None,
     distributed: bool | None = None,
@@ -216,14 +216,17 @@ def make_loader(
         dataset: any torch Dataset: a stoker layout, a ``ShardDataset``, a ``Pipe``...
         batch_size: samples per batch.
         shuffle: reshuffle every epoch (map-style data sets; a Pipe shuffles itself).
-        num_workers: worker processes (or threads); default ``min(4, cpu count)``.
+        num_workers: worker processes (or threads); default: the data set's
+            ``loader_defaults`` (a shard set knows what reads it fastest), else
+            ``min(4, cpu count)``.
         device: ``"auto"`` (CUDA when available), ``"cpu"``, ``"cuda:0"``, or ``None`` to leave batches on the CPU.
         drop_last: drop the last, short batch.
         prefetch_factor: batches each worker loads ahead.
         persistent_workers: keep worker processes between epochs.
         backend: ``"process"`` (torch DataLoader workers) or ``"thread"`` (a thread
             pool in this process; good when decoding releases the GIL or samples are
-            cheap to read but costly to ship between processes).
+            cheap to read but costly to ship between processes); default: the data
+            set's ``loader_defaults``, else ``"process"``.
         seed: base of the shuffle order and worker seeds.
         collate_fn: batch maker; default: the data set's ``collate_fn`` attribute if it
             has one, else torch's default collate with bad-sample accounting.
@@ -240,8 +243,11 @@ def make_loader(
     """
     if batch_size < 1:
         raise ConfigError(f"batch_size must be >= 1, got {batch_size}")
+    defaults = getattr(dataset, "loader_defaults", None) or {}
     if num_workers is None:
-        num_workers = min(4, os.cpu_count() or 1)
+        num_workers = int(defaults.get("num_workers", min(4, os.cpu_count() or 1)))
+    if backend is None:
+        backend = defaults.get("backend", "process")
     if num_workers < 0:
         raise ConfigError(f"num_workers must be >= 0, got {num_workers}")
     if prefetch_factor < 1:

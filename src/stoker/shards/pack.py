@@ -250,6 +250,7 @@ def pack(
     shard_bytes: int = 256 * 2**20,
     valid: float | None = None,
     seed: int = 0,
+    shuffle: bool = True,
     workers: int | None = None,
     overwrite: bool = False,
     progress: bool = True,
@@ -273,6 +274,9 @@ def pack(
         valid: hold out this fraction of each class as the ``valid`` split (sources
             that have no splits of their own).
         seed: the shuffle (and split) seed; the same arguments give identical bytes.
+        shuffle: shuffle before writing (the default, and what training wants).
+            ``False`` keeps the source's order: only for measuring what an unshuffled
+            pack does to the label stream (``stoker inspect`` scores it).
         workers: processes writing shards (default: the CPU count; 0 or 1 writes here).
         overwrite: replace a shard set (or other stoker files) already in ``out``.
         progress: show a progress bar on stderr.
@@ -320,8 +324,11 @@ def pack(
         "classes": list(classes),
         "sources": [[s.name, s.root, list(s.crop) if s.crop else None] for s in sources],
     }
+    if not shuffle:  # recorded only when off, so default packs keep their bytes
+        settings["shuffle"] = False
     plan: PackPlan = make_plan(
-        rows, store=store, image_size=size, seed=seed, shard_samples=shard_samples, shard_bytes=shard_bytes, settings=settings
+        rows, store=store, image_size=size, seed=seed, shard_samples=shard_samples, shard_bytes=shard_bytes,
+        settings=settings, shuffle=shuffle,
     )
     finished, known = claim(out, sources, plan.fingerprint, overwrite)
     if finished is not None:
@@ -367,6 +374,7 @@ def pack(
             "shard_samples": shard_samples,
             "shard_bytes": shard_bytes,
             "plan": plan.fingerprint,
+            **({} if shuffle else {"shuffle": False}),
         },
     )
     manifest.save(out)

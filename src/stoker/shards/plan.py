@@ -100,6 +100,7 @@ def make_plan(
     shard_samples: int,
     shard_bytes: int,
     settings: Mapping[str, Any],
+    shuffle: bool = True,
 ) -> PackPlan:
     """Shuffle each split and cut it into shards; fingerprint the result.
 
@@ -109,12 +110,13 @@ def make_plan(
         seed: the shuffle seed.
         shard_samples, shard_bytes: the most rows and (about) bytes per shard.
         settings: everything else that decides the bytes written (joins the fingerprint).
+        shuffle: False keeps each split's rows in source order.
     """
     digest = hashlib.sha256()
     digest.update(json.dumps({"format": FORMAT_NAME, "version": FORMAT_VERSION, **settings}, sort_keys=True).encode())
     shards: list[ShardPlan] = []
     for split, rows in splits.items():
-        order = shuffled_rows(len(rows), seed, split)
+        order = shuffled_rows(len(rows), seed, split) if shuffle else np.arange(len(rows))
         image_bytes = (
             np.full(len(rows), image_row_bytes(image_size), dtype=np.int64)  # type: ignore[arg-type]
             if store == "pixels"
