@@ -24,7 +24,7 @@ from stoker.errors import (
 )
 from stoker.loading import Loader, make_loader
 from stoker.pipes import Pipe, register_stage
-from stoker.shards import Manifest, ShardDataset, pack, verify
+from stoker.shards import Manifest, ShardDataset, ShardStream, pack, verify
 from stoker.sources import (
     ClassFolderDataset,
     FileDataset,
@@ -59,6 +59,7 @@ __all__ = [
     "Scenario",
     "ShardDataset",
     "ShardError",
+    "ShardStream",
     "Source",
     "StokerError",
     "TrainingError",
