@@ -1,0 +1,44 @@
+"""Every benchmark script still runs end to end (tiny sizes; the numbers are not checked here)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
+
+
+def _run(script: str, *args: str, cwd: Path) -> str:
+    done = subprocess.run(
+        [sys.executable, str(BENCHMARKS / script), *args],
+        cwd=cwd, capture_output=True, text=True, timeout=240,
+    )
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-4000:]
+    return done.stdout
+
+
+def test_bench_shards_reports_every_target(tmp_path: Path) -> None:
+    out = _run("bench_shards.py", "--n", "200", "--seconds", "0.3", "--only", "digiface", "--out", str(tmp_path), cwd=tmp_path)
+    assert "pixels shards" in out and "target" in out
+
+
+def test_bench_gpu_train_smoke_on_cpu(tmp_path: Path) -> None:
+    out = _run("bench_gpu_train.py", "--allow-cpu", "--n", "48", "--classes", "4", "--epochs", "1",
+               "--cases", "files:off", "--quiet", "--out", str(tmp_path / "gpu"), cwd=tmp_path)
+    assert "| files:off |" in out
+    assert (tmp_path / "gpu" / "results.json").is_file()
+
+
+@pytest.mark.parametrize(
+    ("script", "args", "expect"),
+    [
+        ("bench_loading.py", ("--n", "100", "--workers", "0", "--methods", "files,shards-pixels", "--out", "out"),
+         "shards-pixels"),
+        ("bench_shuffle_quality.py", ("--n", "5000", "--classes", "50"), "packed class-sorted"),
+    ],
+)
+def test_small_benchmarks_run(tmp_path: Path, script: str, args: tuple[str, ...], expect: str) -> None:
+    assert expect in _run(script, *args, cwd=tmp_path)
