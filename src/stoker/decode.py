@@ -15,7 +15,8 @@ from pathlib import PurePath
 
 import numpy as np
 import torch
-from torchvision.io import ImageReadMode, decode_image as _tv_decode_image
+from torchvision.io import ImageReadMode
+from torchvision.io import decode_image as _tv_decode_image
 
 from stoker.errors import DecodeError
 
@@ -122,7 +123,7 @@ def _decode_with_pil(data: bytes, name: str) -> torch.Tensor:
     return torch.from_numpy(rgb.copy()).permute(2, 0, 1).contiguous()
 
 
-def decode_array(data: bytes | bytearray | memoryview, name: str) -> torch.Tensor:
+def decode_array(data: bytes | bytearray | memoryview | np.ndarray, name: str) -> torch.Tensor:
     """Load a ``.pt`` (``weights_only=True``) or ``.npy`` (no pickle) image tensor.
 
     A 3-D array is taken as CHW when its first dimension is 1-4, else as HWC; a 2-D
@@ -171,7 +172,7 @@ def resize(image: torch.Tensor, size: Sequence[int] | None) -> torch.Tensor:
     return F.resize(image, list(size), antialias=True)
 
 
-def decode_sample(data: bytes | bytearray | memoryview, name: str, box: Box | None = None) -> torch.Tensor:
+def decode_sample(data: bytes | bytearray | memoryview | np.ndarray, name: str, box: Box | None = None) -> torch.Tensor:
     """Decode one sample file by its suffix (image or array) and apply its source's crop."""
     suffix = PurePath(name).suffix.lower()
     image = decode_array(data, name) if suffix in ARRAY_SUFFIXES else decode_image(data, name)

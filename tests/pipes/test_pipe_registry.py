@@ -11,8 +11,7 @@ import torch
 from PIL import Image
 
 from stoker.errors import ConfigError, DecodeError, MissingFileError
-from stoker.pipes import Pipe, register_stage, registered_stages
-from stoker.pipes import registry
+from stoker.pipes import Pipe, register_stage, registered_stages, registry
 
 
 @register_stage("test_pairs")

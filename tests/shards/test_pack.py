@@ -22,6 +22,7 @@ from stoker.shards.format import PLAN_NAME
 from stoker.sources import ClassFolderDataset, FileDataset
 from stoker.sources.detect import open_splits
 
+
 def _samples(root: Path, split: str = "train") -> dict[str, tuple[int, str, str, object]]:
     """key -> (label, source, file, image) of every sample of a split, read back from the shards."""
     ds = ShardDataset(root, split)
@@ -235,7 +236,7 @@ def test_round_trip_property(
     full = open_splits([digi])["train"]
     source = full.subset(np.arange(n))
     try:
-        expected_splits = dict(zip(["train", "valid"], source.split(valid, seed))) if valid else {"train": source}
+        expected_splits = dict(zip(["train", "valid"], source.split(valid, seed), strict=True)) if valid else {"train": source}
     except ConfigError:
         return  # too few samples to split: pack refuses the same way
     out = tmp_path_factory.mktemp("prop")

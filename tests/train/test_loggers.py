@@ -43,7 +43,7 @@ def test_csv_columns_rows_and_flush_while_running(tmp_path: Path) -> None:
     assert lines[0] == ",".join(CSV_COLUMNS) == "epoch,acc/train,acc/valid,loss/train,loss/valid,time_s,img_per_s,data_wait_share,lr"
     rows = read_csv(run_dir / "metrics.csv")
     assert [r["epoch"] for r in rows] == [1, 2, 3]
-    for row, stats in zip(rows, epochs):
+    for row, stats in zip(rows, epochs, strict=True):
         assert row["loss/train"] == stats.train_loss and row["acc/valid"] == stats.valid_acc
         assert row["data_wait_share"] == stats.data_wait_share and row["lr"] == 0.5
 

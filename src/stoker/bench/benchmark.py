@@ -27,6 +27,7 @@ import tempfile
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -461,7 +462,7 @@ def _run_all(
         total = expected.samples * epochs
         with tqdm(total=total, desc=label, unit="img", leave=False, file=sys.stderr, disable=not progress, dynamic_ncols=True) as bar:
             run = run_method(
-                lambda: method.build(data, settings),
+                partial(method.build, data, settings),
                 expected,
                 method=method.name,
                 workers=w,

@@ -23,17 +23,12 @@ from __future__ import annotations
 
 import os
 import re
-import sys
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from stoker import _tomllib as tomllib
 from stoker.errors import ConfigError, MissingFileError
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover
-    import tomli as tomllib
 
 __all__ = ["BACKENDS", "LOADER_KEYS", "METHODS", "LoaderSettings", "load_settings", "save_settings"]
 

@@ -221,7 +221,7 @@ def shuffle_quality(
     score = score_of(float(autocorr.mean()), hist)
     # A short stream is noisy: a random permutation itself can score below 0.9. Count
     # as good whatever scores within three standard deviations of random permutations.
-    shortfalls = [1.0 - score_of(a, h) for a, h in zip(random_autocorrs, random_hists)]
+    shortfalls = [1.0 - score_of(a, h) for a, h in zip(random_autocorrs, random_hists, strict=True)]
     noise = float(np.sqrt(np.mean(np.square(shortfalls))))  # one-sided: scores are clipped at 1
     good_from = min(GOOD_SCORE, 1.0 - 3.0 * noise)
     verdict = "good" if score >= good_from else "fair" if score >= POOR_SCORE else "poor"

@@ -105,8 +105,7 @@ def train(config: Path | None, data: tuple[str, ...], model: str | None, optimiz
 
 def _loader_settings(path: Path) -> dict[str, Any]:
     """The [data] table of a `stoker tune` settings file, as ``{"data.key": value}``."""
-    import tomllib
-
+    from stoker import _tomllib as tomllib
     from stoker.errors import ConfigError, MissingFileError
 
     try:

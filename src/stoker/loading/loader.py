@@ -7,7 +7,7 @@ import os
 import random
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 import numpy as np
 import torch
@@ -274,6 +274,6 @@ def make_loader(
         persistent_workers=persistent_workers,
         backend=backend,
         seed=seed,
-        collate_fn=collate_fn or getattr(dataset, "collate_fn", collate),
+        collate_fn=collate_fn or cast(Callable[[Any], Any], getattr(dataset, "collate_fn", collate)),
         sampler=sampler,
     )

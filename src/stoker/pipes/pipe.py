@@ -82,7 +82,7 @@ class Pipe(IterableDataset[T]):
 
     @classmethod
     def list_files(
-        cls, root: str | os.PathLike[str], masks: str | Sequence[str] = "*", recursive: bool = False
+        cls: type[Pipe[str]], root: str | os.PathLike[str], masks: str | Sequence[str] = "*", recursive: bool = False
     ) -> Pipe[str]:
         """A pipe over the paths (str) of the files in ``root`` matching ``masks``.
 

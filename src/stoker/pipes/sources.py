@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import fnmatch
 import os
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence, Sized
 from functools import partial
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 from stoker.errors import ConfigError, MissingFileError
 from stoker.pipes.compose import Step
@@ -40,7 +40,7 @@ def iterable_step(iterable: Iterable[Any]) -> Step:
             f"from_iterable: got a one-shot iterator ({type(iterable).__name__}) that a second epoch would "
             "find empty; pass a collection (list(...), a range) or an object whose __iter__ starts afresh"
         )
-    length = partial(len, iterable) if hasattr(iterable, "__len__") else None
+    length = partial(len, cast(Sized, iterable)) if hasattr(iterable, "__len__") else None
     return Step("from_iterable", iterate, (iterable,), length=length)
 
 

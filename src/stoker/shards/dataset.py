@@ -245,7 +245,7 @@ class ShardDataset(Dataset):
         good: list[Any] = []
         keep: list[int] = []
         skipped: list[Skipped] = []
-        for j, (s, r) in enumerate(zip(shard_ids.tolist(), rows.tolist())):
+        for j, (s, r) in enumerate(zip(shard_ids.tolist(), rows.tolist(), strict=True)):
             try:
                 image = self.shards.decode(s, r)
             except DataError as exc:

@@ -27,6 +27,7 @@ name that is not a plain file name, or a checksum mismatch raises :class:`ShardE
 
 from __future__ import annotations
 
+import builtins
 import hashlib
 import json
 import os
@@ -158,14 +159,14 @@ class Manifest:
             "made_by": dict(self.made_by),
         }
 
-    def to_bytes(self) -> bytes:
+    def to_bytes(self) -> builtins.bytes:  # builtins.: the ``bytes`` property shadows the type here
         """The exact bytes of ``manifest.json``: indented JSON, checksum last, newline at the end."""
         body = self.to_dict()
         body["checksum"] = _checksum(body)
         return _render(body).encode("utf-8")
 
     @classmethod
-    def from_bytes(cls, data: bytes, where: str = MANIFEST_NAME) -> Manifest:
+    def from_bytes(cls, data: builtins.bytes, where: str = MANIFEST_NAME) -> Manifest:
         """Parse and check manifest bytes; every problem is a :class:`ShardError` naming ``where``."""
         try:
             text = data.decode("utf-8")

@@ -25,7 +25,7 @@ from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wai
 from dataclasses import dataclass
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
-from typing import Any, Union
+from typing import Any
 
 import numpy as np
 import torch
@@ -33,9 +33,9 @@ from tqdm import tqdm
 
 from stoker.decode import Box, resize
 from stoker.errors import ConfigError, DataError
+from stoker.shards.claim import claim, reuse_finished
 from stoker.shards.dataset import ShardDataset
 from stoker.shards.format import PLAN_NAME, STORES, check_split_name, shard_schema
-from stoker.shards.claim import claim, reuse_finished
 from stoker.shards.manifest import Manifest, ShardInfo
 from stoker.shards.plan import PackPlan, ShardPlan, make_plan
 from stoker.shards.rows import RowSource, as_rows
@@ -45,8 +45,8 @@ from stoker.sources.index import Source
 
 __all__ = ["pack"]
 
-PathLike = Union[str, "os.PathLike[str]"]
-SourceArg = Union[PathLike, Sequence[PathLike], FileDataset, ShardDataset, Mapping[str, Union[FileDataset, ShardDataset]]]
+PathLike = str | os.PathLike[str]
+SourceArg = PathLike | Sequence[PathLike] | FileDataset | ShardDataset | Mapping[str, FileDataset | ShardDataset]
 
 _PROGRESS_EVERY = 32  # rows between progress reports from a worker
 

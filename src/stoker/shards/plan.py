@@ -133,6 +133,6 @@ def make_plan(
             digest.update("\n".join(rows.keys[picked].tolist()).encode("utf-8", "surrogatepass"))
             digest.update(rows.labels[picked].astype("<i8").tobytes())
             digest.update(image_bytes[picked].astype("<i8").tobytes())
-            places = (f"{s}/{f}" for s, f in zip(rows.source_names[picked].tolist(), rows.files[picked].tolist()))
+            places = (f"{s}/{f}" for s, f in zip(rows.source_names[picked].tolist(), rows.files[picked].tolist(), strict=True))
             digest.update("\n".join(places).encode("utf-8", "surrogatepass"))
     return PackPlan(tuple(shards), digest.hexdigest())

@@ -15,7 +15,7 @@ import os
 import threading
 import zlib
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import pyarrow as pa
@@ -130,7 +130,7 @@ class ShardFile:
             np.take(self._pixels[int(chunk[0])], local, axis=0, out=out, mode="clip")
             return
         views = self._pixels
-        for j, (c, r) in enumerate(zip(chunk.tolist(), local.tolist())):
+        for j, (c, r) in enumerate(zip(chunk.tolist(), local.tolist(), strict=True)):
             out[j] = views[c][r]
 
     @property
@@ -323,10 +323,11 @@ class ShardSet:
         # Rows from many shards: one copy per row, straight into the batch (a vectorised
         # gather would need a temporary and a second copy).
         self._open_all()
-        segment = np.searchsorted(self._segment_starts, indices, side="right") - 1  # type: ignore[arg-type]
-        local = indices - self._segment_starts[segment]  # type: ignore[index]
+        starts = cast(np.ndarray, self._segment_starts)  # set by _open_all
+        segment = np.searchsorted(starts, indices, side="right") - 1
+        local = indices - starts[segment]
         views = self._segment_views
-        for j, (s, r) in enumerate(zip(segment.tolist(), local.tolist())):
+        for j, (s, r) in enumerate(zip(segment.tolist(), local.tolist(), strict=True)):
             out[j] = views[s][r]
 
     def decode(self, shard: int, row: int, resized: bool = True) -> torch.Tensor:
@@ -346,7 +347,8 @@ class ShardSet:
         name = f"shard {opened.info.name} row {row}: {source}/{file}"
         # Check the bytes before a decoder sees them: damaged bytes are an error here, not a
         # crash in the image library (torchvision's PNG decoder segfaults on some).
-        if zlib.crc32(data) != int(opened.crc32()[row]):
+        # ndarray has the buffer protocol; numpy's stubs declare __buffer__ only for Python >= 3.12
+        if zlib.crc32(data) != int(opened.crc32()[row]):  # type: ignore[arg-type]
             raise DecodeError(f"{name}: image bytes do not match their CRC-32 (the shard is damaged); {repair_hint(self.root)}")
         image = decode_sample(data, name, self.crops[source])
         return resize(image, self.manifest.image_size) if resized else image

@@ -73,7 +73,7 @@ class FileRows:
         self.source_names = names[index.source_ids]
         roots = [s.root for s in index.sources]
         self.files = np.asarray(
-            [_relative(str(p), roots[int(s)]) for p, s in zip(index.paths, index.source_ids)], dtype=str
+            [_relative(str(p), roots[int(s)]) for p, s in zip(index.paths, index.source_ids, strict=True)], dtype=str
         )
 
     def __len__(self) -> int:

@@ -43,7 +43,7 @@ def _buffer_shuffle(rows: np.ndarray, buffer: int, rng: np.random.Generator) -> 
     pool = items[:buffer]
     picks = rng.integers(0, buffer, len(items) - buffer).tolist()
     out = []
-    for pick, incoming in zip(picks, items[buffer:]):
+    for pick, incoming in zip(picks, items[buffer:], strict=True):
         out.append(pool[pick])
         pool[pick] = incoming
     tail = np.asarray(pool, dtype=np.int64)[rng.permutation(buffer)]
@@ -160,7 +160,7 @@ class ShardStream(IterableDataset):
         self.shuffle_buffer = shuffle_buffer
         self.seed = seed
         self.read_rows = read_rows
-        self._placement = (rank, world_size) if rank is not None else None
+        self._placement = (rank, world_size) if rank is not None and world_size is not None else None
         self._epoch = torch.zeros((), dtype=torch.int64).share_memory_()
 
     @property

@@ -128,7 +128,8 @@ class ShardWriter:
         if self._row_bytes:
             row = self._pixel_row(key, image)
             self._pixels[n] = row  # type: ignore[index]
-            self._crcs.append(zlib.crc32(row))
+            # ndarray has the buffer protocol; numpy's stubs declare __buffer__ only for Python >= 3.12
+            self._crcs.append(zlib.crc32(row))  # type: ignore[arg-type]
             self._pending_bytes += self._row_bytes
         else:
             if isinstance(image, torch.Tensor):

@@ -129,7 +129,7 @@ def _with_crop(dataset: FileDataset, crop: Box | None) -> FileDataset:
         return dataset
     if len(crop) != 4 or any(int(v) != v or v < 0 for v in crop) or crop[2] <= 0 or crop[3] <= 0:
         raise ConfigError(f"crop must be four integers (top, left, height, width), got {crop!r}")
-    box = tuple(int(v) for v in crop)
+    box = (int(crop[0]), int(crop[1]), int(crop[2]), int(crop[3]))
     sources = tuple(dataclasses.replace(s, crop=box) for s in dataset.index.sources)
     return FileDataset(dataclasses.replace(dataset.index, sources=sources), dataset.transform, dataset.on_error)
 
@@ -229,16 +229,17 @@ def open_splits(
         raise ConfigError("give at least one source")
     if labels is not None and len(paths) > 1:
         raise ConfigError("labels= names the label file of one source; pass a single source with it")
-    per_source = [_file_splits(p, labels, crop, n) for p, n in zip(paths, _distinct_names(paths))]
+    per_source = [_file_splits(p, labels, crop, n) for p, n in zip(paths, _distinct_names(paths), strict=True)]
     classes: list[str] = []
     offsets: list[int] = []
     for splits in per_source:
         offsets.append(len(classes))
-        classes.extend(max((ds.classes for ds in splits.values()), key=len))
+        widest = max((ds.classes for ds in splits.values()), key=len)
+        classes.extend(widest)
     names = list(dict.fromkeys(["train", *[s for splits in per_source for s in splits]]))
     out: dict[str, FileDataset] = {}
     for split in names:
-        members = [(splits[split], off) for splits, off in zip(per_source, offsets) if split in splits]
+        members = [(splits[split], off) for splits, off in zip(per_source, offsets, strict=True) if split in splits]
         if not members:
             continue
         index = SampleIndex.concat([ds.index for ds, _ in members], [off for _, off in members])

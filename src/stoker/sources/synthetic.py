@@ -440,7 +440,7 @@ def make_data(
         (root / "img").mkdir()
         items = [(i, int(labels[i]), f"img/{names[i]}") for i in range(n)]
         _write_all(kind, root, seed, items, workers, progress)
-        _write_text(root / CELEBA_LABEL_FILE, "".join(f"{name} {label + 1}\n" for name, label in zip(names, labels)))
+        _write_text(root / CELEBA_LABEL_FILE, "".join(f"{name} {label + 1}\n" for name, label in zip(names, labels, strict=True)))
         return root
 
     # ids
@@ -452,16 +452,16 @@ def make_data(
     validation = _validation_mask(labels, seed)
     table = {
         "partition": {
-            "train": [id_ for id_, v in zip(ids, validation) if not v],
-            "validation": [id_ for id_, v in zip(ids, validation) if v],
+            "train": [id_ for id_, v in zip(ids, validation, strict=True) if not v],
+            "validation": [id_ for id_, v in zip(ids, validation, strict=True) if v],
         },
-        "labels": {id_: int(label) for id_, label in zip(ids, labels)},
+        "labels": {id_: int(label) for id_, label in zip(ids, labels, strict=True)},
     }
     _write_text(root / IDS_JSON_FILE, json.dumps(table, indent=1) + "\n")
     buffer = io.StringIO()
     writer = csv.writer(buffer, lineterminator="\n")
     writer.writerow(["id", "label", "split"])
-    for id_, label, in_validation in zip(ids, labels, validation):
+    for id_, label, in_validation in zip(ids, labels, validation, strict=True):
         writer.writerow([id_, int(label), "validation" if in_validation else "train"])
     _write_text(root / IDS_CSV_FILE, buffer.getvalue())
     return root

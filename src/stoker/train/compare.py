@@ -167,6 +167,6 @@ def format_table(runs: Sequence[RunSummary]) -> str:
     widths = [max(len(row[i]) for row in (header, *body)) for i in range(len(header))]
     lines = []
     for row in (header, *body):
-        cells = [cell.ljust(w) if i < 2 else cell.rjust(w) for i, (cell, w) in enumerate(zip(row, widths))]
+        cells = [cell.ljust(w) if i < 2 else cell.rjust(w) for i, (cell, w) in enumerate(zip(row, widths, strict=True))]
         lines.append("  ".join(cells).rstrip())
     return "\n".join(lines)

@@ -36,12 +36,12 @@ from __future__ import annotations
 
 import difflib
 import os
-import tomllib
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import MISSING, asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from stoker import _tomllib as tomllib
 from stoker.errors import ConfigError, MissingFileError
 from stoker.train.scenario import AMP_MODES
 

@@ -63,7 +63,7 @@ def build_data(cfg: DataConfig, seed: int = 0) -> TrainData:
         data = _open_shards(cfg, transform, seed)
     else:
         data = _open_files(cfg, transform, seed)
-    kinds = ", ".join(f"{p} ({layout})" for p, layout in zip(cfg.path, layouts))
+    kinds = ", ".join(f"{p} ({layout})" for p, layout in zip(cfg.path, layouts, strict=True))
     data.description = f"{kinds}: {len(data.train)} train / {len(data.valid)} valid samples, {data.num_classes} classes"  # type: ignore[arg-type]
     return data
 

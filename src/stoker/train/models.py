@@ -37,7 +37,7 @@ class SmallCNN(nn.Module):
         super().__init__()
         channels = [3, width, 2 * width, 4 * width, 4 * width]
         blocks: list[nn.Module] = []
-        for c_in, c_out in zip(channels, channels[1:]):
+        for c_in, c_out in zip(channels, channels[1:], strict=False):
             blocks += [nn.Conv2d(c_in, c_out, 3, stride=2, padding=1, bias=False), nn.BatchNorm2d(c_out), nn.ReLU(inplace=True)]
         self.features = nn.Sequential(*blocks)
         self.pool = nn.AdaptiveAvgPool2d(1)

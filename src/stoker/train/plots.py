@@ -11,7 +11,7 @@ import math
 import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -89,7 +89,8 @@ def plot_compare(
     from matplotlib.ticker import MaxNLocator
 
     groups = list(dict.fromkeys(group for _, group, _ in runs))
-    palette = colormaps["tab10"].colors
+    # tab10 is a ListedColormap (a list of RGB tuples); the registry is typed as a plain Colormap.
+    palette: Sequence[Any] = colormaps["tab10"].colors  # type: ignore[attr-defined]
     colour_of = {group: palette[i % len(palette)] for i, group in enumerate(groups)}
     styles_left = {group: itertools.cycle(LINE_STYLES) for group in groups}
 

@@ -38,6 +38,9 @@ class Preprocess(nn.Module):
         torch.float32
     """
 
+    mean: torch.Tensor  # buffers, registered in __init__
+    std: torch.Tensor
+
     def __init__(self, mean: Iterable[float] = IMAGENET_MEAN, std: Iterable[float] = IMAGENET_STD) -> None:
         super().__init__()
         self.register_buffer("mean", torch.tensor(list(mean), dtype=torch.float32).view(1, -1, 1, 1), persistent=False)

@@ -13,9 +13,13 @@ from __future__ import annotations
 
 import json
 import math
+from typing import TYPE_CHECKING
 
 from stoker.train.history import EpochStats, History
 from stoker.train.loggers.base import Logger, RunInfo
+
+if TYPE_CHECKING:
+    from torch.utils.tensorboard import SummaryWriter
 
 __all__ = ["LAYOUT", "TensorBoardLogger"]
 
@@ -41,7 +45,7 @@ class TensorBoardLogger(Logger):
     """
 
     def __init__(self) -> None:
-        self._writer = None
+        self._writer: SummaryWriter | None = None
 
     def start(self, run: RunInfo, history: History) -> None:
         from torch.utils.tensorboard import SummaryWriter
