@@ -40,6 +40,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--batch-size", type=int, default=256)
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
+    if args.classes < 2 or args.n < args.classes:
+        parser.error(f"need --classes >= 2 and --n >= --classes (got n={args.n}, classes={args.classes})")
 
     sorted_labels = np.repeat(np.arange(args.classes), args.n // args.classes)
     shuffled_labels = np.random.default_rng(args.seed).permutation(sorted_labels)

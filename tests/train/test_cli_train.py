@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import time
 from pathlib import Path
 
 import torch
@@ -84,9 +83,8 @@ def test_keys_lists_every_table() -> None:
 
 def test_demo_run_beats_chance_quickly(tmp_path: Path) -> None:
     data = make_digiface(tmp_path / "digiface", n=400, classes=10, workers=1, progress=False)
-    start = time.perf_counter()
+    # Speed is the benchmarks' business, never a timed assertion here; this run takes seconds.
     result = demo_run(data, tmp_path / "runs", epochs=4, name="demo", progress=False, echo=None)
-    assert time.perf_counter() - start < 60
     assert result.best_acc > 0.5  # chance: 0.1
     assert set(result.files) == {"metrics", "record", "best", "last", "curves", "tensorboard"}
     assert "tensorboard --logdir" in result.where()
