@@ -1,5 +1,9 @@
 """stoker keeps the GPU fed: load, pack, stream, train and benchmark image data sets.
 
+Every public name is listed in ``__all__`` and has its home module in ``_HOMES``. The
+names are imported on first use (PEP 562), so ``import stoker`` and ``stoker --help``
+do not pay for importing torch until something needs it.
+
 Example:
     >>> import stoker
     >>> ds = stoker.ClassFolderDataset("digiface")  # doctest: +SKIP
@@ -8,9 +12,10 @@ Example:
 
 from __future__ import annotations
 
+import importlib
 from importlib.metadata import PackageNotFoundError, version
+from typing import TYPE_CHECKING, Any
 
-from stoker.bench import bench, shuffle_quality, tune
 from stoker.errors import (
     CheckpointError,
     ConfigError,
@@ -22,24 +27,59 @@ from stoker.errors import (
     StokerError,
     TrainingError,
 )
-from stoker.loading import Loader, make_loader
-from stoker.pipes import Pipe, register_stage
-from stoker.shards import Manifest, ShardDataset, ShardStream, pack, verify
-from stoker.sources import (
-    ClassFolderDataset,
-    FileDataset,
-    IdDataset,
-    LabelFileDataset,
-    SampleIndex,
-    Source,
-    concat,
-)
-from stoker.train import Scenario, fit
+
+if TYPE_CHECKING:
+    # (mypy mistakes these functions for the submodules of the same name: no-redef)
+    from stoker.bench import bench, shuffle_quality, tune  # type: ignore[no-redef]
+    from stoker.loading import Loader, make_loader
+    from stoker.pipes import Pipe, register_stage
+    from stoker.shards import Manifest, ShardDataset, ShardStream, pack, verify
+    from stoker.sources import ClassFolderDataset, FileDataset, IdDataset, LabelFileDataset, SampleIndex, Source, concat
+    from stoker.train import Scenario, fit  # type: ignore[no-redef]
 
 try:
     __version__ = version("stoker")
 except PackageNotFoundError:  # running from a source tree that is not installed
     __version__ = "0.0.0+unknown"
+
+# Public name -> the module it lives in (imported on first use).
+_HOMES: dict[str, str] = {
+    "ClassFolderDataset": "stoker.sources",
+    "FileDataset": "stoker.sources",
+    "IdDataset": "stoker.sources",
+    "LabelFileDataset": "stoker.sources",
+    "Loader": "stoker.loading",
+    "Manifest": "stoker.shards",
+    "Pipe": "stoker.pipes",
+    "SampleIndex": "stoker.sources",
+    "Scenario": "stoker.train",
+    "ShardDataset": "stoker.shards",
+    "ShardStream": "stoker.shards",
+    "Source": "stoker.sources",
+    "bench": "stoker.bench",
+    "concat": "stoker.sources",
+    "fit": "stoker.train",
+    "make_loader": "stoker.loading",
+    "pack": "stoker.shards",
+    "register_stage": "stoker.pipes",
+    "shuffle_quality": "stoker.bench",
+    "tune": "stoker.bench",
+    "verify": "stoker.shards",
+}
+
+
+def __getattr__(name: str) -> Any:
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module 'stoker' has no attribute {name!r}")
+    value = getattr(importlib.import_module(home), name)
+    globals()[name] = value  # later lookups skip this function
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_HOMES))
+
 
 __all__ = [
     "CheckpointError",

@@ -40,3 +40,19 @@ def test_stoker_errors_become_one_line_and_exit_1(tmp_path: Path) -> None:
     result = CliRunner().invoke(main, ["verify", str(tmp_path / "nothing-here")])
     assert result.exit_code != 0
     assert "Traceback" not in result.output
+
+
+def test_make_data_kinds_match_the_generator() -> None:
+    from stoker.cli.make_data import _KINDS
+    from stoker.sources.synthetic import KINDS
+
+    assert _KINDS == KINDS
+
+
+def test_help_does_not_import_torch() -> None:
+    import subprocess
+    import sys
+
+    code = "import sys; from stoker.cli.main import main; print('torch' in sys.modules)"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.stdout.strip() == "False", done.stderr
