@@ -113,3 +113,19 @@ def test_a_shard_set_picks_its_fastest_loader_settings(folders: Path, tmp_path: 
     labels, count = _epoch(loader)
     assert count == 21 and sorted(labels) == sorted(ClassFolderDataset(folders).labels.tolist())
     assert make_loader(shards, batch_size=8, num_workers=2, device="cpu").num_workers == 2  # explicit wins
+
+
+def test_a_worker_error_comes_back_as_the_same_one_line_error(tmp_path: Path, folders: Path) -> None:
+    from stoker import DecodeError
+
+    root = tmp_path / "copy"
+    (root / "0").mkdir(parents=True)
+    for f in (folders / "0").iterdir():
+        (root / "0" / f.name).write_bytes(f.read_bytes())
+    (root / "0" / "3.png").write_bytes(b"garbage")
+    loader = make_loader(ClassFolderDataset(root), batch_size=4, num_workers=2, device="cpu")
+    with pytest.raises(DecodeError) as caught:
+        _epoch(loader)
+    message = str(caught.value)
+    assert "0/3.png" in message and "worker" in message
+    assert "Traceback" not in message and "\n" not in message

@@ -22,7 +22,7 @@ from torch.utils.data import (
     SequentialSampler,
 )
 
-from stoker.errors import ConfigError
+from stoker.errors import ConfigError, StokerError
 from stoker.loading.collate import Batch, collate, to_device
 from stoker.sources.dataset import Skipped
 
@@ -160,7 +160,10 @@ class Loader:
 
     def _iter_process(self) -> Iterator[Any]:
         assert self._dataloader is not None
-        yield from self._dataloader
+        try:
+            yield from self._dataloader
+        except StokerError as exc:
+            raise _without_worker_traceback(exc) from None
 
     def _iter_threads(self) -> Iterator[Any]:
         """Fetch batches on a thread pool, in order, with a bounded number in flight."""
@@ -189,6 +192,24 @@ class Loader:
             f"Loader({type(self.dataset).__name__}, batch_size={self.batch_size}, "
             f"workers={self.num_workers}, backend={self.backend!r}, device={self.device})"
         )
+
+
+def _without_worker_traceback(exc: StokerError) -> StokerError:
+    """The same error without the worker's traceback torch pastes into the message.
+
+    A DataLoader re-raises a worker's exception in the main process with the worker's
+    whole traceback as its message; a stoker error already says what, where and what to
+    do, so keep that and say it came from a worker.
+    """
+    text = str(exc)
+    prefix = f"{type(exc).__module__}.{type(exc).__qualname__}: "
+    at = text.rfind(prefix)
+    if "Original Traceback" not in text or at < 0:
+        return exc
+    try:
+        return type(exc)(f"{text[at + len(prefix):].strip()} (in a loader worker process)")
+    except TypeError:  # an error class with a different constructor: keep it as it came
+        return exc
 
 
 def make_loader(
