@@ -25,6 +25,7 @@ import torch
 from stoker.bench.monitor import ProcessMonitor
 from stoker.bench.shuffle_quality import ShuffleQuality, shuffle_quality
 from stoker.errors import StokerError
+from stoker.train.timing import PhaseTimer
 
 __all__ = ["STATUSES", "Expected", "RunResult", "Step", "run_method"]
 
@@ -208,16 +209,10 @@ def run_method(
             loader = make_batches()
             for _ in range(epochs):
                 epoch_counts = np.zeros(expected.num_classes, dtype=np.int64)
-                batches = iter(loader)
+                timer = PhaseTimer(torch.device("cpu"))  # the step, if any, syncs its own device
+                batches = timer.iterate(loader)
                 try:
-                    while True:
-                        before = time.perf_counter()
-                        try:
-                            batch = next(batches)
-                        except StopIteration:
-                            wait_s += time.perf_counter() - before
-                            break
-                        wait_s += time.perf_counter() - before
+                    for batch in batches:
                         images, labels = _split_batch(batch)
                         if result.first_batch_s is None:
                             result.first_batch_s = time.perf_counter() - start
@@ -239,10 +234,8 @@ def run_method(
                             stopped_early = True
                             break
                 finally:
-                    close = getattr(batches, "close", None)
-                    if close is not None:
-                        close()  # a generator's loader shuts its workers down now
-                    del batches
+                    batches.close()  # closes the loader's iterator too: its workers shut down now
+                    wait_s += timer.data_wait_s
                 counts += epoch_counts
                 problem = _check_epoch(epoch_counts, expected, whole=not stopped_early)
                 if problem:

@@ -11,7 +11,7 @@ without blocking and counts as compute.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Generator, Iterable
 from typing import TypeVar
 
 import torch
@@ -57,7 +57,7 @@ class PhaseTimer:
         """Seconds since the phase started (while it runs; afterwards :attr:`wall_s`)."""
         return time.perf_counter() - self._start if self._start else self.wall_s
 
-    def iterate(self, loader: Iterable[T]) -> Iterator[T]:
+    def iterate(self, loader: Iterable[T]) -> Generator[T, None, None]:
         """Yield the loader's batches, adding the time each one took to arrive to the data wait."""
         synchronize(self.device)
         self._start = time.perf_counter()
