@@ -129,3 +129,23 @@ def test_a_worker_error_comes_back_as_the_same_one_line_error(tmp_path: Path, fo
     message = str(caught.value)
     assert "0/3.png" in message and "worker" in message
     assert "Traceback" not in message and "\n" not in message
+
+
+def test_thread_backend_threads_go_with_the_loader(folders: Path) -> None:
+    import gc
+    import threading
+
+    def pool_threads() -> int:
+        return sum(t.name.startswith("stoker-loader") for t in threading.enumerate())
+
+    before = pool_threads()
+    loader = make_loader(ClassFolderDataset(folders), batch_size=4, num_workers=2, device="cpu", backend="thread")
+    _epoch(loader)
+    assert pool_threads() > before
+    del loader
+    gc.collect()
+    for _ in range(50):
+        if pool_threads() == before:
+            break
+        threading.Event().wait(0.05)
+    assert pool_threads() == before

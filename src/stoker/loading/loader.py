@@ -187,6 +187,15 @@ class Loader:
             for future in pending:
                 future.cancel()
 
+    def close(self) -> None:
+        """Let the thread pool's threads go (the process backend's workers go with the loader)."""
+        pool = getattr(self, "_pool", None)
+        if pool is not None:
+            pool.shutdown(wait=False, cancel_futures=True)
+
+    def __del__(self) -> None:
+        self.close()
+
     def __repr__(self) -> str:
         return (
             f"Loader({type(self.dataset).__name__}, batch_size={self.batch_size}, "
