@@ -77,7 +77,7 @@ def decode_image(data: bytes | bytearray | memoryview | np.ndarray, name: str = 
     if buffer.size == 0:
         raise DecodeError(f"{name}: the file is empty; {_BAD_SAMPLE_HINT}")
     if buffer[:8].tobytes() == _PNG_SIGNATURE:
-        _check_png_chunks(buffer.tobytes(), name)
+        _check_png_chunks(memoryview(buffer), name)  # type: ignore[arg-type]  # ndarray is a buffer (stubs < 3.12 disagree)
     encoded = torch.from_numpy(buffer.copy())  # torchvision wants a writable tensor
     try:
         return _tv_decode_image(encoded, mode=ImageReadMode.RGB)
@@ -89,7 +89,7 @@ def decode_image(data: bytes | bytearray | memoryview | np.ndarray, name: str = 
 _PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
 
-def _check_png_chunks(data: bytes, name: str) -> None:
+def _check_png_chunks(data: memoryview, name: str) -> None:
     """Check every PNG chunk's length and CRC before libpng sees the file.
 
     torchvision 0.29's PNG decoder kills the whole process (a segmentation fault) when
@@ -103,9 +103,9 @@ def _check_png_chunks(data: bytes, name: str) -> None:
         kind = data[pos + 4 : pos + 8]
         stop = pos + 8 + length
         if stop + 4 > end:
-            raise DecodeError(f"{name}: PNG is truncated in its {kind!r} chunk; {_BAD_SAMPLE_HINT}")
+            raise DecodeError(f"{name}: PNG is truncated in its {bytes(kind)!r} chunk; {_BAD_SAMPLE_HINT}")
         if zlib.crc32(data[pos + 4 : stop]) != int.from_bytes(data[stop : stop + 4], "big"):
-            raise DecodeError(f"{name}: PNG {kind.decode('latin-1')!r} chunk fails its CRC (corrupt file); {_BAD_SAMPLE_HINT}")
+            raise DecodeError(f"{name}: PNG {bytes(kind).decode('latin-1')!r} chunk fails its CRC (corrupt file); {_BAD_SAMPLE_HINT}")
         if kind == b"IEND":
             return
         pos = stop + 4

@@ -119,7 +119,8 @@ class Loader:
                 generator=self._generator,
             )
         else:
-            assert self._sampler is not None  # checked in make_loader
+            if self._sampler is None:
+                raise ConfigError("backend='thread' needs a map-style data set; use backend='process' for a Pipe")
             self._batches = BatchSampler(self._sampler, batch_size, drop_last)
             self._pool = ThreadPoolExecutor(max(num_workers, 1), thread_name_prefix="stoker-loader")
         self.drop_last = drop_last
@@ -142,7 +143,7 @@ class Loader:
         if hasattr(self.dataset, "set_epoch"):
             self.dataset.set_epoch(self.epoch)
         self.skipped = []
-        batches = self._iter_process() if self._dataloader is not None else self._iter_threads()
+        batches = self._iter_process(self._dataloader) if self._dataloader is not None else self._iter_threads()
         for item in batches:
             if isinstance(item, Batch):
                 self.skipped.extend(item.skipped)
@@ -158,10 +159,9 @@ class Loader:
             )
         self.epoch += 1
 
-    def _iter_process(self) -> Iterator[Any]:
-        assert self._dataloader is not None
+    def _iter_process(self, dataloader: DataLoader) -> Iterator[Any]:
         try:
-            yield from self._dataloader
+            yield from dataloader
         except StokerError as exc:
             raise _without_worker_traceback(exc) from None
 

@@ -9,7 +9,6 @@ over the old one, so a crash mid-write leaves the previous checkpoint whole.
 from __future__ import annotations
 
 import os
-import pickle
 import random
 import tempfile
 import zipfile
@@ -75,13 +74,15 @@ def load_checkpoint(path: str | os.PathLike[str], map_location: str | torch.devi
         raise CheckpointError(f"{path}: checkpoint not found; check the run folder (last.pt is written after every epoch)")
     try:
         state = torch.load(path, map_location=map_location, weights_only=True)
-    except pickle.UnpicklingError as exc:
+    except (RuntimeError, EOFError, zipfile.BadZipFile, OSError) as exc:
+        raise CheckpointError(f"{path}: not a readable checkpoint ({type(exc).__name__}: {exc}); the file is damaged or truncated") from None
+    except Exception as exc:  # torch's weights-only unpickler refuses anything but tensors and plain containers
+        if "Weights only load failed" not in str(exc):
+            raise
         raise CheckpointError(
             f"{path}: refused to load: it holds objects other than tensors and plain containers "
             f"({str(exc).splitlines()[0]}); stoker loads checkpoints with weights_only=True"
         ) from None
-    except (RuntimeError, EOFError, zipfile.BadZipFile, OSError) as exc:
-        raise CheckpointError(f"{path}: not a readable checkpoint ({type(exc).__name__}: {exc}); the file is damaged or truncated") from None
     if not isinstance(state, dict):
         raise CheckpointError(f"{path}: expected a dict of state_dicts, found {type(state).__name__}")
     return state
