@@ -2,7 +2,7 @@
 
 The published write-up warns that shards cut from ordered data hurt convergence, and
 that the shard size trades disk efficiency against shuffling. This script measures the
-mixing score of :func:`stoker.bench.shuffle_quality` (1 = as mixed as a random
+mixing score of :func:`stoker.shuffle_quality` (1 = as mixed as a random
 permutation, 0 = as bad as class-sorted) for:
 
 * a shard stream (shard order shuffled, then a per-reader buffer, as ``ShardStream``

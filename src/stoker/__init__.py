@@ -30,12 +30,13 @@ from stoker.errors import (
 
 if TYPE_CHECKING:
     # (mypy mistakes these functions for the submodules of the same name: no-redef)
-    from stoker.bench import bench, shuffle_quality, tune  # type: ignore[no-redef]
+    from stoker.bench import bench, tune
     from stoker.loading import Loader, make_loader
+    from stoker.mixing import shuffle_quality
     from stoker.pipes import Pipe, register_stage
     from stoker.shards import Manifest, ShardDataset, ShardStream, pack, verify
     from stoker.sources import ClassFolderDataset, FileDataset, IdDataset, LabelFileDataset, SampleIndex, Source, concat
-    from stoker.train import Scenario, fit  # type: ignore[no-redef]
+    from stoker.train import Scenario, fit
 
 try:
     __version__ = version("stoker")
@@ -62,7 +63,7 @@ _HOMES: dict[str, str] = {
     "make_loader": "stoker.loading",
     "pack": "stoker.shards",
     "register_stage": "stoker.pipes",
-    "shuffle_quality": "stoker.bench",
+    "shuffle_quality": "stoker.mixing",
     "tune": "stoker.bench",
     "verify": "stoker.shards",
 }

@@ -22,8 +22,8 @@ from stoker.bench.methods import BenchData, Method
 from stoker.bench.report import render_markdown, save_report
 from stoker.bench.runner import RunResult
 from stoker.bench.settings import LoaderSettings, load_settings, save_settings
-from stoker.bench.shuffle_quality import ShuffleQuality, shuffle_quality, simulate_buffer_shuffle, suggest_buffer_size
-from stoker.bench.tune import Trial, TuneResult, search_settings, tune
+from stoker.bench.tuner import Trial, TuneResult, search_settings, tune
+from stoker.mixing import ShuffleQuality, shuffle_quality, simulate_buffer_shuffle, suggest_buffer_size
 
 __all__ = [
     "BenchData",

@@ -38,8 +38,8 @@ from stoker.bench.limits import Limits, evict_from_page_cache, measure_limits, m
 from stoker.bench.methods import BenchData, Method, resolve_methods
 from stoker.bench.runner import Expected, RunResult, Step, run_method
 from stoker.bench.settings import BACKENDS, METHODS, LoaderSettings
-from stoker.bench.shuffle_quality import suggest_buffer_size
 from stoker.errors import ConfigError
+from stoker.mixing import suggest_buffer_size
 from stoker.sources.dataset import FileDataset
 
 __all__ = ["DEFAULT_METHODS", "DEFAULT_WORKERS", "BenchResult", "bench", "open_data", "pack_for_bench", "quick_bench"]

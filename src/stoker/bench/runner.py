@@ -23,8 +23,8 @@ import numpy as np
 import torch
 
 from stoker.bench.monitor import ProcessMonitor
-from stoker.bench.shuffle_quality import ShuffleQuality, shuffle_quality
 from stoker.errors import StokerError
+from stoker.mixing import ShuffleQuality, shuffle_quality
 from stoker.train.timing import PhaseTimer
 
 __all__ = ["STATUSES", "Expected", "RunResult", "Step", "run_method"]

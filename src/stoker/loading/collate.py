@@ -9,7 +9,7 @@ from typing import Any
 import torch
 from torch.utils.data import default_collate
 
-from stoker.sources.dataset import Skipped
+from stoker.loading.skips import Skipped
 
 __all__ = ["Batch", "collate", "to_device"]
 

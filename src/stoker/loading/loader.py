@@ -24,13 +24,14 @@ from torch.utils.data import (
 
 from stoker.errors import ConfigError, StokerError
 from stoker.loading.collate import Batch, collate, to_device
-from stoker.sources.dataset import Skipped
+from stoker.loading.skips import Skipped
 
-__all__ = ["Backend", "Loader", "make_loader", "resolve_device"]
+__all__ = ["BACKENDS", "Backend", "Loader", "make_loader", "resolve_device"]
 
 log = logging.getLogger("stoker")
 
 Backend = Literal["process", "thread"]
+BACKENDS: tuple[Backend, ...] = ("process", "thread")  # the one list of loader backends
 
 
 def resolve_device(device: str | torch.device | None) -> torch.device:
@@ -282,8 +283,8 @@ def make_loader(
         raise ConfigError(f"num_workers must be >= 0, got {num_workers}")
     if prefetch_factor < 1:
         raise ConfigError(f"prefetch_factor must be >= 1, got {prefetch_factor}")
-    if backend not in ("process", "thread"):
-        raise ConfigError(f"backend must be 'process' or 'thread', got {backend!r}")
+    if backend not in BACKENDS:
+        raise ConfigError(f"backend must be one of {', '.join(BACKENDS)}; got {backend!r}")
     iterable = isinstance(dataset, IterableDataset)
     if backend == "thread" and iterable:
         raise ConfigError("backend='thread' needs a map-style data set; use backend='process' for a Pipe")

@@ -12,10 +12,10 @@ from __future__ import annotations
 
 from stoker.shards.dataset import ShardBatch, ShardDataset, collate_shard_batch
 from stoker.shards.manifest import Manifest, ShardInfo
-from stoker.shards.pack import pack
+from stoker.shards.packing import pack
 from stoker.shards.stream import ShardStream, stream_order
 from stoker.shards.summary import ShardSetSummary, SplitSummary, summarize, write_grid
-from stoker.shards.verify import Fault, VerifyReport, verify
+from stoker.shards.verification import Fault, VerifyReport, verify
 from stoker.shards.writer import ShardWriter
 
 __all__ = [

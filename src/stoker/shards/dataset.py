@@ -13,9 +13,9 @@ from torch.utils.data import Dataset, default_collate, get_worker_info
 
 from stoker.errors import ConfigError, DataError
 from stoker.loading.collate import Batch, collate
+from stoker.loading.skips import OnError, Skipped
 from stoker.shards.manifest import Manifest
 from stoker.shards.reader import ShardSet
-from stoker.sources.dataset import OnError, Skipped
 
 __all__ = ["ShardBatch", "ShardDataset", "collate_shard_batch", "load_shard_image"]
 

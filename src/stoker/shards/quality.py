@@ -6,7 +6,7 @@ import os
 
 import numpy as np
 
-from stoker.bench.shuffle_quality import ShuffleQuality, shuffle_quality
+from stoker.mixing import ShuffleQuality, shuffle_quality
 from stoker.shards.manifest import Manifest
 from stoker.shards.reader import ShardSet
 from stoker.shards.stream import stream_order

@@ -21,8 +21,8 @@ from torch.utils.data import IterableDataset, get_worker_info
 
 from stoker.errors import ConfigError
 from stoker.loading.collate import collate
+from stoker.loading.skips import OnError, Skipped
 from stoker.shards.dataset import ShardDataset
-from stoker.sources.dataset import OnError, Skipped
 
 __all__ = ["ShardStream", "stream_order"]
 

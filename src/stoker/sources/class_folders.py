@@ -8,7 +8,8 @@ from typing import Literal
 
 from stoker.decode import SAMPLE_SUFFIXES
 from stoker.errors import ConfigError, DataError, MissingFileError
-from stoker.sources.dataset import FileDataset, OnError, Transform
+from stoker.loading.skips import OnError
+from stoker.sources.dataset import FileDataset, Transform
 from stoker.sources.index import SampleIndex, Source
 
 __all__ = ["ClassFolderDataset"]

@@ -6,7 +6,8 @@ from collections.abc import Sequence
 from typing import Literal
 
 from stoker.errors import ConfigError
-from stoker.sources.dataset import FileDataset, OnError, Transform
+from stoker.loading.skips import OnError
+from stoker.sources.dataset import FileDataset, Transform
 from stoker.sources.index import SampleIndex
 
 __all__ = ["concat"]

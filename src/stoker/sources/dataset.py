@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 import torch
@@ -12,20 +11,12 @@ from torch.utils.data import Dataset
 
 from stoker.decode import decode_sample
 from stoker.errors import ConfigError, DataError, MissingFileError
+from stoker.loading.skips import OnError, Skipped
 from stoker.sources.index import SampleIndex
 
 __all__ = ["FileDataset", "OnError", "Skipped", "read_file_bytes"]
 
-OnError = Literal["raise", "skip"]
 Transform = Callable[[torch.Tensor], Any]
-
-
-@dataclass(frozen=True)
-class Skipped:
-    """Stands in for a bad sample under ``on_error="skip"``; the collate counts and drops it."""
-
-    key: str
-    reason: str
 
 
 def read_file_bytes(path: str) -> bytes:

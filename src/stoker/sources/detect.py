@@ -31,8 +31,9 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from stoker.decode import Box
 from stoker.errors import ConfigError, MissingFileError
+from stoker.loading.skips import OnError
 from stoker.sources.class_folders import ClassFolderDataset
-from stoker.sources.dataset import FileDataset, OnError, Transform
+from stoker.sources.dataset import FileDataset, Transform
 from stoker.sources.ids import IdDataset
 from stoker.sources.index import SampleIndex
 from stoker.sources.label_file import LabelFileDataset

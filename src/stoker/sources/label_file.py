@@ -7,7 +7,8 @@ from pathlib import Path
 
 from stoker.decode import Box
 from stoker.errors import ConfigError, LabelError, MissingFileError
-from stoker.sources.dataset import FileDataset, OnError, Transform
+from stoker.loading.skips import OnError
+from stoker.sources.dataset import FileDataset, Transform
 from stoker.sources.index import SampleIndex, Source
 
 __all__ = ["LabelFileDataset", "read_label_file"]

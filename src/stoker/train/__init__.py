@@ -11,9 +11,9 @@ from __future__ import annotations
 from stoker.train.checkpoint import load_checkpoint, save_checkpoint
 from stoker.train.compare import RunSummary, compare_runs, format_table
 from stoker.train.config import TrainConfig, load_config
-from stoker.train.fit import fit
 from stoker.train.history import EpochStats, History
 from stoker.train.loggers import BatchProgress, ConsoleLogger, CsvLogger, Logger, RunInfo, TensorBoardLogger, read_csv
+from stoker.train.loop import fit
 from stoker.train.models import SmallCNN, build_model
 from stoker.train.plots import plot_compare, plot_curves
 from stoker.train.runner import RunResult, demo_run, train_from_config

@@ -18,9 +18,9 @@ from stoker.errors import ConfigError
 from stoker.loading import resolve_device
 from stoker.train.config import OptimConfig, TrainConfig, parse_config
 from stoker.train.data import build_data, build_loaders
-from stoker.train.fit import fit
 from stoker.train.history import History
 from stoker.train.loggers import Logger
+from stoker.train.loop import fit
 from stoker.train.models import build_model
 from stoker.train.record import BEST_FILE, LAST_FILE, RUN_FILE
 from stoker.train.scenario import Scenario
