@@ -34,7 +34,7 @@ import socket
 import time
 from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import torch
 from torch import nn
@@ -44,11 +44,12 @@ from stoker.loading import resolve_device
 from stoker.train.checkpoint import get_rng_state, load_checkpoint, save_checkpoint
 from stoker.train.history import EpochStats, History
 from stoker.train.interrupt import StopRequest
-from stoker.train.loggers import BatchProgress, ConsoleLogger, CsvLogger, Logger, RunInfo, TensorBoardLogger
+from stoker.train.loggers import ConsoleLogger, CsvLogger, Logger, RunInfo, TensorBoardLogger
 from stoker.train.plots import plot_curves
 from stoker.train.record import BEST_FILE, LAST_FILE, device_name, prepare_run_dir, versions, write_run_json
 from stoker.train.resume import CHECKPOINT_FORMAT, check_last, restore_last, restore_loader
 from stoker.train.scenario import Scenario
+from stoker.train.tally import Tally, mid_epoch_entry, notify_batch_end
 from stoker.train.timing import PhaseTimer
 
 __all__ = ["CHECKPOINT_FORMAT", "fit"]
@@ -172,7 +173,7 @@ def fit(scenario: Scenario, callbacks: Sequence[Logger] = ()) -> History:
                 #    A resumed epoch starts from the saved tallies, seconds and loader position.
                 model.train()
                 _set_epoch(s.train_loader, epoch - 1)  # the shuffle order is a function of the epoch
-                train, train_timer = _Tally("train", epoch, _len(s.train_loader)), PhaseTimer(device)
+                train, train_timer = Tally("train", epoch, _len(s.train_loader)), PhaseTimer(device)
                 lr = s.optimizer.param_groups[0]["lr"]
                 if here is not None:
                     train.load_state_dict(here["train"])
@@ -203,12 +204,12 @@ def fit(scenario: Scenario, callbacks: Sequence[Logger] = ()) -> History:
                                 "rate, check the data for bad values, or use amp='bf16' instead of 'fp16'"
                             )
                         train.add(loss_value, int(hits), labels.shape[0])
-                        _batch_end(loggers, train.progress(train_timer), stop)
+                        notify_batch_end(loggers, train.progress(train_timer), stop)
                         # 4b. At a step boundary: a periodic checkpoint, or the stop that was asked for.
                         if batch % s.grad_accum == 0 and (stop.requested or _due(s, batch)):
                             if not resumable:
                                 raise KeyboardInterrupt  # no loader position to save: last.pt keeps the last epoch
-                            save_last(epoch - 1, _partial(epoch, "train", train, train_timer, lr, s.train_loader.state_dict()))
+                            save_last(epoch - 1, mid_epoch_entry(epoch, "train", train, train_timer, lr, cast(Any, s.train_loader).state_dict()))
                             if stop.requested:
                                 _say_saved(last_path, epoch, f"after batch {batch}")
                                 raise KeyboardInterrupt
@@ -219,7 +220,7 @@ def fit(scenario: Scenario, callbacks: Sequence[Logger] = ()) -> History:
                 trained_rng = get_rng_state()  # validation draws nothing, but a stop during it resumes from here
 
                 # 5. Validate in eval mode without gradients (a stop saves the epoch as trained).
-                valid, valid_timer = _Tally("valid", epoch, _len(s.valid_loader)), PhaseTimer(device)
+                valid, valid_timer = Tally("valid", epoch, _len(s.valid_loader)), PhaseTimer(device)
                 if s.valid_loader is not None:
                     model.eval()
                     _set_epoch(s.valid_loader, epoch - 1)
@@ -233,9 +234,9 @@ def fit(scenario: Scenario, callbacks: Sequence[Logger] = ()) -> History:
                                 loss = s.loss_fn(logits, labels)
                             loss_value, hits = torch.stack([loss.float(), (logits.argmax(1) == labels).sum().float()]).tolist()
                             valid.add(loss_value, int(hits), labels.shape[0])
-                            _batch_end(loggers, valid.progress(valid_timer), stop)
+                            notify_batch_end(loggers, valid.progress(valid_timer), stop)
                             if stop.requested:
-                                save_last(epoch - 1, _partial(epoch, "valid", train, train_timer, lr, None), trained_rng)
+                                save_last(epoch - 1, mid_epoch_entry(epoch, "valid", train, train_timer, lr, None), trained_rng)
                                 _say_saved(last_path, epoch, "after training, during validation (it is redone)")
                                 raise KeyboardInterrupt
 
@@ -305,67 +306,10 @@ def fit(scenario: Scenario, callbacks: Sequence[Logger] = ()) -> History:
     return history
 
 
-class _Tally:
-    """Running sums of one phase: samples, loss x batch size, argmax hits."""
-
-    def __init__(self, phase: str, epoch: int, batches: int | None) -> None:
-        self.phase, self.epoch, self.total_batches = phase, epoch, batches
-        self.batches = self.samples = self.hits = 0
-        self.loss_sum = 0.0
-
-    def add(self, loss: float, hits: int, size: int) -> None:
-        self.batches += 1
-        self.samples += size
-        self.hits += hits
-        self.loss_sum += loss * size  # the batch's mean loss, weighted by its size
-
-    def progress(self, timer: PhaseTimer) -> BatchProgress:
-        return BatchProgress(
-            self.phase, self.epoch, self.batches, self.total_batches, self.samples,
-            self.loss, self.acc, timer.elapsed_s, timer.data_wait_s,
-        )
-
-    def state_dict(self) -> dict[str, Any]:
-        return {"batches": self.batches, "samples": self.samples, "hits": self.hits, "loss_sum": self.loss_sum}
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.batches, self.samples, self.hits = int(state["batches"]), int(state["samples"]), int(state["hits"])
-        self.loss_sum = float(state["loss_sum"])
-
-    @property
-    def loss(self) -> float:
-        return self.loss_sum / self.samples if self.samples else math.nan
-
-    @property
-    def acc(self) -> float:
-        return self.hits / self.samples if self.samples else math.nan
-
-
-def _batch_end(loggers: Iterable[Logger], progress: BatchProgress, stop: StopRequest) -> None:
-    """Tell the loggers; a ``KeyboardInterrupt`` from one asks the run to stop at the next step boundary."""
-    for logger in loggers:
-        try:
-            logger.batch_end(progress)
-        except KeyboardInterrupt:
-            stop.request("KeyboardInterrupt")
-
-
 def _due(s: Scenario, batch: int) -> bool:
     """Whether a periodic mid-epoch checkpoint is due after ``batch`` (at a step boundary)."""
     every = s.checkpoint_every_steps
     return every is not None and (batch // s.grad_accum) % every == 0
-
-
-def _partial(epoch: int, phase: str, train: _Tally, timer: PhaseTimer, lr: float, loader: Any) -> dict[str, Any]:
-    """The ``partial`` entry of a mid-epoch ``last.pt`` (see :mod:`stoker.train.resume`)."""
-    return {
-        "epoch": epoch,
-        "phase": phase,
-        "loader": loader,
-        "train": train.state_dict(),
-        "train_timer": {"wall_s": timer.elapsed_s, "data_wait_s": timer.data_wait_s},
-        "lr": lr,
-    }
 
 
 def _say_saved(path: Path, epoch: int, where: str) -> None:
