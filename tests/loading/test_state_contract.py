@@ -212,3 +212,18 @@ def test_a_generic_iterable_resumes_by_reading_and_discarding() -> None:
     resumed = make_loader(Numbers(), batch_size=3, num_workers=0, device="cpu")
     resumed.load_state_dict(interrupted.state_dict())
     assert [b.tolist() for b in resumed] == straight[1:]
+
+
+def test_a_distributed_sampler_resumes_too(data: dict[str, Path], tmp_path: Path) -> None:
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'rendezvous'}", rank=0, world_size=1)
+    try:
+        def new_loader() -> Any:
+            loader = make_loader(ClassFolderDataset(data["both"]), batch_size=BATCH, num_workers=0, device="cpu", seed=5)
+            assert loader._distributed  # the DistributedSampler path
+            return loader
+
+        check_state_contract(new_loader, sorted([*range(N_A), *range(1000, 1000 + N_B)]), k=2)
+    finally:
+        dist.destroy_process_group()

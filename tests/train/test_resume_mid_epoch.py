@@ -148,3 +148,14 @@ def test_a_last_pt_that_does_not_fit_is_a_checkpoint_error(folders: Path, tmp_pa
                                         "train": {"batches": 1, "samples": 16, "hits": 1, "loss_sum": 1.0},
                                         "train_timer": {"wall_s": 1.0, "data_wait_s": 0.1}}}
     assert "train loader position does not fit" in str(resume_with(loader_state))
+
+
+def test_history_state_round_trips(folders: Path, tmp_path: Path) -> None:
+    from stoker.train import History
+
+    history = fit(_scenario(folders, tmp_path, "h", workers=0, resume=False, seed=0, epochs=1))
+    again = History()
+    again.load_state_dict(json.loads(json.dumps(history.state_dict())))
+    assert again.epochs == history.epochs and (again.best_acc, again.best_epoch) == (history.best_acc, history.best_epoch)
+    with pytest.raises(ConfigError, match="missing"):
+        again.load_state_dict({"epochs": []})
