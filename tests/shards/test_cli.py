@@ -72,9 +72,11 @@ def test_option_parsers() -> None:
         parse_size("tall")
 
 
-def test_inspect_of_a_folder_that_is_not_a_shard_set(tmp_path: Path) -> None:
+def test_inspect_of_a_folder_that_is_not_a_shard_set(tmp_path: Path, digi: Path) -> None:
     code, output = _run(inspect, [str(tmp_path)])
-    assert code == 1 and "not a shard set" in output
+    assert code == 1 and "no class folders" in output
+    code, output = _run(inspect, [str(digi)])  # any layout: what it is opened as, splits and class counts
+    assert code == 0 and "(class_folders): 40 train samples, 3 classes" in output and "0: 14" in output
 
 
 def test_repack_from_shards(packed: Callable[..., Path], tmp_path: Path) -> None:
