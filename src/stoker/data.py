@@ -58,6 +58,9 @@ from stoker.sources.splitting import stratified_split
 __all__ = ["SPLIT_NAMES", "DataSplits", "Layout", "canonical_split", "detect_layout", "open_data"]
 
 PathLike = str | os.PathLike[str]
+Paths = PathLike | Sequence[PathLike]
+# {split: paths}: each split from its own sources, one label mapping for all (matched by class name).
+SplitPaths = Mapping[str, Paths]
 Layout = Literal["shards", "ids", "label_file", "split_folders", "class_folders"]
 Transform = Callable[[torch.Tensor], Any]
 
@@ -391,9 +394,33 @@ def _open_sources(paths: Sequence[Path], labels: PathLike | None, crop: Box | No
     return dict(splits), classes, opened, False
 
 
+def _open_split_map(
+    split_paths: SplitPaths, labels: PathLike | None, crop: Box | None
+) -> tuple[dict[str, Dataset], tuple[str, ...], list[tuple[str, str]]]:
+    """Each split from its own file sources, relabelled into one class list (by name)."""
+    if not split_paths:
+        raise ConfigError("give at least one split, e.g. {'train': 'data/train', 'valid': 'data/val'}")
+    parts: dict[str, FileDataset] = {}
+    opened: list[tuple[str, str]] = []
+    for name, value in split_paths.items():
+        split = canonical_split(str(name))
+        if split in parts:
+            raise ConfigError(f"two sources are given for the split {split!r}; give each split once")
+        found, classes, seen, shards = _open_sources(_as_paths(value, "paths"), labels, crop)
+        if shards:
+            raise ConfigError(f"{split}={value}: a shard set has its splits already; pack file sources per split")
+        if len(set(classes)) != len(classes):
+            raise ConfigError(f"{split}={value}: class names repeat across its sources; give one source per split")
+        own = found.get("train") or next(iter(found.values()))
+        parts[split] = own  # type: ignore[assignment]
+        opened.extend((path, f"{layout}, {split}") for path, layout in seen)
+    common = _common_classes([ds.index for ds in parts.values()])
+    return {split: FileDataset(_relabel(ds.index, common)) for split, ds in parts.items()}, tuple(common), opened
+
+
 @overload
 def open_data(
-    paths: PathLike | Sequence[PathLike], split: None = None, *, valid: float | None = ...,
+    paths: Paths | SplitPaths, split: None = None, *, valid: float | None = ...,
     valid_paths: PathLike | Sequence[PathLike] | None = ..., image_size: int | tuple[int, int] | None = ...,
     crop: Box | None = ..., labels: PathLike | None = ..., transform: Transform | None = ...,
     on_error: OnError = ..., seed: int = ...,
@@ -402,7 +429,7 @@ def open_data(
 
 @overload
 def open_data(
-    paths: PathLike | Sequence[PathLike], split: str, *, valid: float | None = ...,
+    paths: Paths | SplitPaths, split: str, *, valid: float | None = ...,
     valid_paths: PathLike | Sequence[PathLike] | None = ..., image_size: int | tuple[int, int] | None = ...,
     crop: Box | None = ..., labels: PathLike | None = ..., transform: Transform | None = ...,
     on_error: OnError = ..., seed: int = ...,
@@ -410,7 +437,7 @@ def open_data(
 
 
 def open_data(
-    paths: PathLike | Sequence[PathLike],
+    paths: Paths | SplitPaths,
     split: str | None = None,
     *,
     valid: float | None = None,
@@ -427,6 +454,8 @@ def open_data(
     Args:
         paths: a folder, label file, ids file or shard set, or several (file layouts
             only) laid side by side: each source's labels follow the previous ones'.
+            Or ``{split: path(s)}`` (``{"train": "a/", "valid": "b/"}``) to give each split
+            its own source: one label mapping for all, by class name.
         split: return only this split's data set (``"train"``, ``"valid"``, ...)
             instead of all of them.
         valid: when the data has no validation split of its own, hold out this share
@@ -457,9 +486,14 @@ def open_data(
         >>> loader = make_loader(data["train"], batch_size=128)  # doctest: +SKIP
     """
     on_error = check_on_error(on_error)
-    resolved = _as_paths(paths, "paths")
     size_transform = _transform(image_size, transform)
-    found, classes, opened, shards = _open_sources(resolved, labels, crop)
+    if isinstance(paths, Mapping):
+        resolved = [p for value in paths.values() for p in _as_paths(value, "paths")]
+        found, classes, opened = _open_split_map(paths, labels, crop)
+        shards = False
+    else:
+        resolved = _as_paths(paths, "paths")
+        found, classes, opened, shards = _open_sources(resolved, labels, crop)
     datasets: dict[str, Dataset]
     if shards:
         shard_splits = _open_shards(resolved[0], image_size, transform, on_error)

@@ -38,7 +38,8 @@ def pack(
     Args:
         source: a folder in any layout (class folders, split folders, a label file,
             ids), several of them (labels side by side), an existing shard set (re-pack),
-            a stoker data set, or a ``{split: data set}`` mapping (:func:`stoker.open_data`'s).
+            a stoker data set, a ``{split: data set}`` mapping (:func:`stoker.open_data`'s),
+            or ``{split: path(s)}`` to give each split its own source (one label mapping).
         out: the output folder (new, empty, or this same pack half done).
         labels: the label file of a label-file folder that holds several ``.txt`` files.
         crop: ``(top, left, height, width)`` for every image of file sources.
@@ -59,6 +60,9 @@ def pack(
         >>> manifest.split_samples("valid")  # doctest: +SKIP
         2000
     """
+    if isinstance(source, Mapping) and all(isinstance(v, (str, os.PathLike, list, tuple)) for v in source.values()):
+        opened = open_data(source, crop=crop, labels=labels)  # {split: paths}: one label mapping
+        return write_shards(dict(opened), out, origin=[path for path, _ in opened.opened], **options)
     if isinstance(source, (FileDataset, ShardDataset, Mapping)):
         if labels is not None or crop is not None:
             raise ConfigError("pack: labels and crop apply to paths; a data set has its labels and crop already")
