@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from stoker.data import open_data
+from stoker.data import LabelOrder, open_data
 from stoker.decode import Box
 from stoker.errors import ConfigError
 from stoker.shards.dataset import ShardDataset
@@ -31,6 +31,7 @@ def pack(
     *,
     labels: PathLike | None = None,
     crop: Box | None = None,
+    label_order: LabelOrder = "auto",
     **options: Any,
 ) -> Manifest:
     """Pack a data set into shuffled, checksummed Arrow shards plus ``manifest.json``.
@@ -43,6 +44,7 @@ def pack(
         out: the output folder (new, empty, or this same pack half done).
         labels: the label file of a label-file folder that holds several ``.txt`` files.
         crop: ``(top, left, height, width)`` for every image of file sources.
+        label_order: ``"auto"`` or ``"sorted"``, as for :func:`stoker.open_data`.
         options: as for :func:`stoker.shards.write_shards`: ``store``, ``size``,
             ``shard_samples``, ``shard_bytes``, ``valid``, ``seed``, ``shuffle``,
             ``workers``, ``overwrite``, ``progress``.
@@ -61,7 +63,7 @@ def pack(
         2000
     """
     if isinstance(source, Mapping) and all(isinstance(v, (str, os.PathLike, list, tuple)) for v in source.values()):
-        opened = open_data(source, crop=crop, labels=labels)  # {split: paths}: one label mapping
+        opened = open_data(source, crop=crop, labels=labels, label_order=label_order)  # {split: paths}: one label mapping
         return write_shards(dict(opened), out, origin=[path for path, _ in opened.opened], **options)
     if isinstance(source, (FileDataset, ShardDataset, Mapping)):
         if labels is not None or crop is not None:
@@ -70,7 +72,7 @@ def pack(
     paths = [source] if isinstance(source, (str, os.PathLike)) else list(source)
     if not paths:
         raise ConfigError("pack: give at least one source")
-    opened = open_data(paths, crop=crop, labels=labels)
+    opened = open_data(paths, crop=crop, labels=labels, label_order=label_order)
     if opened.is_shards and (labels is not None or crop is not None):
         raise ConfigError("pack: a shard set has its labels and crop already; leave --labels and --crop out")
     return write_shards(dict(opened), out, origin=[str(Path(p).resolve()) for p in paths], **options)

@@ -60,4 +60,8 @@ def _inspect_files(root: Path, max_classes: int) -> None:
         shown = ", ".join(f"{data.classes[i]}: {int(c)}" for i, c in enumerate(counts[:max_classes]))
         more = f", ... ({data.num_classes - max_classes} more)" if data.num_classes > max_classes else ""
         click.echo(f"  {split:<8} {len(dataset):>8} samples  {shown}{more}")  # type: ignore[arg-type]
+    if data.empty_classes:
+        names = ", ".join(data.classes[i] for i in data.empty_classes[:10])
+        click.echo(f"warning: {len(data.empty_classes)} classes have no samples ({names}); numbered from 1? "
+                   "--label-order sorted numbers the folders without gaps")
     click.echo("not packed: pack it for faster reading with `stoker pack " + str(root) + " OUT`")

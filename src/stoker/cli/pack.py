@@ -88,10 +88,12 @@ def parse_sources(sources: list[str]) -> list[str] | dict[str, list[str]]:
 @click.option("--labels", type=click.Path(dir_okay=False, path_type=Path),
               help="Label file ('<file> <label>' lines) of a single SRC folder that holds several .txt files.")
 @click.option("--crop", metavar="T,L,H,W", help="Crop box (top,left,height,width) for every image of every SRC.")
+@click.option("--label-order", type=click.Choice(["auto", "sorted"]), default="auto", show_default=True,
+              help="auto: numeric class folder names are the labels; sorted: folder names numbered in sorted order.")
 @click.option("--quiet", is_flag=True, help="No progress bar.")
 def pack(paths: tuple[str, ...], store: str, size: str | None, shard_samples: int, shard_bytes: str,
          split_spec: str | None, workers: int | None, seed: int, no_shuffle: bool, overwrite: bool, labels: Path | None,
-         crop: str | None, quiet: bool) -> None:
+         crop: str | None, label_order: str, quiet: bool) -> None:
     """Pack SRC... into shuffled, checksummed Arrow shards in OUT.
 
     SRC is a folder of class folders, a folder with a label file (identity_CelebA.txt or
@@ -128,6 +130,7 @@ def pack(paths: tuple[str, ...], store: str, size: str | None, shard_samples: in
         progress=not quiet,
         labels=labels,
         crop=parse_crop(crop),
+        label_order="sorted" if label_order == "sorted" else "auto",
     )
     seconds = time.perf_counter() - start
     splits = ", ".join(f"{name} {sum(i.samples for i in infos):,}" for name, infos in manifest.splits.items())
