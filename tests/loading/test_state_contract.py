@@ -43,7 +43,7 @@ def _write(root: Path, ids: range, classes: int = 3) -> Path:
 
 @pytest.fixture(scope="module")
 def data(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    from stoker.shards import pack
+    from stoker.packer import pack
 
     a = _write(tmp_path_factory.mktemp("a"), range(N_A))
     b = _write(tmp_path_factory.mktemp("b"), range(1000, 1000 + N_B))
