@@ -174,7 +174,7 @@ def test_skips_so_far_are_part_of_the_state(tmp_path: Path, data: dict[str, Path
     straight = new_loader()
     first = _epoch(straight)
     assert len(straight.skipped) == 3 and sum(map(len, first)) == 27
-    for k in range(1, len(first)):
+    for k in range(1, len(first), 2):
         interrupted = new_loader()
         batches = iter(interrupted)
         for _ in range(k):
@@ -227,3 +227,17 @@ def test_a_distributed_sampler_resumes_too(data: dict[str, Path], tmp_path: Path
         check_state_contract(new_loader, sorted([*range(N_A), *range(1000, 1000 + N_B)]), k=2)
     finally:
         dist.destroy_process_group()
+
+
+def test_shard_stream_iter_from_is_the_rest_of_the_stream(data: dict[str, Path]) -> None:
+    from stoker.shards import ShardStream
+
+    stream = ShardStream(data["encoded"], shuffle_buffer=4, read_rows=4, seed=3)
+    stream.set_epoch(1)
+    everything = _ids_of_items(iter(stream))
+    for start in (0, 1, 4, 7, len(everything)):
+        assert _ids_of_items(stream.iter_from(start)) == everything[start:]
+
+
+def _ids_of_items(items: Any) -> list[int]:
+    return [int(image[0, 0, 0]) + 256 * int(image[1, 0, 0]) for image, _ in items]

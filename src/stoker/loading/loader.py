@@ -207,6 +207,9 @@ class Loader:
     Passing over the batches already seen reads no data: a map-style sampler leaves
     their indices out; an iterable data set's workers start their streams further on
     (``Pipe.iter_from``, ``ShardStream.iter_from``; other iterables read and discard).
+    Persistent workers keep running: the epoch and each worker's start reach them
+    through a small shared-memory tensor, so neither an epoch nor a resume restarts
+    them, and a ``Pipe`` or ``ShardStream`` reads the order of ``(seed, epoch)`` alone.
 
     What it cannot restore: random draws made inside worker processes (a random
     augmentation in a transform) come from per-worker generators seeded when the
