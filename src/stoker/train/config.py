@@ -43,6 +43,7 @@ from typing import Any
 
 from stoker import _tomllib as tomllib
 from stoker.errors import ConfigError, MissingFileError
+from stoker.loading.backends import BACKENDS as LOADER_BACKENDS
 from stoker.train.scenario import AMP_MODES
 
 __all__ = [
@@ -61,7 +62,7 @@ __all__ = [
 
 OPTIMIZERS: tuple[str, ...] = ("sgd", "adam", "adamw")
 SCHEDULERS: tuple[str, ...] = ("none", "cosine", "step", "onecycle")
-BACKENDS: tuple[str, ...] = ("auto", "process", "thread")
+BACKENDS: tuple[str, ...] = ("auto", *LOADER_BACKENDS)
 ON_ERROR: tuple[str, ...] = ("raise", "skip")
 
 Check = Callable[[Any, str], Any]  # (raw value, "table.key") -> clean value, or ConfigError
@@ -209,7 +210,7 @@ class DataConfig:
     batch_size: int = _key(_int(1), 64, doc="samples per batch")
     workers: int = _key(_int(0), 2, doc="loader worker processes (or threads)")
     prefetch_factor: int = _key(_int(1), 2, doc="batches each worker loads ahead")
-    backend: str = _key(_choice(*BACKENDS), "auto", doc="auto | process | thread (auto: what suits the data)")
+    backend: str = _key(_choice(*BACKENDS), "auto", doc=f"{' | '.join(BACKENDS)} (auto: what suits the data)")
     on_error: str = _key(_choice(*ON_ERROR), "raise", doc="raise | skip (skip: bad samples are counted, not fatal)")
 
 
