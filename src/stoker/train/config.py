@@ -210,7 +210,7 @@ class DataConfig:
     batch_size: int = _key(_int(1), 64, doc="samples per batch")
     workers: int = _key(_int(0), 2, doc="loader worker processes (or threads)")
     prefetch_factor: int = _key(_int(1), 2, doc="batches each worker loads ahead")
-    backend: str = _key(_choice(*BACKENDS), "auto", doc=f"{' | '.join(BACKENDS)} (auto: what suits the data)")
+    backend: str = _key(_choice(*BACKENDS), "auto", doc="auto | process | thread (auto: what suits the data)")
     on_error: str = _key(_choice(*ON_ERROR), "raise", doc="raise | skip (skip: bad samples are counted, not fatal)")
 
 
