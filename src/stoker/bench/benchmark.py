@@ -43,6 +43,7 @@ from stoker.bench.results import BenchResult
 from stoker.bench.runner import Expected, RunResult, Step, run_method
 from stoker.bench.settings import LoaderSettings
 from stoker.errors import ConfigError
+from stoker.loading.backends import BACKENDS
 from stoker.sources.dataset import FileDataset
 
 __all__ = [
@@ -132,7 +133,7 @@ def bench(
     data: str | os.PathLike[str] | FileDataset,
     methods: Sequence[str | Method] | None = None,
     workers: Sequence[int] = DEFAULT_WORKERS,
-    backends: Sequence[str] = ("process",),
+    backends: Sequence[str] = BACKENDS[:1],
     *,
     mode: str = "load",
     model: str = "resnet18",

@@ -66,7 +66,7 @@ class BenchPlan:
     data: str | os.PathLike[str] | FileDataset
     methods: Sequence[str | Method] | None = None
     workers: Sequence[int] = DEFAULT_WORKERS
-    backends: Sequence[str] = ("process",)
+    backends: Sequence[str] = BACKENDS[:1]  # the process backend
     mode: str = "load"
     model: str = "resnet18"
     batch_size: int = 256
