@@ -10,7 +10,7 @@ from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from itertools import islice
-from typing import Any, Literal, cast
+from typing import Any, cast
 
 import numpy as np
 import torch
@@ -27,6 +27,7 @@ from torch.utils.data import (
 )
 
 from stoker.errors import ConfigError, StokerError
+from stoker.loading.backends import BACKENDS, Backend
 from stoker.loading.collate import Batch, collate, to_device
 from stoker.loading.skips import Skipped
 
@@ -34,8 +35,6 @@ __all__ = ["BACKENDS", "LOADER_STATE_FORMAT", "Backend", "Loader", "iter_from", 
 
 log = logging.getLogger("stoker")
 
-Backend = Literal["process", "thread"]
-BACKENDS: tuple[Backend, ...] = ("process", "thread")  # the one list of loader backends
 LOADER_STATE_FORMAT = "stoker-loader/1"
 
 
