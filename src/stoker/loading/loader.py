@@ -31,7 +31,7 @@ from stoker.loading.backends import BACKENDS, Backend
 from stoker.loading.collate import Batch, collate, to_device
 from stoker.loading.skips import Skipped
 
-__all__ = ["BACKENDS", "LOADER_STATE_FORMAT", "Backend", "Loader", "iter_from", "make_loader", "resolve_device"]
+__all__ = ["BACKENDS", "LOADER_STATE_FORMAT", "Backend", "Loader", "RankSlice", "iter_from", "make_loader", "resolve_device"]
 
 log = logging.getLogger("stoker")
 
@@ -103,6 +103,41 @@ class _ResumeSampler(Sampler[int]):
 
     def __len__(self) -> int:
         return len(self.base)  # type: ignore[arg-type]
+
+
+class RankSlice(Sampler[int]):
+    """Rank ``rank``'s share of a map-style data set, without padding: indices ``rank::world_size``.
+
+    Unlike torch's ``DistributedSampler`` it never repeats a sample to even the ranks
+    out, so over all ranks every sample is read exactly once (the ranks' shares differ
+    by at most one sample). For validation: counts stay exact, and the loop runs no
+    collective inside it, so unequal batch counts cannot hang.
+
+    Example:
+        >>> list(RankSlice(range(5), rank=1, world_size=2))
+        [1, 3]
+    """
+
+    def __init__(self, dataset: Any, rank: int, world_size: int, shuffle: bool = False, seed: int = 0) -> None:
+        if not 0 <= rank < world_size:
+            raise ConfigError(f"rank={rank} is out of range for world_size={world_size}")
+        self.n, self.rank, self.world_size, self.shuffle, self.seed = len(dataset), rank, world_size, shuffle, seed
+        self.epoch = 0
+
+    def set_epoch(self, epoch: int) -> None:
+        """The epoch whose order the next pass reads (when shuffling)."""
+        self.epoch = epoch
+
+    def __iter__(self) -> Iterator[int]:
+        if self.shuffle:
+            g = torch.Generator().manual_seed(self.seed + self.epoch)
+            order = torch.randperm(self.n, generator=g).tolist()
+        else:
+            order = list(range(self.n))
+        return iter(order[self.rank :: self.world_size])
+
+    def __len__(self) -> int:
+        return len(range(self.rank, self.n, self.world_size))
 
 
 class _Positioned(IterableDataset):
@@ -251,7 +286,11 @@ class Loader:
         # make epoch N's order depend on whether the workers were started this epoch.
         self._sampler_generator = torch.Generator()
         self._iterable = isinstance(dataset, IterableDataset)
-        self._distributed = isinstance(sampler, DistributedSampler)
+        self._distributed = isinstance(sampler, DistributedSampler | RankSlice)
+        # Samples of an epoch no rank reads: the tail an even split drops (counted on rank 0 only).
+        self.split_trimmed = 0
+        if isinstance(sampler, DistributedSampler) and sampler.drop_last and sampler.rank == 0:
+            self.split_trimmed = len(dataset) - sampler.total_size  # type: ignore[arg-type]
         if self._iterable:
             self._sampler: Sampler[int] | None = None
         elif sampler is not None:
@@ -508,6 +547,7 @@ def make_loader(
     seed: int = 0,
     collate_fn: Callable[[Any], Any] | None = None,
     distributed: bool | None = None,
+    even: bool = True,
 ) -> Loader:
     """A loader with sound defaults for a map-style or iterable data set.
 
@@ -533,8 +573,15 @@ def make_loader(
         seed: base of the shuffle order and worker seeds.
         collate_fn: batch maker; default: the data set's ``collate_fn`` attribute if it
             has one, else torch's default collate with bad-sample accounting.
-        distributed: split by rank with a ``DistributedSampler``; default: when
-            ``torch.distributed`` is initialised.
+        distributed: split a map-style data set by rank; default: when
+            ``torch.distributed`` is initialised. (Iterable data sets, ``Pipe`` and
+            ``ShardStream``, split themselves by rank.)
+        even: with ``distributed``, give every rank the same number of samples (for
+            training: every rank then runs the same number of steps): a
+            ``DistributedSampler`` that drops the last ``len % world_size`` samples
+            of each (shuffled) epoch rather than repeat any. ``False``: every sample
+            exactly once over the ranks, shares differing by one (for validation;
+            see :class:`RankSlice`).
 
     Returns:
         A :class:`Loader`; iterate it once per epoch.
@@ -564,7 +611,10 @@ def make_loader(
         distributed = torch.distributed.is_available() and torch.distributed.is_initialized()
     sampler: Sampler[int] | None = None
     if distributed and not iterable:
-        sampler = DistributedSampler(dataset, shuffle=shuffle, seed=seed, drop_last=drop_last)
+        if even:
+            sampler = DistributedSampler(dataset, shuffle=shuffle, seed=seed, drop_last=True)
+        else:
+            sampler = RankSlice(dataset, torch.distributed.get_rank(), torch.distributed.get_world_size(), shuffle, seed)
     resolved = resolve_device(device) if device is not None else torch.device("cpu")
     return Loader(
         dataset,

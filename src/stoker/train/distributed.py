@@ -16,14 +16,16 @@ from __future__ import annotations
 import datetime
 import os
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 import torch.distributed as dist
+from torch import nn
 
 from stoker.errors import ConfigError
 
-__all__ = ["Ranks", "join_launch", "launched"]
+__all__ = ["Ranks", "join_launch", "launched", "unwrap"]
 
 _ENV = ("RANK", "WORLD_SIZE", "LOCAL_RANK")
 DEFAULT_TIMEOUT_S = 300.0  # a rank that waits longer than this for the others stops with an error
@@ -60,6 +62,7 @@ class Ranks:
     local_rank: int = 0
     device: torch.device = torch.device("cpu")
     owned: bool = False
+    _flag_group: Any = field(default=None, repr=False, compare=False)
 
     @property
     def active(self) -> bool:
@@ -91,6 +94,51 @@ class Ranks:
         """Whether any rank says yes (a non-finite loss, an interrupt)."""
         return bool(self.max([1.0 if flag else 0.0])[0]) if self.active else flag
 
+    def agree(self, *flags: bool) -> list[bool]:
+        """Element-wise "any rank says yes" of a few flags, in one small all-reduce.
+
+        This is the per-step handshake of the training loop (this rank has no batch, a
+        stop was asked for, the last loss was not finite). Under NCCL it runs on a
+        separate gloo group, so the handshake never waits for the GPU.
+        """
+        if not self.active:
+            return [bool(f) for f in flags]
+        if self._flag_group is None:
+            # new_group is collective: every rank reaches the first agree() at the same point.
+            self._flag_group = dist.new_group(backend="gloo") if dist.get_backend() == "nccl" else dist.group.WORLD
+        t = torch.tensor([1 if f else 0 for f in flags], dtype=torch.int32)
+        dist.all_reduce(t, op=dist.ReduceOp.MAX, group=self._flag_group)
+        return [bool(v) for v in t.tolist()]
+
+    def gather_text(self, text: str) -> list[str]:
+        """Every rank's ``text``, in rank order, on every rank (JSON of per-rank loader states).
+
+        Bytes in tensors padded to the longest, not ``all_gather_object``: that one pickles.
+        """
+        if not self.active:
+            return [text]
+        where = self._comm_device()
+        data = text.encode()
+        size = torch.tensor([len(data)], dtype=torch.int64, device=where)
+        sizes = [torch.zeros(1, dtype=torch.int64, device=where) for _ in range(self.world_size)]
+        dist.all_gather(sizes, size)
+        lengths = [int(s.item()) for s in sizes]
+        longest = max(max(lengths), 1)
+        mine = torch.zeros(longest, dtype=torch.uint8, device=where)
+        if data:
+            mine[: len(data)] = torch.frombuffer(bytearray(data), dtype=torch.uint8).to(where)
+        buffers = [torch.zeros(longest, dtype=torch.uint8, device=where) for _ in range(self.world_size)]
+        dist.all_gather(buffers, mine)
+        return [bytes(b[:n].cpu().tolist()).decode() for b, n in zip(buffers, lengths, strict=True)]
+
+    def broadcast_buffers(self, model: nn.Module) -> None:
+        """Give every rank rank 0's buffers (BatchNorm running statistics) before validating."""
+        if not self.active:
+            return
+        for buffer in model.buffers():
+            if buffer.device.type == "cuda" or dist.get_backend() != "nccl":
+                dist.broadcast(buffer.data, src=0)
+
     def broadcast_text(self, text: str | None) -> str | None:
         """Rank 0's text on every rank (a run name chosen by the clock, a message)."""
         if not self.active:
@@ -117,6 +165,16 @@ class Ranks:
         if self.owned and dist.is_initialized():
             dist.destroy_process_group()
             self.owned = False
+
+
+def unwrap(model: nn.Module) -> nn.Module:
+    """The model inside a ``DistributedDataParallel`` (or ``torch.compile``) wrapper, else the model."""
+    while True:
+        inner = getattr(model, "module", None) if isinstance(model, nn.parallel.DistributedDataParallel) else None
+        inner = inner if inner is not None else getattr(model, "_orig_mod", None)
+        if not isinstance(inner, nn.Module):
+            return model
+        model = inner
 
 
 def join_launch(device: str | torch.device = "auto", timeout_s: float = DEFAULT_TIMEOUT_S) -> Ranks:

@@ -45,6 +45,10 @@ class EpochStats:
         lr: learning rate of the first parameter group at the end of the epoch.
         train_samples, valid_samples: samples seen.
         skipped: bad samples the loaders skipped (``on_error="skip"``).
+        trimmed: training samples of the epoch left out so that every rank runs the
+            same number of steps (several ranks only; over all ranks).
+        slowest_data_wait_share: the largest ``data_wait_share`` of any rank (one slow
+            loader holds every rank back); equal to ``data_wait_share`` on one process.
     """
 
     epoch: int
@@ -62,6 +66,8 @@ class EpochStats:
     train_samples: int
     valid_samples: int
     skipped: int = 0
+    trimmed: int = 0
+    slowest_data_wait_share: float = 0.0
 
     def to_dict(self) -> dict[str, Any]:
         """Plain ``dict`` of numbers (what checkpoints store)."""

@@ -17,6 +17,16 @@ One function, numbered steps. What it guarantees:
 * a non-finite loss stops the run at once, naming the epoch and batch, and leaves the
   last good checkpoint as it was.
 
+Under ``torch.distributed`` (``torchrun``, or a group the caller initialised) ``fit`` is
+one run spread over the ranks: the model is wrapped in ``DistributedDataParallel``;
+before every step the ranks agree, in one small all-reduce, whether each still has a
+batch, whether a stop was asked for and whether the last loss was finite, so every rank
+runs the same number of steps and stops at the same step (a rank's batches past the
+shortest rank's are trimmed and counted in ``EpochStats.trimmed``); the epoch figures
+are sums over ranks; validation runs on the unwrapped model without collectives (so
+unequal validation shares cannot hang); rank 0 alone writes the run folder and calls
+the loggers; ``last.pt`` holds every rank's loader position mid-epoch.
+
 Resume is bit-exact when the data order is a function of the epoch, as with stoker's
 :class:`~stoker.Loader` (``fit`` calls ``loader.set_epoch``, and mid-epoch its
 ``state_dict``). Random augmentations in worker processes draw from per-worker
@@ -39,9 +49,10 @@ from typing import Any, cast
 import torch
 from torch import nn
 
-from stoker.errors import ConfigError, TrainingError
+from stoker.errors import CheckpointError, ConfigError, TrainingError
 from stoker.loading import resolve_device
 from stoker.train.checkpoint import get_rng_state, load_checkpoint, save_checkpoint
+from stoker.train.distributed import Ranks, join_launch, unwrap
 from stoker.train.history import EpochStats, History
 from stoker.train.interrupt import StopRequest
 from stoker.train.loggers import ConsoleLogger, CsvLogger, Logger, RunInfo, TensorBoardLogger
@@ -67,7 +78,8 @@ def fit(scenario: Scenario, callbacks: Sequence[Logger] = ()) -> History:
     Args:
         scenario: what to train and how.
         callbacks: more loggers, called after the scenario's own (any object with the
-            :class:`~stoker.train.loggers.Logger` methods).
+            :class:`~stoker.train.loggers.Logger` methods). Under torch.distributed,
+            loggers and callbacks run on rank 0 only.
 
     Returns:
         The :class:`History` of every epoch (with the ones before a resume).
@@ -86,8 +98,9 @@ def fit(scenario: Scenario, callbacks: Sequence[Logger] = ()) -> History:
     """
     s = scenario
 
-    # 1. Device, run folder, the model on the device, AMP.
-    device = resolve_device(s.device)
+    # 1. Ranks, device, run folder (rank 0 makes it and names it), the model on the device, AMP.
+    ranks = join_launch(s.device) if torch.distributed.is_available() and torch.distributed.is_initialized() else Ranks()
+    device = ranks.device if ranks.active else resolve_device(s.device)
     if device.type == "cuda":
         torch.backends.cudnn.benchmark = True  # fixed image sizes: let cuDNN pick the fastest kernels
     resumable = hasattr(s.train_loader, "state_dict") and hasattr(s.train_loader, "load_state_dict")
@@ -96,11 +109,10 @@ def fit(scenario: Scenario, callbacks: Sequence[Logger] = ()) -> History:
             "Scenario.checkpoint_every_steps needs a train loader with state_dict/load_state_dict "
             f"(stoker's make_loader); got a {type(s.train_loader).__name__}"
         )
-    name, run_dir = prepare_run_dir(s.log_dir, s.name, s.resume)
+    name, run_dir = _prepare_run_dir(ranks, s)
     last_path = run_dir / LAST_FILE
-    model = s.model.to(device)
+    model = unwrap(s.model).to(device)  # state is saved from `model`, never a wrapper: no `module.` prefix
     preprocess = s.preprocess.to(device) if isinstance(s.preprocess, nn.Module) else s.preprocess
-    forward = torch.compile(model) if s.compile else model  # state is saved from `model`, not the wrapper
     amp_dtype = _AMP_DTYPES[s.amp]
     scaler = torch.amp.GradScaler(device.type, enabled=s.amp == "fp16")
     config = json.loads(json.dumps(dict(s.config), default=str))  # plain types, for weights_only checkpoints
@@ -110,13 +122,19 @@ def fit(scenario: Scenario, callbacks: Sequence[Logger] = ()) -> History:
     partial: dict[str, Any] | None = None  # the epoch last.pt was saved in the middle of
     if s.resume:
         state = load_checkpoint(last_path, map_location="cpu")
-        partial = check_last(state, last_path)
+        partial = _my_partial(check_last(state, last_path), ranks, last_path)
         restore_last(state, last_path, model=model, optimizer=s.optimizer, scaler=scaler, scheduler=s.scheduler,
                      history=history)
     start_epoch = len(history.epochs)
+    net: nn.Module = model
+    if ranks.active:  # after the resume: DDP starts every rank from rank 0's weights
+        net = s.model if isinstance(s.model, nn.parallel.DistributedDataParallel) else nn.parallel.DistributedDataParallel(
+            model, device_ids=[device.index] if device.type == "cuda" else None)
+    forward = torch.compile(net) if s.compile else net
+    evaluate = forward if not ranks.active else (torch.compile(model) if s.compile else model)  # no collectives
 
     # 3. Loggers and the run's record.
-    loggers = _make_loggers(s.loggers, s.progress) + list(callbacks)
+    loggers = _make_loggers(s.loggers, s.progress) + list(callbacks) if ranks.main else []
     info = RunInfo(name, run_dir, s.epochs, start_epoch, str(device), dict(s.tags), config, s.resume, s.loader_bound_share)
     record = {
         "name": name,
@@ -130,15 +148,19 @@ def fit(scenario: Scenario, callbacks: Sequence[Logger] = ()) -> History:
         "amp": s.amp,
         "compile": s.compile,
         "epochs": s.epochs,
+        "world_size": ranks.world_size,
         "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "pid": os.getpid(),
         "host": socket.gethostname(),
     }
-    write_run_json(run_dir, record, history)
+    if ranks.main:
+        write_run_json(run_dir, record, history)
     for logger in loggers:
         logger.start(info, history)
 
     def save_last(epoch_done: int, partial_state: dict[str, Any] | None, rng: dict[str, Any] | None = None) -> None:
+        if not ranks.main:
+            return
         save_checkpoint(
             {
                 "format": CHECKPOINT_FORMAT,
@@ -162,7 +184,7 @@ def fit(scenario: Scenario, callbacks: Sequence[Logger] = ()) -> History:
     try:
         with StopRequest() as stop:
             for epoch in range(start_epoch + 1, s.epochs + 1):  # 1-based
-                if stop.requested:  # asked between epochs: last.pt already holds the finished ones
+                if ranks.agree(stop.requested)[0]:  # asked between epochs: last.pt already holds the finished ones
                     raise KeyboardInterrupt
                 here = partial if partial is not None and partial["epoch"] == epoch else None
                 batches = _batches(s.train_loader, s.valid_loader)
@@ -181,8 +203,39 @@ def fit(scenario: Scenario, callbacks: Sequence[Logger] = ()) -> History:
                     lr = here["lr"]
                     if here["phase"] == "train":
                         restore_loader(s.train_loader, here["loader"], last_path, epoch)
+                trimmed = 0  # samples this rank had but did not train on, so that every rank runs the same steps
                 if here is None or here["phase"] == "train":
-                    for batch, (images, labels) in enumerate(train_timer.iterate(s.train_loader), start=train.batches + 1):
+                    stream, batch, first = train_timer.iterate(s.train_loader), train.batches, train.batches
+                    bad: float | None = None  # the last batch's loss, when it was not finite
+                    while True:
+                        # 4a. Fetch, then agree with the other ranks (one tiny all-reduce; local when alone):
+                        #     does every rank have a batch, was a stop asked for, was the last loss finite?
+                        position = cast(Any, s.train_loader).state_dict() if resumable else None  # a save here resumes here
+                        item = next(stream, None)
+                        ended, stopping, non_finite = ranks.agree(item is None, stop.requested, bad is not None)
+                        if non_finite:
+                            value = f"{bad}" if not ranks.active else "on at least one rank"
+                            raise TrainingError(
+                                f"non-finite loss ({value}) at epoch {epoch}, batch {batch}; the run stopped and "
+                                f"{last_path} still holds the last good point. Lower the learning "
+                                "rate, check the data for bad values, or use amp='bf16' instead of 'fp16'"
+                            )
+                        # 4b. At a step boundary: a periodic checkpoint, or the stop that was asked for.
+                        if batch > first and batch % s.grad_accum == 0 and (stopping or _due(s, batch)):
+                            if not resumable:
+                                raise KeyboardInterrupt  # no loader position to save: last.pt keeps the last epoch
+                            save_last(epoch - 1, _mid_epoch(ranks, epoch, "train", train, train_timer, lr, position))
+                            if stopping:
+                                if ranks.main:
+                                    _say_saved(last_path, epoch, f"after batch {batch}")
+                                raise KeyboardInterrupt
+                        if ended:  # some rank is out of batches: all stop here; count what this one leaves
+                            if item is not None:  # read the rest of this rank's share (a few batches at most) to count it
+                                trimmed += _size(item) + sum(_size(rest) for rest in stream)
+                            break
+                        # 4c. Copy, zero, forward under autocast, loss, backward, step.
+                        images, labels = cast(Any, item)
+                        batch += 1
                         images = images.to(device, non_blocking=True)  # uint8 [B, C, H, W]; no-op if the loader moved it
                         labels = labels.to(device, non_blocking=True)  # int64 [B]
                         if (batch - 1) % s.grad_accum == 0:
@@ -198,24 +251,13 @@ def fit(scenario: Scenario, callbacks: Sequence[Logger] = ()) -> History:
                         # the data-wait/compute split honest and names the batch of a bad loss.
                         loss_value, hits = torch.stack([loss.detach().float(), (logits.argmax(1) == labels).sum().float()]).tolist()
                         if not math.isfinite(loss_value):
-                            raise TrainingError(
-                                f"non-finite loss ({loss_value}) at epoch {epoch}, batch {batch}; the run stopped and "
-                                f"{last_path} still holds the last good point. Lower the learning "
-                                "rate, check the data for bad values, or use amp='bf16' instead of 'fp16'"
-                            )
+                            bad = loss_value  # every rank learns of it at the next agreement, and all stop
+                            continue
                         train.add(loss_value, int(hits), labels.shape[0])
                         notify_batch_end(loggers, train.progress(train_timer), stop)
-                        # 4b. At a step boundary: a periodic checkpoint, or the stop that was asked for.
-                        if batch % s.grad_accum == 0 and (stop.requested or _due(s, batch)):
-                            if not resumable:
-                                raise KeyboardInterrupt  # no loader position to save: last.pt keeps the last epoch
-                            save_last(epoch - 1, mid_epoch_entry(epoch, "train", train, train_timer, lr, cast(Any, s.train_loader).state_dict()))
-                            if stop.requested:
-                                _say_saved(last_path, epoch, f"after batch {batch}")
-                                raise KeyboardInterrupt
                     if train.batches % s.grad_accum:
                         _step(s, scaler)  # the last, partial accumulation window
-                if train.samples == 0:
+                if ranks.sum([train.samples])[0] == 0:
                     raise TrainingError(f"epoch {epoch}: the train loader gave no batches; check the data and drop_last")
                 trained_rng = get_rng_state()  # validation draws nothing, but a stop during it resumes from here
 
@@ -223,6 +265,7 @@ def fit(scenario: Scenario, callbacks: Sequence[Logger] = ()) -> History:
                 valid, valid_timer = Tally("valid", epoch, _len(s.valid_loader)), PhaseTimer(device)
                 if s.valid_loader is not None:
                     model.eval()
+                    ranks.broadcast_buffers(model)  # BatchNorm statistics: rank 0's, like the weights
                     _set_epoch(s.valid_loader, epoch - 1)
                     with torch.no_grad():
                         for images, labels in valid_timer.iterate(s.valid_loader):
@@ -230,36 +273,49 @@ def fit(scenario: Scenario, callbacks: Sequence[Logger] = ()) -> History:
                             labels = labels.to(device, non_blocking=True)
                             x = preprocess(images) if preprocess is not None else images
                             with torch.autocast(device.type, dtype=amp_dtype, enabled=amp_dtype is not None):
-                                logits = forward(x)
+                                logits = evaluate(x)
                                 loss = s.loss_fn(logits, labels)
                             loss_value, hits = torch.stack([loss.float(), (logits.argmax(1) == labels).sum().float()]).tolist()
                             valid.add(loss_value, int(hits), labels.shape[0])
                             notify_batch_end(loggers, valid.progress(valid_timer), stop)
-                            if stop.requested:
+                            if stop.requested and not ranks.active:  # several ranks: agreed at the next epoch's start
                                 save_last(epoch - 1, mid_epoch_entry(epoch, "valid", train, train_timer, lr, None), trained_rng)
                                 _say_saved(last_path, epoch, "after training, during validation (it is redone)")
                                 raise KeyboardInterrupt
 
-                # 6. Epoch figures; the scheduler steps after them so `lr` is the one this epoch used.
+                # 6. Epoch figures, over all ranks (sums of loss x n, hits and n; the slowest rank's
+                #    time and data-wait share); the scheduler steps after them so `lr` is the one this epoch used.
+                skipped = len(getattr(s.train_loader, "skipped", ())) + len(getattr(s.valid_loader, "skipped", ()))
                 time_s = train_timer.wall_s + valid_timer.wall_s
                 wait_s = train_timer.data_wait_s + valid_timer.data_wait_s
+                (t_loss, t_hits, t_n, v_loss, v_hits, v_n, wait_sum, trimmed_all, skipped_all) = ranks.sum(
+                    [train.loss_sum, train.hits, train.samples, valid.loss_sum, valid.hits, valid.samples, wait_s,
+                     trimmed + getattr(s.train_loader, "split_trimmed", 0), skipped])
+                time_max, train_time_max, share_max = ranks.max(
+                    [time_s, train_timer.wall_s, wait_s / time_s if time_s > 0 else 0.0])
+                wait_mean = wait_sum / ranks.world_size
                 stats = EpochStats(
                     epoch=epoch,
-                    train_loss=train.loss,
-                    train_acc=train.acc,
-                    valid_loss=valid.loss,
-                    valid_acc=valid.acc,
-                    time_s=time_s,
-                    train_time_s=train_timer.wall_s,
-                    data_wait_s=wait_s,
-                    compute_s=time_s - wait_s,
-                    img_per_s=train.samples / train_timer.wall_s if train_timer.wall_s > 0 else 0.0,
-                    data_wait_share=wait_s / time_s if time_s > 0 else 0.0,
+                    train_loss=t_loss / t_n if t_n else math.nan,
+                    train_acc=t_hits / t_n if t_n else math.nan,
+                    valid_loss=v_loss / v_n if v_n else math.nan,
+                    valid_acc=v_hits / v_n if v_n else math.nan,
+                    time_s=time_max,
+                    train_time_s=train_time_max,
+                    data_wait_s=wait_mean,
+                    compute_s=time_max - wait_mean,
+                    img_per_s=t_n / train_time_max if train_time_max > 0 else 0.0,
+                    data_wait_share=wait_mean / time_max if time_max > 0 else 0.0,
                     lr=lr,
-                    train_samples=train.samples,
-                    valid_samples=valid.samples,
-                    skipped=len(getattr(s.train_loader, "skipped", ())) + len(getattr(s.valid_loader, "skipped", ())),
+                    train_samples=int(t_n),
+                    valid_samples=int(v_n),
+                    skipped=int(skipped_all),
+                    trimmed=int(trimmed_all),
+                    slowest_data_wait_share=share_max,
                 )
+                if trimmed_all and ranks.main:
+                    log.info("epoch %d: %d training sample(s) trimmed so that all %d ranks ran the same number of steps",
+                             epoch, int(trimmed_all), ranks.world_size)
                 history.epochs.append(stats)
                 if s.scheduler is not None and s.scheduler_interval == "epoch":
                     if isinstance(s.scheduler, torch.optim.lr_scheduler.ReduceLROnPlateau):
@@ -272,6 +328,7 @@ def fit(scenario: Scenario, callbacks: Sequence[Logger] = ()) -> History:
                 improved = s.valid_loader is not None and stats.valid_acc > history.best_acc
                 if improved:
                     history.best_acc, history.best_epoch = stats.valid_acc, epoch
+                if improved and ranks.main:
                     save_checkpoint(
                         {"format": CHECKPOINT_FORMAT, "model": model.state_dict(), "epoch": epoch,
                          "valid_acc": stats.valid_acc, "name": name, "tags": dict(s.tags), "config": config},
@@ -300,10 +357,72 @@ def fit(scenario: Scenario, callbacks: Sequence[Logger] = ()) -> History:
         # 9. Close the loggers, record how the run ended, draw curves.png.
         for logger in loggers:
             logger.end(history)
-        write_run_json(run_dir, record, history)
-        if s.plot and history.epochs:
+        if ranks.main:
+            write_run_json(run_dir, record, history)
+        if s.plot and history.epochs and ranks.main:
             plot_curves(history.rows(), run_dir / "curves.png", title=name)
     return history
+
+
+def _prepare_run_dir(ranks: Ranks, s: Scenario) -> tuple[str, Path]:
+    """Rank 0 finds or makes the run folder and names it; every rank gets the name (or the same error)."""
+    if not ranks.active:
+        return prepare_run_dir(s.log_dir, s.name, s.resume)
+    answer: dict[str, str] = {}
+    if ranks.main:
+        try:
+            answer["name"] = prepare_run_dir(s.log_dir, s.name, s.resume)[0]
+        except ConfigError as exc:
+            answer["error"] = str(exc)
+    answer = json.loads(ranks.broadcast_text(json.dumps(answer)) or "{}")
+    if "error" in answer:
+        raise ConfigError(answer["error"])
+    return answer["name"], Path(s.log_dir) / answer["name"]
+
+
+def _mid_epoch(ranks: Ranks, epoch: int, phase: str, train: Tally, timer: PhaseTimer, lr: float,
+               loader: Any) -> dict[str, Any]:
+    """The ``partial`` entry of a mid-epoch ``last.pt``; several ranks: every rank's position and tallies.
+
+    Rank 0's own figures stay at the top level (as one process writes them); ``ranks``
+    lists each rank's ``{"loader", "train", "train_timer"}``, gathered as JSON bytes.
+    """
+    entry = mid_epoch_entry(epoch, phase, train, timer, lr, loader)
+    if not ranks.active:
+        return entry
+    mine = json.dumps({k: entry[k] for k in ("loader", "train", "train_timer")})
+    entry["ranks"] = [json.loads(text) for text in ranks.gather_text(mine)]
+    entry["world_size"] = ranks.world_size
+    return entry
+
+
+def _my_partial(partial: dict[str, Any] | None, ranks: Ranks, path: Path) -> dict[str, Any] | None:
+    """This rank's view of a mid-epoch entry: its own loader position and tallies.
+
+    Raises:
+        CheckpointError: the entry was saved on another number of ranks (an epoch
+            boundary resumes on any number; the middle of one only on the same).
+    """
+    if partial is None:
+        return None
+    saved = int(partial.get("world_size", 1))
+    if saved != ranks.world_size:
+        raise CheckpointError(
+            f"{path}: it was saved in the middle of epoch {partial['epoch']} on {saved} rank(s), and each rank's "
+            f"loader position is its own, so it resumes on {saved} rank(s) only, not {ranks.world_size}. Resume "
+            f"with --nproc-per-node {saved} (or that many ranks in all), or from an epoch boundary"
+        )
+    if "ranks" not in partial:
+        return partial
+    return {**partial, **partial["ranks"][ranks.rank]}
+
+
+def _size(batch: Any) -> int:
+    """Samples in an ``(images, labels)`` batch."""
+    try:
+        return len(batch[1])
+    except (TypeError, IndexError):
+        return 0
 
 
 def _due(s: Scenario, batch: int) -> bool:

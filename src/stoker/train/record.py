@@ -134,6 +134,12 @@ def write_run_json(run_dir: Path, record: Mapping[str, Any], history: History | 
             "img_per_s": (sum(e.train_samples for e in epochs) / t) if (t := sum(e.train_time_s for e in epochs)) else None,
             "data_wait_share": (sum(e.data_wait_s for e in epochs) / t) if (t := sum(e.time_s for e in epochs)) else None,
         }
+        # Per epoch, over all ranks: what was counted, what was trimmed to keep the ranks in step.
+        data["epochs"] = [
+            {"epoch": e.epoch, "train_samples": e.train_samples, "valid_samples": e.valid_samples, "trimmed": e.trimmed,
+             "data_wait_share": e.data_wait_share, "slowest_data_wait_share": e.slowest_data_wait_share}
+            for e in epochs
+        ]
     data["updated"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
     path = run_dir / RUN_FILE
     tmp = path.with_name(path.name + ".tmp")
