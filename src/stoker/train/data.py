@@ -76,7 +76,12 @@ def loader_settings(dataset: Dataset, cfg: DataConfig) -> dict[str, Any]:
 
 
 def build_loaders(data: TrainData, cfg: DataConfig, device: torch.device, seed: int = 0) -> tuple[Loader, Loader]:
-    """The train (shuffled, order fixed per epoch by ``seed``) and validation (in order) loaders."""
+    """The train (shuffled, order fixed per epoch by ``seed``) and validation (in order) loaders.
+
+    Under torch.distributed, a map-style train set is split evenly over the ranks (each
+    rank the same number of samples; the last ``len % world_size`` of each shuffled
+    epoch are left out), and a map-style validation set exactly (every sample once).
+    """
     common: dict[str, Any] = {
         "batch_size": cfg.batch_size,
         "prefetch_factor": cfg.prefetch_factor,
@@ -84,5 +89,5 @@ def build_loaders(data: TrainData, cfg: DataConfig, device: torch.device, seed: 
         "seed": seed,
     }
     train = make_loader(data.train, shuffle=True, **loader_settings(data.train, cfg), **common)
-    valid = make_loader(data.valid, shuffle=False, **loader_settings(data.valid, cfg), **common)
+    valid = make_loader(data.valid, shuffle=False, even=False, **loader_settings(data.valid, cfg), **common)
     return train, valid

@@ -18,6 +18,7 @@ from stoker.errors import ConfigError
 from stoker.loading import resolve_device
 from stoker.train.config import OptimConfig, TrainConfig, parse_config
 from stoker.train.data import build_data, build_loaders
+from stoker.train.distributed import join_launch
 from stoker.train.history import History
 from stoker.train.loggers import Logger
 from stoker.train.loop import fit
@@ -141,9 +142,19 @@ def train_from_config(
         >>> result = train_from_config(load_config("train.toml", ["run.epochs=3"]))  # doctest: +SKIP
         >>> print(result.where())  # doctest: +SKIP
     """
-    # 1. Seeds, device, data and loaders.
+    # 1. Seeds, ranks (under torchrun: join the process group first, so the loaders split by
+    #    rank), device, data and loaders.
     _seed_everything(config.run.seed)
-    device = resolve_device(config.run.device)
+    ranks = join_launch(config.run.device)
+    try:
+        device = ranks.device if ranks.active else resolve_device(config.run.device)
+        return _train(config, callbacks, echo if ranks.main else None, device)
+    finally:
+        ranks.close()
+
+
+def _train(config: TrainConfig, callbacks: Sequence[Logger], echo: Echo | None, device: torch.device) -> RunResult:
+    """:func:`train_from_config` once the ranks are joined: on ``device``, echoing on rank 0 only."""
     data = build_data(config.data, seed=config.run.seed)
     num_classes = config.model.num_classes or data.num_classes
     if num_classes < data.num_classes:
@@ -191,7 +202,8 @@ def train_from_config(
     # 3. Train, with CPU threads left for the loader workers.
     threads = torch.get_num_threads()
     if device.type == "cpu" and train_loader.num_workers > 0:
-        torch.set_num_threads(max(1, min(threads, (os.cpu_count() or 1) - train_loader.num_workers)))
+        cores = (os.cpu_count() or 1) // max(int(os.environ.get("LOCAL_WORLD_SIZE", "1") or 1), 1)  # ranks share the machine
+        torch.set_num_threads(max(1, min(threads, cores - train_loader.num_workers)))
     try:
         history = fit(scenario, callbacks)
     finally:

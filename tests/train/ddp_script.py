@@ -1,0 +1,125 @@
+"""Run by ``torchrun`` in tests/train/test_ddp.py (not a test module itself): one rank of a small run.
+
+Usage: ``torchrun ... ddp_script.py MODES OUT [ARGS...]``; every rank writes ``OUT/<mode>-rank<R>.json``
+for each of the comma-separated MODES, run one after the other in one process group (process
+start-up is most of a test's time).
+
+Modes:
+    cli ARGS...   ``stoker train ARGS`` through the CLI; records the weights' digest.
+    stream ROOT   ``fit`` over a ShardStream of ROOT (2 workers, batch 50); records the samples trained on.
+    pipe          the same over a Pipe of 1,001 numbered samples.
+    nan           a non-finite loss on rank 1 at batch 3: records each rank's message.
+    crash         rank 1 raises at batch 2 (the test checks that the launch ends).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+
+def digest(model: nn.Module) -> str:
+    """SHA-256 of every parameter's bytes (equal on every rank when DDP kept them in step)."""
+    h = hashlib.sha256()
+    for p in model.parameters():
+        h.update(p.detach().cpu().numpy().tobytes())
+    return h.hexdigest()
+
+
+def numbered(i: int) -> tuple[torch.Tensor, int]:
+    """Sample ``i`` of the Pipe: a tiny image whose first two channels spell ``i`` (see :func:`sample_ids`)."""
+    image = torch.zeros((3, 4, 4), dtype=torch.uint8)
+    image[0], image[1] = i % 256, i // 256
+    return image, i % 4
+
+
+def sample_ids(images: torch.Tensor) -> list[int]:
+    """The sample numbers a batch of :func:`numbered` (or tests' shard) images spell."""
+    return (images[:, 0, 0, 0].long() + 256 * images[:, 1, 0, 0].long()).tolist()
+
+
+def run_cli(out: Path, args: list[str]) -> None:
+    from stoker.cli.main import main
+    from stoker.train import runner
+
+    built: list[nn.Module] = []
+    original = runner.build_model
+
+    def capture(name: str, classes: int) -> nn.Module:
+        built.append(original(name, classes))
+        return built[-1]
+
+    runner.build_model = capture  # type: ignore[assignment]
+    try:
+        main(args, standalone_mode=False)
+    finally:
+        rank = int(os.environ["RANK"])
+        (out / f"cli-rank{rank}.json").write_text(json.dumps({"digest": digest(built[0]) if built else None}))
+
+
+def run_fit(out: Path, modes: list[str], root: str | None) -> None:
+    from stoker.train.distributed import join_launch
+
+    ranks = join_launch("cpu", timeout_s=60)
+    for mode in modes:
+        result = fit_once(mode, root, ranks.rank, out)
+        (out / f"{mode}-rank{ranks.rank}.json").write_text(json.dumps(result))
+    ranks.close()
+
+
+def fit_once(mode: str, root: str | None, rank: int, out: Path) -> dict[str, Any]:
+    """One epoch of ``fit`` in ``mode``; what this rank saw."""
+    from stoker.errors import TrainingError
+    from stoker.loading import make_loader
+    from stoker.pipes import Pipe
+    from stoker.shards import ShardStream
+    from stoker.train import Scenario, fit
+
+    torch.manual_seed(0)
+    if mode == "stream":
+        dataset: Any = ShardStream(root, shuffle_buffer=64, seed=1)  # type: ignore[arg-type]
+    else:
+        dataset = Pipe.from_iterable(range(1001)).shuffle(1001, seed=3).shard().map(numbered)
+    loader = make_loader(dataset, batch_size=50, num_workers=2, device="cpu", seed=0)
+    model = nn.Sequential(nn.Flatten(), nn.Linear(48, 4))
+    seen: list[int] = []
+    steps = 0
+
+    def loss_fn(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        nonlocal steps
+        steps += 1
+        loss = nn.functional.cross_entropy(logits, labels)
+        if mode == "nan" and rank == 1 and steps == 3:
+            return loss * float("nan")
+        if mode == "crash" and rank == 1 and steps == 2:
+            raise RuntimeError("rank 1 breaks down")
+        return loss
+
+    def preprocess(images: torch.Tensor) -> torch.Tensor:
+        seen.extend(sample_ids(images))
+        return images.float() / 255
+
+    scenario = Scenario(model, torch.optim.SGD(model.parameters(), lr=0.1), loss_fn, loader, None, epochs=1,
+                        preprocess=preprocess,
+                        device="cpu", log_dir=str(out / "runs"), name=mode, loggers=(), progress=False, plot=False)
+    try:
+        history = fit(scenario)
+    except TrainingError as exc:
+        return {"error": str(exc), "steps": steps}
+    return {"steps": steps, "seen": seen, "digest": digest(model), "train_samples": history[0].train_samples,
+            "trimmed": history[0].trimmed}
+
+
+if __name__ == "__main__":
+    modes, out = sys.argv[1].split(","), Path(sys.argv[2])
+    if modes == ["cli"]:
+        run_cli(out, sys.argv[3:])
+    else:
+        run_fit(out, modes, sys.argv[3] if len(sys.argv) > 3 else None)
