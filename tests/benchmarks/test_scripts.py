@@ -32,6 +32,16 @@ def test_bench_gpu_train_smoke_on_cpu(tmp_path: Path) -> None:
     assert (tmp_path / "gpu" / "results.json").is_file()
 
 
+def test_bench_ddp_gpu_smoke_on_cpu(tmp_path: Path) -> None:
+    # Without CUDA: a tiny gloo run through torchrun -m stoker.cli.main train.
+    import json
+
+    _run("bench_ddp_gpu.py", "--out", str(tmp_path / "ddp"), cwd=tmp_path)
+    result = json.loads((tmp_path / "ddp" / "ddp_results.json").read_text())
+    assert result["ok"] and result["status"] == "finished" and result["img_per_s"] > 0
+    assert 0 <= result["data_wait_share"] <= result["slowest_data_wait_share"] + 1e-9
+
+
 @pytest.mark.parametrize(
     ("script", "args", "expect"),
     [

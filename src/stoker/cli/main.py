@@ -46,3 +46,7 @@ def main() -> None:
 
 for _module, _name in _COMMANDS:
     main.add_command(getattr(importlib.import_module(f"stoker.cli.{_module}"), _name))
+
+
+if __name__ == "__main__":  # `python -m stoker.cli.main` (what `torchrun -m stoker.cli.main train ...` starts)
+    main()
