@@ -69,6 +69,9 @@ def main() -> None:
         train += ["--model", "small_cnn", "--image-size", "32", "--device", "cpu"]
     env = {k: v for k, v in os.environ.items() if k not in ("WORLD_SIZE", "RANK", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")}
     env["STOKER_DIST_BACKEND"] = "nccl" if gpu else "gloo"
+    import stoker  # the ranks import the same stoker as this script
+
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(Path(stoker.__file__).resolve().parents[1]), env.get("PYTHONPATH")) if p)
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(args.nproc),
            "-m", "stoker.cli.main", *train]
     print(" ".join(cmd), flush=True)
