@@ -8,6 +8,8 @@ Modes:
     cli ARGS...   ``stoker train ARGS`` through the CLI; records the weights' digest.
     stream ROOT   ``fit`` over a ShardStream of ROOT (2 workers, batch 50); records the samples trained on.
     pipe          the same over a Pipe of 1,001 numbered samples.
+    stop          Ctrl-C (SIGINT) on rank 1 during batch 3 of a Pipe epoch: both stop and save last.pt.
+    resume        continues ``stop`` from its mid-epoch last.pt, each rank from its own position.
     nan           a non-finite loss on rank 1 at batch 3: records each rank's message.
     crash         rank 1 raises at batch 2 (the test checks that the launch ends).
 """
@@ -17,6 +19,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import signal
 import sys
 from pathlib import Path
 from typing import Any
@@ -96,6 +99,8 @@ def fit_once(mode: str, root: str | None, rank: int, out: Path) -> dict[str, Any
         nonlocal steps
         steps += 1
         loss = nn.functional.cross_entropy(logits, labels)
+        if mode == "stop" and rank == 1 and steps == 3:
+            os.kill(os.getpid(), signal.SIGINT)  # as Ctrl-C would: fit finishes the step, then all ranks stop
         if mode == "nan" and rank == 1 and steps == 3:
             return loss * float("nan")
         if mode == "crash" and rank == 1 and steps == 2:
@@ -108,11 +113,14 @@ def fit_once(mode: str, root: str | None, rank: int, out: Path) -> dict[str, Any
 
     scenario = Scenario(model, torch.optim.SGD(model.parameters(), lr=0.1), loss_fn, loader, None, epochs=1,
                         preprocess=preprocess,
-                        device="cpu", log_dir=str(out / "runs"), name=mode, loggers=(), progress=False, plot=False)
+                        device="cpu", log_dir=str(out / "runs"), name="stop" if mode == "resume" else mode,
+                        resume=mode == "resume", loggers=(), progress=False, plot=False)
     try:
         history = fit(scenario)
     except TrainingError as exc:
         return {"error": str(exc), "steps": steps}
+    except KeyboardInterrupt:
+        return {"interrupted": True, "steps": steps, "seen": seen}
     return {"steps": steps, "seen": seen, "digest": digest(model), "train_samples": history[0].train_samples,
             "trimmed": history[0].trimmed}
 

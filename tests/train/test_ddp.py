@@ -142,8 +142,17 @@ def test_two_torchrun_agents_train_over_a_stream_and_a_pipe_in_step(tmp_path: Pa
         assert a["train_samples"] == len(seen) and a["trimmed"] == 1001 - len(seen)
 
 
-def test_a_nan_on_one_rank_stops_both_and_a_crash_ends_the_launch(tmp_path: Path) -> None:
-    done = _torchrun("nan,crash", str(tmp_path))
+def test_stop_resume_nan_and_crash_agree_over_the_ranks(tmp_path: Path) -> None:
+    done = _torchrun("stop,resume,nan,crash", str(tmp_path))
+    # Ctrl-C on rank 1: both ranks stop after the same step; last.pt holds each rank's loader position.
+    stopped, resumed = _ranks_out(tmp_path, "stop"), _ranks_out(tmp_path, "resume")
+    assert [r.get("interrupted") for r in stopped] == [True, True], done.stderr[-3000:]
+    assert stopped[0]["steps"] == stopped[1]["steps"] == 3
+    # ... and both continue from their own positions: the epoch is the uninterrupted one (10 steps, no repeats).
+    assert [s["steps"] + r["steps"] for s, r in zip(stopped, resumed, strict=True)] == [10, 10]
+    seen = [i for run in (*stopped, *resumed) for i in run["seen"]]
+    assert len(seen) == len(set(seen)) == resumed[0]["train_samples"] == 1000
+    assert resumed[0]["digest"] == resumed[1]["digest"]
     a, b = _ranks_out(tmp_path, "nan")
     assert a["error"] == b["error"] and "non-finite loss" in a["error"] and "epoch 1, batch 3" in a["error"]
     assert a["steps"] == b["steps"] == 3
@@ -160,3 +169,15 @@ def test_a_mid_epoch_checkpoint_resumes_on_its_own_number_of_ranks_only(tmp_path
     with pytest.raises(CheckpointError, match="middle of epoch 2 on 2 rank.*--nproc-per-node 2"):
         _my_partial(partial, Ranks(), tmp_path / "last.pt")
     assert _my_partial(None, Ranks(), tmp_path / "last.pt") is None
+
+
+def test_stoker_train_refuses_a_launch_without_rendezvous(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from stoker.cli.main import main
+
+    for name, value in (("WORLD_SIZE", "2"), ("RANK", "0"), ("LOCAL_RANK", "0")):
+        monkeypatch.setenv(name, value)
+    for name in ("MASTER_ADDR", "MASTER_PORT"):
+        monkeypatch.delenv(name, raising=False)
+    result = CliRunner().invoke(main, ["train", "--data", str(tmp_path), "--device", "cpu", "--log-dir", str(tmp_path / "runs")])
+    assert result.exit_code == 1 and "no rendezvous" in result.output and "torchrun" in result.output
+    assert not (tmp_path / "runs").exists()  # refused before anything was written
