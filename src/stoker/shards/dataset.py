@@ -116,6 +116,10 @@ class ShardDataset(Dataset):
             for the fastest path and transform whole batches on the device instead.
         on_error: ``"raise"`` (default) or ``"skip"`` samples that fail to decode
             (skips are counted by stoker's loader and reported after the epoch).
+        cache_dir, cache_limit, storage_options: for a shard set at a URL
+            (``s3://bucket/packed``): the local cache its shards are downloaded to and
+            verified in, its size limit (``"50GB"``), and the fsspec filesystem's options
+            (see :class:`~stoker.shards.reader.ShardSet`).
 
     Raises:
         ShardError: the manifest or a shard is missing, edited, truncated or grown.
@@ -133,10 +137,16 @@ class ShardDataset(Dataset):
         split: str = "train",
         transform: Transform | None = None,
         on_error: OnError = "raise",
+        *,
+        cache_dir: str | os.PathLike[str] | None = None,
+        cache_limit: int | str | None = None,
+        storage_options: dict[str, Any] | None = None,
     ) -> None:
         if on_error not in ("raise", "skip"):
             raise ConfigError(f"on_error must be 'raise' or 'skip', got {on_error!r}")
-        self.shards = ShardSet(root, split)
+        self.shards = ShardSet(
+            root, split, cache_dir=cache_dir, cache_limit=cache_limit, storage_options=storage_options
+        )
         self.transform = transform
         self.on_error: OnError = on_error
 

@@ -22,6 +22,7 @@ from torch.utils.data import IterableDataset, get_worker_info
 from stoker.errors import ConfigError
 from stoker.loading.collate import collate
 from stoker.loading.skips import OnError, Skipped
+from stoker.shards.cache import read_ahead
 from stoker.shards.dataset import ShardDataset
 
 __all__ = ["ShardStream", "stream_order"]
@@ -129,6 +130,9 @@ class ShardStream(IterableDataset):
             ``torch.distributed`` when it is initialised, else one rank.
         on_error: ``"raise"`` or ``"skip"`` samples that fail to decode.
         read_rows: rows gathered per read (one call per this many samples).
+        cache_dir, cache_limit, storage_options: for a shard set at a URL: the verified
+            local cache, its size limit and the filesystem's options (see :class:`ShardDataset`).
+        fetch_ahead: shards of a remote set downloaded ahead of the one being read.
 
     Example:
         >>> stream = ShardStream("packed", split="train", shuffle_buffer=10_000)  # doctest: +SKIP
@@ -148,6 +152,10 @@ class ShardStream(IterableDataset):
         world_size: int | None = None,
         on_error: OnError = "raise",
         read_rows: int = 256,
+        cache_dir: str | os.PathLike[str] | None = None,
+        cache_limit: int | str | None = None,
+        storage_options: dict[str, Any] | None = None,
+        fetch_ahead: int = 2,
     ) -> None:
         if shuffle_buffer < 1 or read_rows < 1:
             raise ConfigError(f"shuffle_buffer and read_rows must be >= 1, got {shuffle_buffer} and {read_rows}")
@@ -155,7 +163,11 @@ class ShardStream(IterableDataset):
             raise ConfigError("give rank and world_size together, or neither")
         if rank is not None and world_size is not None and not 0 <= rank < world_size:
             raise ConfigError(f"rank={rank} is out of range for world_size={world_size}")
-        self.dataset = ShardDataset(root, split, transform, on_error)
+        self.dataset = ShardDataset(
+            root, split, transform, on_error,
+            cache_dir=cache_dir, cache_limit=cache_limit, storage_options=storage_options,
+        )
+        self.fetch_ahead = fetch_ahead
         self.shuffle = shuffle
         self.shuffle_buffer = shuffle_buffer
         self.seed = seed
@@ -194,10 +206,14 @@ class ShardStream(IterableDataset):
 
     def __iter__(self) -> Iterator[tuple[Any, int] | Skipped]:
         rows = self.order(*self.placement())
-        for start in range(0, len(rows), self.read_rows):
-            batch = self.dataset.__getitems__(rows[start : start + self.read_rows])
+        for chunk in self._reads(rows):
+            batch = self.dataset.__getitems__(chunk)
             yield from batch.skipped
             yield from batch
+
+    def _reads(self, rows: np.ndarray) -> Iterator[np.ndarray]:
+        """``rows`` cut into reads of ``read_rows``; a remote set's next shards are fetched ahead meanwhile."""
+        return read_ahead(self.dataset.shards, rows, self.read_rows, self.fetch_ahead)
 
     def __len__(self) -> int:
         """Samples this rank reads per epoch (all its workers together)."""
