@@ -97,13 +97,16 @@ class Location:
         self.storage_options = dict(storage_options or {})
         self._fs: Any = None
         self._path = ""
+        self._pid = 0
         self.fs  # noqa: B018  (fail now, with the install hint, rather than on first read)
 
     @property
     def fs(self) -> Any:
-        """The fsspec filesystem (``fsspec.AbstractFileSystem``)."""
-        if self._fs is None:
+        """The fsspec filesystem (``fsspec.AbstractFileSystem``), made again in a forked process."""
+        if self._fs is None or self._pid != os.getpid():
+            # Async filesystems (s3fs, gcsfs) are not fork-safe: a DataLoader worker makes its own.
             self._fs, self._path = _url_to_fs(self.url, self.storage_options)
+            self._pid = os.getpid()
         return self._fs
 
     @property
@@ -214,7 +217,7 @@ class Location:
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.url, self.storage_options = state["url"], state["storage_options"]
-        self._fs, self._path = None, ""
+        self._fs, self._path, self._pid = None, "", 0
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, Location) and (self.url, self.storage_options) == (other.url, other.storage_options)

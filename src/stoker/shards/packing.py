@@ -33,12 +33,14 @@ from tqdm import tqdm
 
 from stoker.decode import Box, resize
 from stoker.errors import ConfigError, DataError
+from stoker.fs import Location, is_url, where
 from stoker.shards.claim import claim, reuse_finished
 from stoker.shards.dataset import ShardDataset
-from stoker.shards.format import PLAN_NAME, STORES, check_split_name, shard_schema
+from stoker.shards.format import MANIFEST_NAME, PLAN_NAME, STORES, check_split_name, shard_schema
 from stoker.shards.manifest import Manifest, ShardInfo
 from stoker.shards.plan import PackPlan, ShardPlan, make_plan
 from stoker.shards.rows import RowSource, as_rows
+from stoker.shards.upload import RemoteOut, upload_shard
 from stoker.sources.dataset import FileDataset
 from stoker.sources.detect import detect_layout, open_splits
 from stoker.sources.index import Source
@@ -78,7 +80,13 @@ def _check_args(store: str, size: tuple[int, int] | None, shard_samples: int, sh
         raise ConfigError(f"workers must be >= 0, got {workers}")
 
 
-def _open(source: SourceArg, labels: PathLike | None, crop: Box | None) -> tuple[dict[str, Any], list[str]]:
+def _open(
+    source: SourceArg,
+    labels: PathLike | None,
+    crop: Box | None,
+    storage_options: dict[str, Any] | None = None,
+    cache_dir: PathLike | None = None,
+) -> tuple[dict[str, Any], list[str]]:
     """``({split: data set}, source description)``; the data sets are file data sets or shard sets."""
     if isinstance(source, (FileDataset, ShardDataset)):
         split = source.split if isinstance(source, ShardDataset) else "train"
@@ -91,15 +99,25 @@ def _open(source: SourceArg, labels: PathLike | None, crop: Box | None) -> tuple
     paths = [source] if isinstance(source, (str, os.PathLike)) else list(source)
     if not paths:
         raise ConfigError("pack: give at least one source")
-    described = [str(Path(p).resolve()) for p in paths]
-    if any(detect_layout(p) == "shards" for p in paths):
+    described = [os.fspath(p) if is_url(p) else str(Path(p).resolve()) for p in paths]
+    if any(_is_shard_set(p, storage_options) for p in paths):
         if len(paths) > 1:
             raise ConfigError("pack: a shard set is re-packed alone; pass it as the only source")
         if labels is not None or crop is not None:
             raise ConfigError("pack: a shard set has its labels and crop already; leave --labels and --crop out")
-        manifest = Manifest.load(paths[0])
-        return {split: ShardDataset(paths[0], split) for split in manifest.splits}, described
+        manifest = Manifest.load(paths[0], storage_options)
+        return {
+            split: ShardDataset(paths[0], split, cache_dir=cache_dir, storage_options=storage_options)
+            for split in manifest.splits
+        }, described
     return dict(open_splits(paths, labels=labels, crop=crop)), described
+
+
+def _is_shard_set(path: PathLike, storage_options: dict[str, Any] | None) -> bool:
+    place = where(path, storage_options)
+    if isinstance(place, Location):
+        return place.exists(MANIFEST_NAME) or place.exists(PLAN_NAME)
+    return detect_layout(place) == "shards"
 
 
 def _sources_of(dataset: FileDataset | ShardDataset) -> tuple[Source, ...]:
@@ -161,6 +179,7 @@ class _Job:
     store: str
     size: tuple[int, int] | None
     rows: dict[str, RowSource]
+    remote: Location | None = None  # packing to a URL: out is the staging folder, shards go here
 
 
 def _pixels(rows: RowSource, i: int, size: tuple[int, int]) -> torch.Tensor:
@@ -187,7 +206,10 @@ def _write_shard(job: _Job, plan: ShardPlan, report: Callable[[int], None]) -> S
                 report(pending)
                 pending = 0
     report(pending)
-    return writer.close()
+    info = writer.close()
+    if job.remote is not None:
+        upload_shard(job.remote, job.out, info)
+    return info
 
 
 _WORKER: dict[str, Any] = {}
@@ -256,6 +278,8 @@ def pack(
     progress: bool = True,
     labels: PathLike | None = None,
     crop: Box | None = None,
+    storage_options: dict[str, Any] | None = None,
+    cache_dir: PathLike | None = None,
 ) -> Manifest:
     """Pack a data set into shuffled, checksummed Arrow shards plus ``manifest.json``.
 
@@ -263,7 +287,8 @@ def pack(
         source: a folder in any layout (class folders, label file, ids), several of them
             (labels side by side), an existing shard set (re-pack), a stoker data set,
             or a ``{split: data set}`` mapping.
-        out: the output folder (new, empty, or this same pack half done).
+        out: the output folder (new, empty, or this same pack half done), or a URL
+            (``s3://bucket/packed``): each shard is uploaded when complete, the manifest last.
         store: ``"encoded"`` keeps each file's bytes (compact, decoded when read);
             ``"pixels"`` stores decoded uint8 RGB pixels after the crop, at ``size``
             (no decoding when read; larger).
@@ -282,6 +307,9 @@ def pack(
         progress: show a progress bar on stderr.
         labels: the label file of a label-file folder that holds several ``.txt`` files.
         crop: ``(top, left, height, width)`` for every image of file sources.
+        storage_options: fsspec options for URLs (sources and ``out``).
+        cache_dir: the local cache folder (remote sources are read through it; a remote
+            ``out`` is staged in it, a shard at a time).
 
     Returns:
         The :class:`Manifest` written.
@@ -298,10 +326,12 @@ def pack(
         >>> manifest.split_samples("valid")  # doctest: +SKIP
         2000
     """
-    out = Path(out)
+    place = where(out, storage_options)
+    remote = RemoteOut(place, cache_dir) if isinstance(place, Location) else None
+    out = remote.staging if remote is not None else Path(place)  # type: ignore[arg-type]
     _check_args(store, size, shard_samples, shard_bytes, valid, workers)
     size = (int(size[0]), int(size[1])) if size is not None else None
-    datasets, described = _open(source, labels, crop)
+    datasets, described = _open(source, labels, crop, storage_options, cache_dir)
     datasets = _ordered(_split_valid(datasets, valid, seed))
     rows = {split: as_rows(ds) for split, ds in datasets.items()}
     if any(len(r) == 0 for r in rows.values()):
@@ -330,28 +360,38 @@ def pack(
         rows, store=store, image_size=size, seed=seed, shard_samples=shard_samples, shard_bytes=shard_bytes,
         settings=settings, shuffle=shuffle,
     )
-    finished, known = claim(out, sources, plan.fingerprint, overwrite)
-    if finished is not None:
-        return finished
-    plan.save(out)
+    if remote is None:
+        finished, known = claim(out, sources, plan.fingerprint, overwrite)
+        if finished is not None:
+            return finished
+        plan.save(out)
+    else:
+        finished, known = remote.claim(sources, plan.fingerprint, overwrite)
+        if finished is not None:
+            return finished
+        remote.start(plan)
+        remote_sizes = remote.place.sizes()
 
     total = sum(len(p.rows) for p in plan.shards)
     infos: dict[str, ShardInfo] = {}
     todo: list[ShardPlan] = []
     for shard in plan.shards:
-        reused = reuse_finished(out, shard, rows[shard.split], store, size, known.get(shard.name))
+        if remote is None:
+            reused = reuse_finished(out, shard, rows[shard.split], store, size, known.get(shard.name))
+        else:
+            reused = remote.reuse(shard, known.get(shard.name), remote_sizes)
         if reused is not None:
             infos[shard.name] = reused
         else:
             todo.append(shard)
     if workers is None:
         workers = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-    job = _Job(out, store, size, rows)
+    job = _Job(out, store, size, rows, remote.place if remote is not None else None)
     with tqdm(
         total=total,
         initial=sum(i.samples for i in infos.values()),
         unit="img",
-        desc=f"pack {out.name}",
+        desc=f"pack {place.name}",
         disable=not progress,
         file=sys.stderr,
         dynamic_ncols=True,
@@ -377,6 +417,9 @@ def pack(
             **({} if shuffle else {"shuffle": False}),
         },
     )
+    if remote is not None:
+        remote.finish(manifest)
+        return manifest
     manifest.save(out)
     (out / PLAN_NAME).unlink(missing_ok=True)
     return manifest
