@@ -86,6 +86,7 @@ class RemoteOut:
                 if _is_ours(name):
                     self.place.remove(name)
             shutil.rmtree(self.staging, ignore_errors=True)
+            self._fresh_staging(keep_records=False)
             return None, {}
         if not sizes:
             self._fresh_staging(keep_records=False)
