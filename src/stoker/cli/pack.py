@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import re
 import time
-from pathlib import Path
 
 import click
 
@@ -71,12 +70,12 @@ def parse_crop(text: str | None) -> tuple[int, int, int, int] | None:
 @click.option("--no-shuffle", is_flag=True,
               help="Keep the source order (only to measure what an unshuffled pack does; training wants shuffled).")
 @click.option("--overwrite", is_flag=True, help="Replace the shard set already in OUT.")
-@click.option("--labels", type=click.Path(dir_okay=False, path_type=Path),
+@click.option("--labels", metavar="FILE",
               help="Label file ('<file> <label>' lines) of a single SRC folder that holds several .txt files.")
 @click.option("--crop", metavar="T,L,H,W", help="Crop box (top,left,height,width) for every image of every SRC.")
 @click.option("--quiet", is_flag=True, help="No progress bar.")
 def pack(paths: tuple[str, ...], store: str, size: str | None, shard_samples: int, shard_bytes: str,
-         split_spec: str | None, workers: int | None, seed: int, no_shuffle: bool, overwrite: bool, labels: Path | None,
+         split_spec: str | None, workers: int | None, seed: int, no_shuffle: bool, overwrite: bool, labels: str | None,
          crop: str | None, quiet: bool) -> None:
     """Pack SRC... into shuffled, checksummed Arrow shards in OUT.
 

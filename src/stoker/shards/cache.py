@@ -346,3 +346,28 @@ def read_ahead(shards: ShardSet, rows: np.ndarray, read_rows: int, ahead: int) -
         for future in pending.values():
             future.cancel()
         pool.shutdown(wait=True)
+
+
+def download_note(root: str, cache_dir: str | os.PathLike[str] | None = None) -> str | None:
+    """For a shard set at a URL, one line on what reading it will download; None for a local set.
+
+    Reads only the manifest (and looks at the cache).
+
+    Example:
+        >>> download_note("s3://bucket/packed")  # doctest: +SKIP
+        's3://bucket/packed: 12 shards, 3,072.0 MiB; 2,048.0 MiB to download into ~/.cache/stoker (1,024.0 MiB cached)'
+    """
+    from stoker.fs import where
+    from stoker.shards.manifest import Manifest
+
+    place = where(root)
+    if not isinstance(place, Location):
+        return None
+    manifest = Manifest.load(place)
+    cache = ShardCache(cache_dir)
+    missing = cache.missing_bytes(manifest.shards)
+    mib = 2**20
+    return (
+        f"{place.url}: {len(manifest.shards)} shards, {manifest.bytes / mib:,.1f} MiB; "
+        f"{missing / mib:,.1f} MiB to download into {cache.root} ({(manifest.bytes - missing) / mib:,.1f} MiB cached)"
+    )
