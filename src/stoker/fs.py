@@ -27,7 +27,7 @@ from typing import Any
 
 from stoker.errors import ConfigError, MissingFileError
 
-__all__ = ["Location", "is_url", "join", "local_path", "where"]
+__all__ = ["Location", "is_url", "join", "local_path", "parent", "read_text", "where"]
 
 # The pip extra that brings each protocol's filesystem (fsspec's own protocols need only fsspec).
 _EXTRAS = {
@@ -64,6 +64,28 @@ def join(base: str | os.PathLike[str], *names: str) -> str:
         return str(local.joinpath(*names))
     text = os.fspath(base)
     return "/".join([text.rstrip("/"), *(n.strip("/") for n in names)])
+
+
+def parent(path: str | os.PathLike[str]) -> str:
+    """The folder holding ``path`` (a URL keeps its scheme)."""
+    local = local_path(path)
+    if local is not None and not os.fspath(path).startswith("file://"):
+        return str(local.parent)
+    head, _, _ = os.fspath(path).rstrip("/").rpartition("/")
+    return head
+
+
+def read_text(path: str | os.PathLike[str]) -> str:
+    """The text of a small local or remote file (UTF-8).
+
+    Raises:
+        FileNotFoundError: there is no such file (a :class:`MissingFileError` for a URL).
+        UnicodeDecodeError: it is not UTF-8 text.
+    """
+    place = where(path)
+    if isinstance(place, Location):
+        return place.read_bytes().decode("utf-8")
+    return place.read_text()
 
 
 def where(path: str | os.PathLike[str], storage_options: Mapping[str, Any] | None = None) -> Path | Location:

@@ -26,8 +26,11 @@ def read_file_bytes(path: str) -> bytes:
             import fsspec
         except ImportError:
             raise ConfigError(f"{path}: reading remote files needs fsspec; pip install 'stoker[remote]'") from None
-        with fsspec.open(path, "rb") as f:
-            return f.read()
+        try:
+            with fsspec.open(path, "rb") as f:
+                return f.read()
+        except FileNotFoundError:
+            raise MissingFileError(f"{path}: file not found (moved or deleted since the index was built?)") from None
     try:
         with open(path.removeprefix("file://"), "rb") as f:
             return f.read()
