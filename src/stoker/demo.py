@@ -73,7 +73,8 @@ def measure_load(name: str, dataset: Dataset, workers: int, batch_size: int = 64
 def run_demo(root: Path, n: int = 600, classes: int = 10, workers: tuple[int, ...] = (0, 2), echo: Echo = print) -> None:
     """The tour: generate, load every layout, pack and verify, read shards, train, benchmark."""
     from stoker.bench import quick_bench
-    from stoker.shards import ShardDataset, pack, verify
+    from stoker.packer import pack
+    from stoker.shards import ShardDataset, verify
     from stoker.train import demo_run
 
     start = time.perf_counter()

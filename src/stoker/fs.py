@@ -19,15 +19,16 @@ Example:
 
 from __future__ import annotations
 
+import fnmatch
 import os
 import re
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Union
 
 from stoker.errors import ConfigError, MissingFileError
 
-__all__ = ["Location", "is_url", "join", "local_path", "parent", "read_text", "where"]
+__all__ = ["Location", "PathOrURL", "is_url", "join", "local_path", "parent", "read_text", "where"]
 
 # The pip extra that brings each protocol's filesystem (fsspec's own protocols need only fsspec).
 _EXTRAS = {
@@ -36,6 +37,8 @@ _EXTRAS = {
     "az": "azure", "abfs": "azure", "abfss": "azure", "adl": "azure",
     "http": "remote", "https": "remote",
 }
+PathOrURL = Union[str, "os.PathLike[str]", "Location"]  # what every reader of a folder or file takes
+
 _URL_RE = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
 
 
@@ -75,7 +78,7 @@ def parent(path: str | os.PathLike[str]) -> str:
     return head
 
 
-def read_text(path: str | os.PathLike[str]) -> str:
+def read_text(path: str | os.PathLike[str] | Location) -> str:
     """The text of a small local or remote file (UTF-8).
 
     Raises:
@@ -88,12 +91,14 @@ def read_text(path: str | os.PathLike[str]) -> str:
     return place.read_text()
 
 
-def where(path: str | os.PathLike[str], storage_options: Mapping[str, Any] | None = None) -> Path | Location:
-    """A local :class:`~pathlib.Path`, or a :class:`Location` for a URL.
+def where(path: str | os.PathLike[str] | Location, storage_options: Mapping[str, Any] | None = None) -> Path | Location:
+    """A local :class:`~pathlib.Path`, or a :class:`Location` for a URL (a Location is returned as it is).
 
     Raises:
         ConfigError: the URL's filesystem is not installed (the message names the extra).
     """
+    if isinstance(path, Location):
+        return path
     local = local_path(path)
     if local is not None:
         return local
@@ -208,6 +213,32 @@ class Location:
     def url_of(self, name: str | None = None) -> str:
         """The URL of ``name`` inside this folder (or of this location)."""
         return self.url if not name else join(self.url, name)
+
+    # -- the part of pathlib's interface that layout detection uses ---------------------------
+    def __truediv__(self, name: str) -> Location:
+        return self.child(name)
+
+    @property
+    def suffix(self) -> str:
+        """The file name's extension (``.txt``), like ``Path.suffix``."""
+        return os.path.splitext(self.name)[1]
+
+    @property
+    def parent(self) -> Location:
+        """The folder holding this one."""
+        return Location(parent(self.url), self.storage_options)
+
+    def is_file(self) -> bool:
+        """True if this is an object (a file)."""
+        return bool(self.fs.isfile(self.path))
+
+    def glob(self, pattern: str) -> list[Location]:
+        """The files directly in this folder whose name matches ``pattern`` (sorted)."""
+        return [self.child(name) for name in sorted(self.sizes()) if fnmatch.fnmatch(name, pattern)]
+
+    def read_text(self, encoding: str = "utf-8") -> str:
+        """The text of this file."""
+        return self.read_bytes().decode(encoding)
 
     # -- writing ------------------------------------------------------------------------
     def upload(self, local: str | os.PathLike[str], name: str) -> None:

@@ -129,7 +129,7 @@ def small_folders(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="session")
 def small_pack(tmp_path_factory: pytest.TempPathFactory, small_folders: Path) -> Path:
     """``small_folders`` packed locally, pixels 12x10, 8 samples per shard (5 shards)."""
-    from stoker.shards import pack
+    from stoker import pack
 
     out = tmp_path_factory.mktemp("small-pack") / "packed"
     pack(small_folders, out, store="pixels", shard_samples=8, workers=0, progress=False)

@@ -8,10 +8,11 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
+from stoker import pack
 from stoker.cli.main import main as cli
 from stoker.errors import ConfigError, ShardError
 from stoker.fs import Location
-from stoker.shards import ShardDataset, pack
+from stoker.shards import ShardDataset
 from stoker.shards import packing as packing_module
 
 from .conftest import upload_folder

@@ -8,8 +8,9 @@ from pathlib import Path
 import numpy as np
 from PIL import Image
 
+from stoker import pack
 from stoker.pipes import Pipe
-from stoker.shards import ShardDataset, pack
+from stoker.shards import ShardDataset
 from stoker.sources import ClassFolderDataset
 from stoker.sources.ids import IdDataset
 from stoker.sources.label_file import LabelFileDataset
@@ -64,7 +65,7 @@ def test_pipe_list_files_in_a_bucket(s3_server: str, bucket: str, small_folders:
     assert len(files) == 40 and files[0] == f"{url}/0/0000.png"
     assert files == sorted(files)
     images = list(Pipe.list_files(f"{url}/1", masks="*.png").load_image())
-    assert len(images) == 10 and images[0].shape == (3, 12, 10)
+    assert len(images) == 10 and images[0][0] == f"{url}/1/0001.png" and images[0][1].shape == (3, 12, 10)
 
 
 def test_a_shard_set_packed_from_a_bucket_reads_back(s3_server: str, bucket: str, small_folders: Path, tmp_path: Path) -> None:

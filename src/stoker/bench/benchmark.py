@@ -197,11 +197,12 @@ def open_data(data: str | os.PathLike[str] | FileDataset) -> tuple[FileDataset, 
     """The data set and a short name for it: a FileDataset as it is, or a path in any layout."""
     if isinstance(data, FileDataset):
         return data, ",".join(s.name for s in data.index.sources)
-    from stoker.sources.detect import open_source
+    from stoker.data import open_data as open_any  # the one way in
 
     path = Path(data)
-    dataset = open_source(path)
-    if not isinstance(dataset, FileDataset):
+    opened = open_any(path)
+    dataset = opened["train"]
+    if opened.is_shards or not isinstance(dataset, FileDataset):
         raise ConfigError(
             f"{path}: is a shard set; benchmark the data it was packed from, and pass the shard sets "
             f"with --packed (packed=) to reuse them"
@@ -227,7 +228,7 @@ def _settle_size(dataset: FileDataset, size: tuple[int, int] | None) -> tuple[in
 
 def pack_for_bench(dataset: FileDataset, store: str, out: Path, size: tuple[int, int] | None, seed: int) -> float:
     """Pack ``dataset`` into ``out`` with ``store``, shuffled; return the seconds it took."""
-    from stoker.shards import pack
+    from stoker.packer import pack
 
     start = time.perf_counter()
     pack(dataset, out, store=store, size=size, seed=seed, progress=False, overwrite=True)

@@ -93,7 +93,7 @@ def pack(paths: tuple[str, ...], store: str, size: str | None, shard_samples: in
     if len(paths) < 2:
         raise click.UsageError("give at least one SRC and the OUT folder: stoker pack SRC... OUT")
     *sources, out = paths
-    from stoker.shards import pack as run_pack
+    from stoker.packer import pack as run_pack
 
     start = time.perf_counter()
     manifest = run_pack(

@@ -24,7 +24,7 @@ import torch
 
 from stoker.decode import decode_sample, resize
 from stoker.errors import ConfigError, DecodeError, ShardError
-from stoker.fs import Location, where
+from stoker.fs import Location, PathOrURL, where
 from stoker.shards.cache import ShardCache
 from stoker.shards.format import image_row_bytes, shard_schema
 from stoker.shards.manifest import Manifest, ShardInfo
@@ -233,7 +233,7 @@ class ShardSet:
 
     def __init__(
         self,
-        root: str | os.PathLike[str],
+        root: PathOrURL,
         split: str = "train",
         *,
         cache_dir: str | os.PathLike[str] | None = None,
@@ -276,7 +276,7 @@ class ShardSet:
             return
         for info in self.infos:
             try:
-                size = (self.root / info.name).stat().st_size
+                size = (Path(self.root) / info.name).stat().st_size
             except FileNotFoundError:
                 raise ShardError(f"shard {info.name}: file is missing; {repair_hint(self.root)}") from None
             except OSError as exc:

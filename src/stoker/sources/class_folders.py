@@ -8,7 +8,7 @@ from typing import Literal
 
 from stoker.decode import SAMPLE_SUFFIXES
 from stoker.errors import ConfigError, DataError, MissingFileError
-from stoker.fs import Location, join, where
+from stoker.fs import Location, PathOrURL, join, where
 from stoker.loading.skips import OnError
 from stoker.sources.dataset import FileDataset, Transform
 from stoker.sources.index import SampleIndex, Source
@@ -65,7 +65,7 @@ class ClassFolderDataset(FileDataset):
 
     def __init__(
         self,
-        root: str | os.PathLike[str],
+        root: PathOrURL,
         labels: LabelMode = "auto",
         label_offset: int = 0,
         transform: Transform | None = None,
@@ -76,16 +76,16 @@ class ClassFolderDataset(FileDataset):
         if labels not in ("auto", "numeric", "sorted"):
             raise ConfigError(f"labels must be 'auto', 'numeric' or 'sorted', got {labels!r}")
         place = where(root)
+        local = place if isinstance(place, Path) else Path()  # used only when local
         remote_files: dict[str, list[str]] | None = None
         if isinstance(place, Location):  # a bucket: list it once (stoker.fs)
             folders, remote_files = _remote_listing(place)
             if not folders and not place.exists():
                 raise MissingFileError(f"{place.url}: folder not found; pass the folder that holds one folder per class")
         else:
-            root = place
-            if not root.is_dir():
-                raise MissingFileError(f"{root}: folder not found; pass the folder that holds one folder per class")
-            folders = sorted(e.name for e in os.scandir(root) if e.is_dir() and not e.name.startswith("."))
+            if not local.is_dir():
+                raise MissingFileError(f"{local}: folder not found; pass the folder that holds one folder per class")
+            folders = sorted(e.name for e in os.scandir(local) if e.is_dir() and not e.name.startswith("."))
         if not folders:
             raise MissingFileError(f"{root}: no class folders found; expected {root}/<class>/<image files>")
         numeric = all(f.isdigit() for f in folders)
@@ -100,10 +100,10 @@ class ClassFolderDataset(FileDataset):
         else:
             label_of = {f: i for i, f in enumerate(folders)}
             classes = list(folders)
-        resolved = place.url if isinstance(place, Location) else str(Path(root).resolve())
+        resolved = place.url if isinstance(place, Location) else str(local.resolve())
         keys, paths, sample_labels, empty = [], [], [], []
         for folder in folders:
-            files = remote_files[folder] if remote_files is not None else _list_files(Path(root) / folder)
+            files = remote_files[folder] if remote_files is not None else _list_files(local / folder)
             if not files:
                 empty.append(folder)
             for rel in files:

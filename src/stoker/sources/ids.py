@@ -12,7 +12,8 @@ from typing import Any
 
 from stoker.decode import SAMPLE_SUFFIXES
 from stoker.errors import ConfigError, DataError, LabelError, MissingFileError
-from stoker.fs import Location, is_url, join, parent, read_text, where
+from stoker.fs import Location, PathOrURL, is_url, join, parent, read_text
+from stoker.fs import where as locate
 from stoker.loading.skips import OnError
 from stoker.sources.dataset import FileDataset, Transform
 from stoker.sources.index import SampleIndex, Source
@@ -72,7 +73,7 @@ class IdDataset(FileDataset):
 
     def __init__(
         self,
-        root: str | os.PathLike[str],
+        root: PathOrURL,
         partition: Mapping[str, Sequence[str]],
         labels: Mapping[str, Any],
         split: str = "train",
@@ -81,7 +82,7 @@ class IdDataset(FileDataset):
         name: str = "ids",
         where: str = "labels",
     ) -> None:
-        place = where(root)  # a folder or a URL
+        place = locate(root)  # a folder or a URL
         if split not in partition:
             raise ConfigError(f"split {split!r} is not in the partition; it has: {', '.join(sorted(partition))}")
         ids = [str(i) for i in partition[split]]
@@ -109,7 +110,7 @@ class IdDataset(FileDataset):
 
     @classmethod
     def from_json(
-        cls, path: str | os.PathLike[str], root: str | os.PathLike[str] | None = None, split: str = "train", **kwargs: Any
+        cls, path: PathOrURL, root: PathOrURL | None = None, split: str = "train", **kwargs: Any
     ) -> IdDataset:
         """Load from a JSON file ``{"partition": {...}, "labels": {...}}``.
 
@@ -131,7 +132,7 @@ class IdDataset(FileDataset):
 
     @classmethod
     def from_csv(
-        cls, path: str | os.PathLike[str], root: str | os.PathLike[str] | None = None, split: str = "train", **kwargs: Any
+        cls, path: PathOrURL, root: PathOrURL | None = None, split: str = "train", **kwargs: Any
     ) -> IdDataset:
         """Load from a CSV file with header ``id,label,split`` (one row per id)."""
         path = _as_path(path)
@@ -157,22 +158,22 @@ class IdDataset(FileDataset):
         return cls(_default_root(path, root), partition, labels, split, where=str(path), **kwargs)
 
 
-def _as_path(path: str | os.PathLike[str]) -> Path | str:
+def _as_path(path: PathOrURL) -> Path | str:
     """A local path as a Path; a URL stays a string (pathlib would eat its ``//``)."""
-    place = where(path)
+    place = locate(path)
     return place.url if isinstance(place, Location) else place
 
 
-def _default_root(path: Path | str, root: str | os.PathLike[str] | None) -> Path | str:
+def _default_root(path: Path | str, root: PathOrURL | None) -> PathOrURL:
     if root is not None:
-        return root if isinstance(root, str) and is_url(root) else Path(root)
+        return root if isinstance(root, Location) or (isinstance(root, str) and is_url(root)) else Path(root)
     if isinstance(path, str):  # a URL
         folder = parent(path)
         return join(folder, "data") if Location(join(folder, "data")).is_dir() else folder
     return path.parent / "data" if (path.parent / "data").is_dir() else path.parent
 
 
-def _no_duplicate_keys(pairs: list[tuple[str, Any]], path: Path) -> dict[str, Any]:
+def _no_duplicate_keys(pairs: list[tuple[str, Any]], path: Path | str) -> dict[str, Any]:
     seen: dict[str, Any] = {}
     for key, value in pairs:
         if key in seen:

@@ -207,7 +207,9 @@ class DataConfig:
     valid_path: list[str] = _key(_paths, factory=list, doc="separate validation data (same layout) instead of `valid`")
     image_size: tuple[int, int] | None = _key(_optional(_size), None, doc="resize to this size (int or [h, w])")
     batch_size: int = _key(_int(1), 64, doc="samples per batch")
-    workers: int = _key(_int(0), 2, doc="loader worker processes (or threads)")
+    workers: int | None = _key(
+        _optional(_int(0)), None, doc="loader worker processes (or threads); default: what the data reads fastest with, else 2"
+    )
     prefetch_factor: int = _key(_int(1), 2, doc="batches each worker loads ahead")
     backend: str = _key(_choice(*BACKENDS), "auto", doc="auto | process | thread (auto: what suits the data)")
     on_error: str = _key(_choice(*ON_ERROR), "raise", doc="raise | skip (skip: bad samples are counted, not fatal)")
