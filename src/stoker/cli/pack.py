@@ -73,10 +73,13 @@ def parse_crop(text: str | None) -> tuple[int, int, int, int] | None:
 @click.option("--labels", metavar="FILE",
               help="Label file ('<file> <label>' lines) of a single SRC folder that holds several .txt files.")
 @click.option("--crop", metavar="T,L,H,W", help="Crop box (top,left,height,width) for every image of every SRC.")
+@click.option("--engine", type=click.Choice(["local", "ray"]), default="local", show_default=True,
+              help="local: worker processes here; ray: one Ray task per shard on the cluster ray.init() finds "
+                   "(or a local one); needs pip install 'stoker[ray]'.")
 @click.option("--quiet", is_flag=True, help="No progress bar.")
 def pack(paths: tuple[str, ...], store: str, size: str | None, shard_samples: int, shard_bytes: str,
          split_spec: str | None, workers: int | None, seed: int, no_shuffle: bool, overwrite: bool, labels: str | None,
-         crop: str | None, quiet: bool) -> None:
+         crop: str | None, engine: str, quiet: bool) -> None:
     """Pack SRC... into shuffled, checksummed Arrow shards in OUT.
 
     SRC is a folder of class folders, a folder with a label file (identity_CelebA.txt or
@@ -109,6 +112,7 @@ def pack(paths: tuple[str, ...], store: str, size: str | None, shard_samples: in
         workers=workers,
         overwrite=overwrite,
         progress=not quiet,
+        engine=engine,
         labels=labels,
         crop=parse_crop(crop),
     )

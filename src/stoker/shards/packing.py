@@ -39,6 +39,7 @@ from stoker.shards.dataset import ShardDataset
 from stoker.shards.format import PLAN_NAME, STORES, check_split_name, shard_schema
 from stoker.shards.manifest import Manifest, ShardInfo
 from stoker.shards.plan import PackPlan, ShardPlan, make_plan
+from stoker.shards.ray_engine import ENGINES, import_ray, write_on_ray
 from stoker.shards.rows import RowSource, as_rows
 from stoker.shards.upload import RemoteOut, upload_shard
 from stoker.sources.dataset import FileDataset
@@ -252,6 +253,7 @@ def write_shards(
     overwrite: bool = False,
     progress: bool = True,
     origin: Sequence[str] | None = None,
+    engine: str = "local",
     storage_options: dict[str, Any] | None = None,
     cache_dir: PathLike | None = None,
 ) -> Manifest:
@@ -279,6 +281,8 @@ def write_shards(
         overwrite: replace a shard set (or other stoker files) already in ``out``.
         progress: show a progress bar on stderr.
         origin: what the manifest records as the source (default: the sources' roots).
+        engine: ``"local"`` (worker processes on this machine) or ``"ray"`` (one Ray
+            task per shard on the cluster ``ray.init()`` finds, or a local one; the same bytes).
         storage_options: fsspec options for a URL ``out``.
         cache_dir: the local cache folder; a remote ``out`` is staged in it, a shard at a time.
 
@@ -301,6 +305,10 @@ def write_shards(
     remote = RemoteOut(place, os.fspath(cache_dir) if cache_dir is not None else None) if isinstance(place, Location) else None
     out = remote.staging if remote is not None else Path(place)  # type: ignore[arg-type]
     _check_args(store, size, shard_samples, shard_bytes, valid, workers)
+    if engine not in ENGINES:
+        raise ConfigError(f"engine must be one of {', '.join(ENGINES)}, got {engine!r}")
+    if engine == "ray":
+        import_ray()  # before a byte is written
     size = (int(size[0]), int(size[1])) if size is not None else None
     datasets, described = _open(source)
     if origin is not None:
@@ -370,7 +378,10 @@ def write_shards(
         dynamic_ncols=True,
         smoothing=0.1,
     ) as bar:
-        infos.update(_write_all(job, todo, workers, bar))
+        if engine == "ray" and todo:
+            infos.update(write_on_ray(job, todo, bar))
+        else:
+            infos.update(_write_all(job, todo, workers, bar))
 
     manifest = Manifest(
         store=store,
