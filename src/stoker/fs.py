@@ -186,11 +186,24 @@ class Location:
             return {}
         except TypeError:  # filesystems whose ls takes no refresh=
             entries = self.fs.ls(self.path, detail=True)
-        return {
-            str(e["name"]).rstrip("/").rsplit("/", 1)[-1]: int(e.get("size") or 0)
-            for e in entries
-            if e.get("type") == "file"
-        }
+        out: dict[str, int] = {}
+        for e in entries:
+            if e.get("type") != "file":
+                continue
+            name = str(e["name"]).rstrip("/").rsplit("/", 1)[-1]
+            size = e.get("size")
+            if size is None:  # an HTTP index page lists names only
+                size = self.size(name)
+            if size is not None:
+                out[name] = int(size)
+        return out
+
+    def size(self, name: str | None = None) -> int | None:
+        """Bytes of one object, or None if there is none (for stores that cannot list, like plain HTTP)."""
+        try:
+            return int(self.fs.size(self._p(name)))
+        except (FileNotFoundError, OSError, TypeError, ValueError):
+            return None
 
     def list_dirs(self) -> list[str]:
         """Names of the folders directly in this one, sorted."""

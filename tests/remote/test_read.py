@@ -54,3 +54,34 @@ def test_a_deleted_shard_is_found_on_opening(s3_server: str, bucket: str, small_
     Location(url).remove("train-00003.arrow")
     with pytest.raises(ShardError, match="train-00003.arrow.*is missing"):
         ShardDataset(url, cache_dir=tmp_path)
+
+
+def test_a_shard_set_on_an_http_server(small_pack: Path, tmp_path: Path) -> None:
+    import socket
+    import subprocess
+    import sys
+    import time
+
+    pytest.importorskip("aiohttp", reason="http:// needs aiohttp: pip install 'stoker[remote]'")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    server = subprocess.Popen(
+        [sys.executable, "-m", "http.server", str(port), "--bind", "127.0.0.1", "--directory", str(small_pack.parent)],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                assert time.monotonic() < deadline, "the HTTP server did not start"
+                time.sleep(0.1)
+        ds = ShardDataset(f"http://127.0.0.1:{port}/{small_pack.name}", cache_dir=tmp_path / "cache")
+        every = list(range(len(ds)))
+        assert sorted(_digests(ds.__getitems__(every).images)) == _local_digests(small_pack)
+    finally:
+        server.terminate()
+        server.wait(timeout=10)

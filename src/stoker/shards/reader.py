@@ -266,6 +266,10 @@ class ShardSet:
         if self.remote is not None:
             sizes = self.remote.sizes()
             for info in self.infos:
+                if info.name not in sizes:  # not listed (an HTTP server may not list): ask for it alone
+                    size = self.remote.size(info.name)
+                    if size is not None:
+                        sizes[info.name] = size
                 if info.name not in sizes:
                     raise ShardError(f"shard {info.name}: {self.remote.url_of(info.name)} is missing; {repair_hint(self.root)}")
                 if sizes[info.name] != info.bytes:
@@ -317,9 +321,11 @@ class ShardSet:
 
     def prefetch(self, shards: list[int] | None = None, workers: int = 4) -> None:
         """Fetch several shards of a remote set into the cache at once (all of the split by default)."""
-        if self.remote is None:
+        if self.remote is None or self.cache is None:
             return
         todo = list(range(len(self.infos))) if shards is None else shards
+        if self.cache.limit is not None and sum(self.infos[s].bytes for s in todo) > self.cache.limit:
+            return  # they would evict each other: each is fetched when first opened instead
         if workers <= 1 or len(todo) <= 1:
             for s in todo:
                 self.fetch(s)
