@@ -35,6 +35,7 @@ import dataclasses
 import functools
 import io
 import json
+import logging
 import os
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
@@ -57,10 +58,15 @@ from stoker.sources.index import SampleIndex
 from stoker.sources.label_file import LabelFileDataset
 from stoker.sources.splitting import stratified_split
 
-__all__ = ["SPLIT_NAMES", "DataSplits", "Layout", "canonical_split", "detect_layout", "open_data"]
+log = logging.getLogger("stoker")
+
+__all__ = ["SPLIT_NAMES", "DataSplits", "LabelOrder", "Layout", "canonical_split", "detect_layout", "open_data"]
 
 PathLike = str | os.PathLike[str] | Location
 Where = Path | Location  # a local path, or a folder or file at a URL (stoker.fs)
+Paths = PathLike | Sequence[PathLike]
+# {split: paths}: each split from its own sources, one label mapping for all (matched by class name).
+SplitPaths = Mapping[str, Paths]
 Layout = Literal["shards", "ids", "label_file", "split_folders", "class_folders"]
 Transform = Callable[[torch.Tensor], Any]
 
@@ -211,7 +217,12 @@ def _common_classes(indices: Sequence[SampleIndex]) -> list[str]:
     return sorted(names)
 
 
-def _file_splits(p: Where, layout: Layout, labels: PathLike | None, crop: Box | None, name: str) -> dict[str, FileDataset]:
+LabelOrder = Literal["auto", "sorted"]
+
+
+def _file_splits(
+    p: Where, layout: Layout, labels: PathLike | None, crop: Box | None, name: str, label_order: LabelOrder = "auto"
+) -> dict[str, FileDataset]:
     """Every split of one file source (layouts without splits have only ``train``)."""
     if layout == "ids":
         id_file = p if p.is_file() else next(p / n for n in _ID_FILES if (p / n).is_file())
@@ -227,11 +238,14 @@ def _file_splits(p: Where, layout: Layout, labels: PathLike | None, crop: Box | 
         out = {"train": LabelFileDataset(images, label_file, name=name)}
     elif layout == "split_folders":
         folders = _split_folders(p) or {}
-        parts = {split: _file_splits(folder, _inner_layout(folder), labels, None, name)["train"] for split, folder in folders.items()}
+        parts = {
+            split: _file_splits(folder, _inner_layout(folder), labels, None, name, label_order)["train"]
+            for split, folder in folders.items()
+        }
         classes = _common_classes([ds.index for ds in parts.values()])
         out = {split: FileDataset(_relabel(ds.index, classes)) for split, ds in parts.items()}
     else:
-        out = {"train": ClassFolderDataset(p, name=name)}
+        out = {"train": ClassFolderDataset(p, labels=label_order, name=name)}
     return {split: _with_crop(ds, crop) for split, ds in out.items()}
 
 
@@ -312,6 +326,17 @@ class DataSplits(Mapping[str, Dataset]):
         """The data is a packed shard set."""
         return any(layout == "shards" for _, layout in self.opened)
 
+    @functools.cached_property
+    def empty_classes(self) -> list[int]:
+        """Labels that no sample of any split has (a model still gets an output for each)."""
+        seen = np.zeros(self.num_classes, dtype=bool)
+        for dataset in self.datasets.values():
+            labels = getattr(dataset, "labels", None)
+            if labels is None:
+                return []
+            seen[np.unique(np.asarray(labels))] = True
+        return np.flatnonzero(~seen).tolist()
+
     def where(self) -> str:
         """The paths, for messages."""
         return ", ".join(path for path, _ in self.opened)
@@ -373,7 +398,9 @@ def _as_paths(paths: PathLike | Sequence[PathLike] | None, what: str) -> list[Wh
     return out
 
 
-def _open_sources(paths: Sequence[Where], labels: PathLike | None, crop: Box | None) -> tuple[dict[str, Dataset], tuple[str, ...], list[tuple[str, str]], bool]:
+def _open_sources(
+    paths: Sequence[Where], labels: PathLike | None, crop: Box | None, label_order: LabelOrder = "auto"
+) -> tuple[dict[str, Dataset], tuple[str, ...], list[tuple[str, str]], bool]:
     """Open the sources at ``paths`` (no transforms yet): splits, classes, what was opened, is a shard set."""
     layouts = [detect_layout(p) for p in paths]
     opened: list[tuple[str, str]] = [(str(p), layout) for p, layout in zip(paths, layouts, strict=True)]
@@ -386,31 +413,57 @@ def _open_sources(paths: Sequence[Where], labels: PathLike | None, crop: Box | N
     if labels is not None and len(paths) > 1:
         raise ConfigError("labels= names the label file of one source; pass a single source with it")
     names = _source_names(paths)
-    per_source = [_file_splits(p, layout, labels, crop, n) for p, layout, n in zip(paths, layouts, names, strict=True)]
+    per_source = [
+        _file_splits(p, layout, labels, crop, n, label_order) for p, layout, n in zip(paths, layouts, names, strict=True)
+    ]
     splits, classes = _side_by_side(per_source)
     return dict(splits), classes, opened, False
 
 
+def _open_split_map(
+    split_paths: SplitPaths, labels: PathLike | None, crop: Box | None, label_order: LabelOrder
+) -> tuple[dict[str, Dataset], tuple[str, ...], list[tuple[str, str]]]:
+    """Each split from its own file sources, relabelled into one class list (by name)."""
+    if not split_paths:
+        raise ConfigError("give at least one split, e.g. {'train': 'data/train', 'valid': 'data/val'}")
+    parts: dict[str, FileDataset] = {}
+    opened: list[tuple[str, str]] = []
+    for name, value in split_paths.items():
+        split = canonical_split(str(name))
+        if split in parts:
+            raise ConfigError(f"two sources are given for the split {split!r}; give each split once")
+        found, classes, seen, shards = _open_sources(_as_paths(value, "paths"), labels, crop, label_order)
+        if shards:
+            raise ConfigError(f"{split}={value}: a shard set has its splits already; pack file sources per split")
+        if len(set(classes)) != len(classes):
+            raise ConfigError(f"{split}={value}: class names repeat across its sources; give one source per split")
+        own = found.get("train") or next(iter(found.values()))
+        parts[split] = own  # type: ignore[assignment]
+        opened.extend((path, f"{layout}, {split}") for path, layout in seen)
+    common = _common_classes([ds.index for ds in parts.values()])
+    return {split: FileDataset(_relabel(ds.index, common)) for split, ds in parts.items()}, tuple(common), opened
+
+
 @overload
 def open_data(
-    paths: PathLike | Sequence[PathLike], split: None = None, *, valid: float | None = ...,
+    paths: Paths | SplitPaths, split: None = None, *, valid: float | None = ...,
     valid_paths: PathLike | Sequence[PathLike] | None = ..., image_size: int | tuple[int, int] | None = ...,
     crop: Box | None = ..., labels: PathLike | None = ..., transform: Transform | None = ...,
-    on_error: OnError = ..., seed: int = ...,
+    on_error: OnError = ..., seed: int = ..., label_order: LabelOrder = ...,
 ) -> DataSplits: ...
 
 
 @overload
 def open_data(
-    paths: PathLike | Sequence[PathLike], split: str, *, valid: float | None = ...,
+    paths: Paths | SplitPaths, split: str, *, valid: float | None = ...,
     valid_paths: PathLike | Sequence[PathLike] | None = ..., image_size: int | tuple[int, int] | None = ...,
     crop: Box | None = ..., labels: PathLike | None = ..., transform: Transform | None = ...,
-    on_error: OnError = ..., seed: int = ...,
+    on_error: OnError = ..., seed: int = ..., label_order: LabelOrder = ...,
 ) -> Dataset: ...
 
 
 def open_data(
-    paths: PathLike | Sequence[PathLike],
+    paths: Paths | SplitPaths,
     split: str | None = None,
     *,
     valid: float | None = None,
@@ -421,12 +474,15 @@ def open_data(
     transform: Transform | None = None,
     on_error: OnError = "raise",
     seed: int = 0,
+    label_order: LabelOrder = "auto",
 ) -> DataSplits | Dataset:
     """Open the data at ``paths``, whatever its layout, with all its splits.
 
     Args:
         paths: a folder, label file, ids file or shard set, or several (file layouts
             only) laid side by side: each source's labels follow the previous ones'.
+            Or ``{split: path(s)}`` (``{"train": "a/", "valid": "b/"}``) to give each split
+            its own source: one label mapping for all, by class name.
         split: return only this split's data set (``"train"``, ``"valid"``, ...)
             instead of all of them.
         valid: when the data has no validation split of its own, hold out this share
@@ -441,6 +497,13 @@ def open_data(
         transform: applied to each uint8 CHW image (after the resize).
         on_error: ``"raise"`` or ``"skip"`` bad samples (counted by stoker's loader).
         seed: the seed of a held-out validation share.
+        label_order: class folders with numeric names use the number as the label
+            (``"auto"``: folders ``1..10`` give labels 1..10 and an empty class 0);
+            ``"sorted"`` numbers the folder names in sorted order instead (no gaps).
+
+    An empty class (a label no sample of any split has) is logged as a warning, and
+    :attr:`DataSplits.empty_classes` lists it: it usually means a numbering that starts
+    at 1, or a class folder that is missing.
 
     Returns:
         A :class:`DataSplits` (``{split: data set}`` with one class list), or the data
@@ -457,9 +520,14 @@ def open_data(
         >>> loader = make_loader(data["train"], batch_size=128)  # doctest: +SKIP
     """
     on_error = check_on_error(on_error)
-    resolved = _as_paths(paths, "paths")
     size_transform = _transform(image_size, transform)
-    found, classes, opened, shards = _open_sources(resolved, labels, crop)
+    if isinstance(paths, Mapping):
+        resolved = [p for value in paths.values() for p in _as_paths(value, "paths")]
+        found, classes, opened = _open_split_map(paths, labels, crop, label_order)
+        shards = False
+    else:
+        resolved = _as_paths(paths, "paths")
+        found, classes, opened, shards = _open_sources(resolved, labels, crop, label_order)
     datasets: dict[str, Dataset]
     if shards:
         shard_splits = _open_shards(resolved[0], image_size, transform, on_error)
@@ -471,7 +539,8 @@ def open_data(
     held_out = False
     extra = _as_paths(valid_paths, "valid_paths")
     if extra:
-        given = open_data(extra, valid=None, image_size=image_size, crop=crop, labels=labels, transform=transform, on_error=on_error)
+        given = open_data(extra, valid=None, image_size=image_size, crop=crop, labels=labels, transform=transform,
+                          on_error=on_error, label_order=label_order)
         if tuple(given.classes) != tuple(classes):
             raise ConfigError(
                 f"{given.where()}: its classes ({given.num_classes}) differ from {', '.join(map(str, resolved))}'s "
@@ -491,4 +560,12 @@ def open_data(
         held_out = True
     order = [s for s in ("train", "valid") if s in datasets] + [s for s in datasets if s not in ("train", "valid")]
     result = DataSplits({s: datasets[s] for s in order}, tuple(classes), tuple(opened), held_out)
+    if result.empty_classes:
+        empty = result.empty_classes
+        log.warning(
+            "%s: %d of %d classes have no samples (%s%s)%s", result.where(), len(empty), result.num_classes,
+            ", ".join(repr(result.classes[i]) for i in empty[:5]), " ..." if len(empty) > 5 else "",
+            "; numbered folders? label_order='sorted' (--label-order sorted) numbers them without gaps"
+            if any(name.isdigit() for name in result.classes) else "",
+        )
     return result if split is None else result[split]

@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from stoker.data import open_data
+from stoker.data import LabelOrder, open_data
 from stoker.decode import Box
 from stoker.errors import ConfigError
 from stoker.fs import is_url
@@ -32,6 +32,7 @@ def pack(
     *,
     labels: PathLike | None = None,
     crop: Box | None = None,
+    label_order: LabelOrder = "auto",
     **options: Any,
 ) -> Manifest:
     """Pack a data set into shuffled, checksummed Arrow shards plus ``manifest.json``.
@@ -39,10 +40,12 @@ def pack(
     Args:
         source: a folder in any layout (class folders, split folders, a label file,
             ids), several of them (labels side by side), an existing shard set (re-pack),
-            a stoker data set, or a ``{split: data set}`` mapping (:func:`stoker.open_data`'s).
+            a stoker data set, a ``{split: data set}`` mapping (:func:`stoker.open_data`'s),
+            or ``{split: path(s)}`` to give each split its own source (one label mapping).
         out: the output folder (new, empty, or this same pack half done).
         labels: the label file of a label-file folder that holds several ``.txt`` files.
         crop: ``(top, left, height, width)`` for every image of file sources.
+        label_order: ``"auto"`` or ``"sorted"``, as for :func:`stoker.open_data`.
         options: as for :func:`stoker.shards.write_shards`: ``store``, ``size``,
             ``shard_samples``, ``shard_bytes``, ``valid``, ``seed``, ``shuffle``,
             ``workers``, ``overwrite``, ``progress``.
@@ -60,6 +63,9 @@ def pack(
         >>> manifest.split_samples("valid")  # doctest: +SKIP
         2000
     """
+    if isinstance(source, Mapping) and all(isinstance(v, (str, os.PathLike, list, tuple)) for v in source.values()):
+        opened = open_data(source, crop=crop, labels=labels, label_order=label_order)  # {split: paths}: one label mapping
+        return write_shards(dict(opened), out, origin=[path for path, _ in opened.opened], **options)
     if isinstance(source, (FileDataset, ShardDataset, Mapping)):
         if labels is not None or crop is not None:
             raise ConfigError("pack: labels and crop apply to paths; a data set has its labels and crop already")
@@ -67,7 +73,7 @@ def pack(
     paths = [source] if isinstance(source, (str, os.PathLike)) else list(source)
     if not paths:
         raise ConfigError("pack: give at least one source")
-    opened = open_data(paths, crop=crop, labels=labels)
+    opened = open_data(paths, crop=crop, labels=labels, label_order=label_order)
     if opened.is_shards and (labels is not None or crop is not None):
         raise ConfigError("pack: a shard set has its labels and crop already; leave --labels and --crop out")
     origin = [os.fspath(p) if is_url(p) else str(Path(p).resolve()) for p in paths]  # a URL stays a URL

@@ -122,3 +122,25 @@ def test_shard_sets_open_alone(digi: Path, packed: Callable[..., Path]) -> None:
         open_data(packed(store="encoded", shard_samples=7), crop=(0, 0, 4, 4))
     with pytest.raises(ConfigError, match="protocol"):  # URLs open through fsspec (tests/remote); unknown ones fail clearly
         open_data("nosuchproto://bucket/data")
+
+
+def test_empty_classes_are_reported_and_sorted_order_removes_them(
+    tmp_path: Path, digi: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    import logging
+    import shutil
+
+    from click.testing import CliRunner
+
+    from stoker.cli.inspect import inspect
+
+    for name in ("1", "2"):  # numbered from 1: label 0 has no samples
+        shutil.copytree(digi / name, tmp_path / "one-based" / name)
+    with caplog.at_level(logging.WARNING, logger="stoker"):
+        data = open_data(tmp_path / "one-based")
+    assert data.num_classes == 3 and data.empty_classes == [0]
+    assert "1 of 3 classes have no samples ('0')" in caplog.text and "label_order='sorted'" in caplog.text
+    result = CliRunner().invoke(inspect, [str(tmp_path / "one-based")])
+    assert "1 classes have no samples" in result.output
+    sorted_data = open_data(tmp_path / "one-based", label_order="sorted")
+    assert sorted_data.classes == ("1", "2") and not sorted_data.empty_classes

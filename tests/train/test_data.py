@@ -40,3 +40,20 @@ def test_split_folders_train_on_train_and_validate_on_val(tmp_path: Path, folder
     assert data.num_classes == 4 and len(data.train) == 160 and len(data.valid) == 40
     assert set(data.valid.labels.tolist()) == {1}
     assert "split_folders" in data.description
+
+
+def test_train_cli_validates_a_shard_set_against_a_folder(tmp_path: Path, folders: Path) -> None:
+    from click.testing import CliRunner
+
+    from stoker.cli.train import train
+
+    pack(folders, tmp_path / "pixels", store="pixels", workers=0, progress=False)
+    shutil.copytree(folders / "1", tmp_path / "other" / "cat")
+    args = ["--data", str(tmp_path / "pixels"), "--valid", str(tmp_path / "other"), "--epochs", "1", "--device", "cpu",
+            "--log-dir", str(tmp_path / "runs"), "--name", "v", "--no-progress"]
+    result = CliRunner().invoke(train, args)
+    assert result.exit_code != 0 and "classes" in str(result.exception)
+    args[3] = str(folders)
+    result = CliRunner().invoke(train, args)
+    assert result.exit_code == 0, result.output
+    assert "160 train / 160 valid samples" in result.output

@@ -25,6 +25,8 @@ last.pt (every epoch), best.pt (best valid accuracy) and curves.png.
 @click.command("train", epilog=_EPILOG)
 @click.argument("config", required=False, type=click.Path(dir_okay=False, path_type=Path))
 @click.option("--data", "data", multiple=True, metavar="PATH", help="data.path: data folder(s) or a shard set (repeat for several).")
+@click.option("--valid", "valid", multiple=True, metavar="PATH",
+              help="data.valid_path: separate validation data, any layout (a shard set too), same classes.")
 @click.option("--model", help="model.name: small_cnn or a torchvision classifier (resnet18, resnet50...).")
 @click.option("--optimizer", help="optim.name: sgd, adam or adamw.")
 @click.option("--lr", type=float, help="optim.lr: learning rate.")
@@ -47,7 +49,7 @@ last.pt (every epoch), best.pt (best valid accuracy) and curves.png.
 @click.option("--set", "assignments", multiple=True, metavar="TABLE.KEY=VALUE",
               help="Set any config key, e.g. --set optim.scheduler=cosine (value read as TOML, else text).")
 @click.option("--keys", is_flag=True, help="Print every config key with its default and allowed values, and exit.")
-def train(config: Path | None, data: tuple[str, ...], model: str | None, optimizer: str | None, lr: float | None,
+def train(config: Path | None, data: tuple[str, ...], valid: tuple[str, ...], model: str | None, optimizer: str | None, lr: float | None,
           epochs: int | None, batch_size: int | None, workers: int | None, image_size: int | None,
           device: str | None, amp: str | None, compile_: bool | None, log_dir: str | None, name: str | None,
           tags: tuple[str, ...], seed: int | None, patience: int | None, resume: bool | None, no_progress: bool,
@@ -67,6 +69,7 @@ def train(config: Path | None, data: tuple[str, ...], model: str | None, optimiz
         return
     flags: dict[str, Any] = {
         "data.path": list(data) or None,
+        "data.valid_path": list(valid) or None,
         "model.name": model,
         "optim.name": optimizer,
         "optim.lr": lr,

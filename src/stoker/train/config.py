@@ -213,6 +213,9 @@ class DataConfig:
     prefetch_factor: int = _key(_int(1), 2, doc="batches each worker loads ahead")
     backend: str = _key(_choice(*BACKENDS), "auto", doc="auto | process | thread (auto: what suits the data)")
     on_error: str = _key(_choice(*ON_ERROR), "raise", doc="raise | skip (skip: bad samples are counted, not fatal)")
+    label_order: str = _key(
+        _choice("auto", "sorted"), "auto", doc="auto: numeric class folder names are labels | sorted: names numbered in order"
+    )
 
 
 @dataclass

@@ -62,6 +62,7 @@ def build_data(cfg: DataConfig, seed: int = 0) -> TrainData:
         labels=cfg.labels,
         on_error=check_on_error(cfg.on_error),
         seed=seed,
+        label_order="sorted" if cfg.label_order == "sorted" else "auto",
     )
     return TrainData(data["train"], data["valid"], data.num_classes, data.describe())
 
