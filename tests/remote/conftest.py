@@ -20,10 +20,6 @@ import numpy as np
 import pytest
 from PIL import Image
 
-pytest.importorskip("s3fs", reason="the remote tests need s3fs: pip install 'stoker[test]'")
-pytest.importorskip("moto.server", reason="the remote tests need moto's server: pip install 'moto[server]'")
-
-
 _START_TIMEOUT_S = 60.0
 _counter = itertools.count()
 
@@ -50,6 +46,8 @@ def _wait_for(port: int, proc: subprocess.Popen[bytes]) -> None:
 @pytest.fixture(scope="session")
 def s3_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """The endpoint URL of a fresh S3 API server; the environment points fsspec/s3fs at it."""
+    pytest.importorskip("s3fs", reason="the S3 tests need s3fs: pip install 'stoker[test]'")
+    pytest.importorskip("moto.server", reason="the S3 tests need moto's server: pip install 'stoker[test]'")
     port = _free_port()
     log = open(tmp_path_factory.mktemp("moto") / "server.log", "wb")
     proc = subprocess.Popen(
