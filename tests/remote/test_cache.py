@@ -22,7 +22,9 @@ from .conftest import upload_folder
 
 def _memory_copy(local: Path, name: str) -> str:
     url = f"memory://stoker-cache-test/{name}"
-    Location(url).fs.rm(Location(url).path, recursive=True) if Location(url).exists() else None
+    place = Location(url)
+    if place.exists():
+        place.fs.rm(place.path, recursive=True)
     return upload_folder(local, url)
 
 
