@@ -73,3 +73,14 @@ def test_a_shard_set_packed_from_a_bucket_reads_back(s3_server: str, bucket: str
     pack(src, f"{bucket}/packed", store="encoded", shard_samples=16, workers=0, progress=False, cache_dir=tmp_path)
     ds = ShardDataset(f"{bucket}/packed", cache_dir=tmp_path)
     assert len(ds) == 40 and ds[0][0].shape == (3, 12, 10)
+
+
+def test_open_data_and_bench_take_a_bucket(s3_server: str, bucket: str, small_folders: Path) -> None:
+    from stoker import open_data
+    from stoker.bench.benchmark import open_data as bench_open
+
+    url = upload_folder(small_folders, f"{bucket}/data")
+    data = open_data(url, valid=0.25)
+    assert data.opened == ((url, "class_folders"),) and len(data["train"]) + len(data["valid"]) == 40
+    dataset, name = bench_open(url)
+    assert len(dataset) == 40 and name == "data"
