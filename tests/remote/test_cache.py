@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import shutil
@@ -9,8 +10,11 @@ import subprocess
 import sys
 import textwrap
 from pathlib import Path
+from typing import Any
 
+import fsspec
 import pytest
+from fsspec.implementations.memory import MemoryFileSystem
 
 from stoker.errors import ConfigError, ShardError
 from stoker.fs import Location
@@ -66,6 +70,32 @@ def test_a_damaged_object_is_refused_and_never_cached(small_pack: Path, tmp_path
     cache = ShardCache(tmp_path / "cache")
     assert not cache.has(ds.manifest.shards[1])
     assert not list((tmp_path / "cache").rglob("*.tmp"))
+
+
+class _FlakyMemory(MemoryFileSystem):
+    """A memory filesystem whose first read of each object is cut short (a dropped connection)."""
+
+    protocol = "stoker-flaky"
+    cut: set[str] = set()
+
+    def _open(self, path: str, mode: str = "rb", **kwargs: Any) -> Any:
+        handle = super()._open(path, mode, **kwargs)
+        if "r" in mode and path not in self.cut:
+            self.cut.add(path)
+            return io.BytesIO(handle.read()[:-7])
+        return handle
+
+
+def test_a_cut_download_is_retried(small_pack: Path, tmp_path: Path) -> None:
+    fsspec.register_implementation("stoker-flaky", _FlakyMemory, clobber=True)
+    url = upload_folder(small_pack, "stoker-flaky://flaky/packed")
+    _FlakyMemory.cut.clear()
+    ds = ShardDataset(url, cache_dir=tmp_path / "cache")
+    every = list(range(len(ds)))
+    assert ds.__getitems__(every).images.equal(ShardDataset(small_pack).__getitems__(every).images)
+    assert ds.shards.cache is not None and ds.shards.cache.downloads == len(ds.manifest.shards)
+    cut = {path.rsplit("/", 1)[-1] for path in _FlakyMemory.cut}
+    assert {i.name for i in ds.manifest.shards} <= cut  # every shard's first download was cut, then retried
 
 
 def test_a_truncated_object_is_found_on_opening(small_pack: Path, tmp_path: Path) -> None:
