@@ -108,15 +108,6 @@ def train(config: Path | None, data: tuple[str, ...], valid: tuple[str, ...], mo
 
 def _loader_settings(path: Path) -> dict[str, Any]:
     """The [data] table of a `stoker tune` settings file, as ``{"data.key": value}``."""
-    from stoker import _tomllib as tomllib
-    from stoker.errors import ConfigError, MissingFileError
+    from stoker.bench.settings import load_data_table
 
-    try:
-        table = tomllib.loads(path.read_text(encoding="utf-8")).get("data")
-    except FileNotFoundError:
-        raise MissingFileError(f"{path}: loader settings not found; write them with `stoker tune DATA --out {path}`") from None
-    except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f"{path}: not valid TOML ({exc})") from None
-    if not isinstance(table, dict):
-        raise ConfigError(f"{path}: no [data] table; expected the file `stoker tune --out` writes")
-    return {f"data.{key}": value for key, value in table.items()}
+    return {f"data.{key}": value for key, value in load_data_table(path).items()}

@@ -43,6 +43,7 @@ from typing import Any
 
 from stoker import _tomllib as tomllib
 from stoker.errors import ConfigError, MissingFileError
+from stoker.loading.backends import BACKENDS as LOADER_BACKENDS
 from stoker.train.scenario import AMP_MODES
 
 __all__ = [
@@ -61,7 +62,7 @@ __all__ = [
 
 OPTIMIZERS: tuple[str, ...] = ("sgd", "adam", "adamw")
 SCHEDULERS: tuple[str, ...] = ("none", "cosine", "step", "onecycle")
-BACKENDS: tuple[str, ...] = ("auto", "process", "thread")
+BACKENDS: tuple[str, ...] = ("auto", *LOADER_BACKENDS)
 ON_ERROR: tuple[str, ...] = ("raise", "skip")
 
 Check = Callable[[Any, str], Any]  # (raw value, "table.key") -> clean value, or ConfigError
