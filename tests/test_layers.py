@@ -2,7 +2,7 @@
 
 The layers, low to high (a module may import its own layer and the ones below)::
 
-    errors, decode, _tomllib, mixing  ->  loading  ->  sources  ->  pipes  ->  shards
+    errors, decode, _tomllib, mixing, fs  ->  loading  ->  sources  ->  pipes  ->  shards
         ->  data (open_data: sources, pipes, shards)  ->  train, bench  ->  cli
 
 Imports inside functions count (a lazy import is still a dependency); imports under
@@ -25,6 +25,7 @@ LAYERS: dict[str, int] = {
     "decode": 0,
     "_tomllib": 0,
     "mixing": 0,
+    "fs": 0,  # paths and URLs (stoker.fs): every reader of a folder or file, above only errors
     "loading": 1,
     "sources": 2,
     "pipes": 3,
