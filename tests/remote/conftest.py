@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -21,6 +22,7 @@ import pytest
 from PIL import Image
 
 _START_TIMEOUT_S = 60.0
+_TEST_TIMEOUT_S = 300  # a hung download, lock or Ray task fails the test instead of the run
 _counter = itertools.count()
 
 
@@ -41,6 +43,22 @@ def _wait_for(port: int, proc: subprocess.Popen[bytes]) -> None:
         except OSError:
             time.sleep(0.1)
     raise RuntimeError(f"the moto server did not listen on 127.0.0.1:{port} within {_START_TIMEOUT_S:.0f} s")
+
+
+@pytest.fixture(autouse=True)
+def _fail_instead_of_hanging() -> Iterator[None]:
+    """Every remote test fails with TimeoutError after ``_TEST_TIMEOUT_S`` seconds (SIGALRM)."""
+
+    def expire(signum: int, frame: object) -> None:
+        raise TimeoutError(f"the test ran over {_TEST_TIMEOUT_S} s: something hangs")
+
+    previous = signal.signal(signal.SIGALRM, expire)
+    signal.alarm(_TEST_TIMEOUT_S)
+    try:
+        yield
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
 
 
 @pytest.fixture(scope="session")
