@@ -149,3 +149,16 @@ def test_two_processes_share_one_cache(s3_server: str, bucket: str, small_pack: 
     assert sum(counts) == shards  # each shard downloaded once, by one of them
     assert len(list((cache / "sha256").glob("*/*.arrow"))) == shards
     shutil.rmtree(cache)
+
+
+def test_a_remote_stream_resumes_like_a_local_one(small_pack: Path, tmp_path: Path) -> None:
+    url = _memory_copy(small_pack, "resume")
+    remote = ShardStream(url, cache_dir=tmp_path / "cache", shuffle_buffer=5, read_rows=3, fetch_ahead=2)
+    local = ShardStream(small_pack, shuffle_buffer=5, read_rows=3)
+    def items(stream: Any) -> list[bytes]:
+        return [image.numpy().tobytes() for image, _ in stream]
+
+    everything = items(local)
+    assert items(remote) == everything
+    for start in (0, 4, 9, 39):
+        assert items(remote.iter_from(start)) == everything[start:]
