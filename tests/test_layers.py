@@ -40,11 +40,7 @@ LAYERS: dict[str, int] = {
 EXEMPT = {"stoker/__init__.py", "stoker/demo.py"}
 
 # Known upward imports, as (importing file, imported module): to be removed, not added to.
-ALLOWED: set[tuple[str, str]] = {
-    # simulate_buffer_shuffle runs Pipe.shuffle's algorithm; removed when buffer_shuffle
-    # moves into mixing and pipes/shuffle.py imports it from there.
-    ("stoker/mixing.py", "stoker.pipes.shuffle"),
-}
+ALLOWED: set[tuple[str, str]] = set()  # known violations, each with the reason; none left
 
 
 def _is_type_checking(test: ast.expr) -> bool:

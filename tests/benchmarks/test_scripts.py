@@ -38,6 +38,7 @@ def test_bench_gpu_train_smoke_on_cpu(tmp_path: Path) -> None:
         ("bench_loading.py", ("--n", "100", "--workers", "0", "--methods", "files,shards-pixels", "--out", "out"),
          "shards-pixels"),
         ("bench_shuffle_quality.py", ("--n", "5000", "--classes", "50"), "packed class-sorted"),
+        ("bench_threads.py", ("--n", "64", "--workers", "1", "--repeats", "1"), "lowered / default"),
     ],
 )
 def test_small_benchmarks_run(tmp_path: Path, script: str, args: tuple[str, ...], expect: str) -> None:
