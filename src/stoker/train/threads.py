@@ -1,10 +1,10 @@
 """Cores for the loader: how many compute threads torch may use while a run trains on the CPU.
 
 A CPU run and its loader workers share the machine's cores. torch's intra-op thread pool
-wants every core, and so do the workers: oversubscribed, both crawl (measured on the
-project's 2-core machine: 174–189 img/s with torch's default threads against
-1,582–1,940 img/s with one thread beside 2 workers, and the epoch line said "wait 1%",
-because the time goes into compute that is slow, not into waiting). The rule:
+wants every core, and so do the workers: oversubscribed, both crawl, and the epoch line
+says "wait 1%" because the time goes into slow compute, not into waiting
+(``benchmarks/bench_threads.py``: 3.7x faster with the rule below beside 2 workers on
+the project's 2-core machine). The rule:
 
 * on the CPU, with ``W`` loader workers (processes or threads) on ``C`` usable cores,
   torch gets ``max(1, C - W)`` threads for the run, and its setting is restored after;
