@@ -21,13 +21,19 @@ def _num(value: float) -> str:
 def format_epoch(stats: EpochStats, epochs: int) -> str:
     """The summary line of one epoch.
 
+    Several ranks add the slowest rank's wait where it stands out (``wait 4% (slowest
+    rank 9%)``) and the samples trimmed to keep the ranks in step (``trimmed 3``).
+
     Example:
         ``3/10 - tLoss 0.412 - vLoss 0.455 - tAcc 0.871 - vAcc 0.853 - 1843 img/s - wait 4% - 12.1s``
     """
+    slowest = stats.slowest_data_wait_share
+    wait = f"wait {stats.data_wait_share:.0%}" + (f" (slowest rank {slowest:.0%})" if slowest - stats.data_wait_share >= 0.005 else "")
     return (
         f"{stats.epoch}/{epochs} - tLoss {_num(stats.train_loss)} - vLoss {_num(stats.valid_loss)}"
         f" - tAcc {_num(stats.train_acc)} - vAcc {_num(stats.valid_acc)}"
-        f" - {stats.img_per_s:.0f} img/s - wait {stats.data_wait_share:.0%} - {stats.time_s:.1f}s"
+        f" - {stats.img_per_s:.0f} img/s - {wait}" + (f" - trimmed {stats.trimmed}" if stats.trimmed else "")
+        + f" - {stats.time_s:.1f}s"
     )
 
 
@@ -83,9 +89,10 @@ class ConsoleLogger(Logger):
         self._close_bar()
         run = self._run
         self._write(format_epoch(stats, run.epochs if run else stats.epoch))
-        if run is not None and stats.data_wait_share > run.loader_bound_share:
+        share = max(stats.data_wait_share, stats.slowest_data_wait_share)  # the slowest rank holds every rank back
+        if run is not None and share > run.loader_bound_share:
             self._write(
-                f"loader-bound: {stats.data_wait_share:.0%} of the epoch waiting for data; try `stoker tune`"
+                f"loader-bound: {share:.0%} of the epoch waiting for data; try `stoker tune`"
             )
 
     def end(self, history: History) -> None:
