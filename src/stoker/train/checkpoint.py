@@ -8,6 +8,7 @@ over the old one, so a crash mid-write leaves the previous checkpoint whole.
 
 from __future__ import annotations
 
+import io
 import os
 import random
 import tempfile
@@ -58,8 +59,13 @@ def save_checkpoint(state: dict[str, Any], path: str | os.PathLike[str]) -> Path
     return path
 
 
-def load_checkpoint(path: str | os.PathLike[str], map_location: str | torch.device = "cpu") -> dict[str, Any]:
+def load_checkpoint(
+    path: str | os.PathLike[str], map_location: str | torch.device = "cpu", *, data: bytes | None = None
+) -> dict[str, Any]:
     """Load a checkpoint written by :func:`save_checkpoint` with ``weights_only=True``.
+
+    ``data``: the file's bytes, read elsewhere (rank 0 reads ``last.pt`` and sends it to
+    the other ranks, which need not see the run folder); ``path`` then only names it.
 
     Raises:
         CheckpointError: the file is missing, truncated, not a checkpoint, or holds
@@ -70,10 +76,10 @@ def load_checkpoint(path: str | os.PathLike[str], map_location: str | torch.devi
         >>> model.load_state_dict(state["model"])  # doctest: +SKIP
     """
     path = Path(path)
-    if not path.is_file():
+    if data is None and not path.is_file():
         raise CheckpointError(f"{path}: checkpoint not found; check the run folder (last.pt is written after every epoch)")
     try:
-        state = torch.load(path, map_location=map_location, weights_only=True)
+        state = torch.load(io.BytesIO(data) if data is not None else path, map_location=map_location, weights_only=True)
     except (RuntimeError, EOFError, zipfile.BadZipFile, OSError) as exc:
         raise CheckpointError(f"{path}: not a readable checkpoint ({type(exc).__name__}: {exc}); the file is damaged or truncated") from None
     except Exception as exc:  # torch's weights-only unpickler refuses anything but tensors and plain containers

@@ -129,7 +129,7 @@ class Ranks:
             mine[: len(data)] = torch.frombuffer(bytearray(data), dtype=torch.uint8).to(where)
         buffers = [torch.zeros(longest, dtype=torch.uint8, device=where) for _ in range(self.world_size)]
         dist.all_gather(buffers, mine)
-        return [bytes(b[:n].cpu().tolist()).decode() for b, n in zip(buffers, lengths, strict=True)]
+        return [b[:n].cpu().numpy().tobytes().decode() for b, n in zip(buffers, lengths, strict=True)]
 
     def broadcast_buffers(self, model: nn.Module) -> None:
         """Give every rank rank 0's buffers (BatchNorm running statistics) before validating."""
@@ -141,21 +141,25 @@ class Ranks:
 
     def broadcast_text(self, text: str | None) -> str | None:
         """Rank 0's text on every rank (a run name chosen by the clock, a message)."""
+        data = self.broadcast_bytes(text.encode() if text is not None else None)
+        return data.decode() if data is not None else None
+
+    def broadcast_bytes(self, data: bytes | None) -> bytes | None:
+        """Rank 0's bytes on every rank (``last.pt``, so that other machines need not see the run folder)."""
         if not self.active:
-            return text
+            return data
         # Bytes in a tensor, not broadcast_object_list: that one pickles.
         where = self._comm_device()
-        data = (text or "").encode()
-        size = torch.tensor([len(data) if text is not None else -1], dtype=torch.int64, device=where)
+        size = torch.tensor([len(data) if data is not None else -1], dtype=torch.int64, device=where)
         dist.broadcast(size, src=0)
         n = int(size.item())
         if n <= 0:
-            return None if n < 0 else ""
+            return None if n < 0 else b""
         buffer = torch.zeros(n, dtype=torch.uint8, device=where)
-        if self.main:
+        if self.main and data is not None:
             buffer.copy_(torch.frombuffer(bytearray(data), dtype=torch.uint8))
         dist.broadcast(buffer, src=0)
-        return bytes(buffer.cpu().tolist()).decode()
+        return buffer.cpu().numpy().tobytes()
 
     def _comm_device(self) -> torch.device:
         return self.device if dist.get_backend() == "nccl" else torch.device("cpu")

@@ -122,7 +122,7 @@ def fit(scenario: Scenario, callbacks: Sequence[Logger] = ()) -> History:
     history = History(run_dir=run_dir)
     partial: dict[str, Any] | None = None  # the epoch last.pt was saved in the middle of
     if s.resume:
-        state = load_checkpoint(last_path, map_location="cpu")
+        state = _load_last(ranks, last_path)
         partial = _my_partial(check_last(state, last_path), ranks, last_path)
         restore_last(state, last_path, model=model, optimizer=s.optimizer, scaler=scaler, scheduler=s.scheduler,
                      history=history)
@@ -397,6 +397,14 @@ def _mid_epoch(ranks: Ranks, epoch: int, phase: str, train: Tally, timer: PhaseT
     entry["ranks"] = [json.loads(text) for text in ranks.gather_text(mine)]
     entry["world_size"] = ranks.world_size
     return entry
+
+
+def _load_last(ranks: Ranks, path: Path) -> dict[str, Any]:
+    """``last.pt`` as rank 0 reads it, on every rank (the others need not see the run folder)."""
+    if not ranks.active:
+        return load_checkpoint(path, map_location="cpu")
+    data = ranks.broadcast_bytes(path.read_bytes() if ranks.main and path.is_file() else None)
+    return load_checkpoint(path, map_location="cpu", data=data)
 
 
 def _my_partial(partial: dict[str, Any] | None, ranks: Ranks, path: Path) -> dict[str, Any] | None:
