@@ -213,7 +213,8 @@ def fit(scenario: Scenario, callbacks: Sequence[Logger] = ()) -> History:
                     while True:
                         # 4a. Fetch, then agree with the other ranks (one tiny all-reduce; local when alone):
                         #     does every rank have a batch, was a stop asked for, was the last loss finite?
-                        position = cast(Any, s.train_loader).state_dict() if resumable else None  # a save here resumes here
+                        at_step = batch % s.grad_accum == 0  # only here can last.pt be written mid-epoch
+                        position = cast(Any, s.train_loader).state_dict() if resumable and at_step else None  # resumes here
                         item = next(stream, None)
                         ended, stopping, non_finite = ranks.agree(item is None, stop.requested, bad is not None)
                         if non_finite:
@@ -224,7 +225,7 @@ def fit(scenario: Scenario, callbacks: Sequence[Logger] = ()) -> History:
                                 "rate, check the data for bad values, or use amp='bf16' instead of 'fp16'"
                             )
                         # 4b. At a step boundary: a periodic checkpoint, or the stop that was asked for.
-                        if batch > first and batch % s.grad_accum == 0 and (stopping or _due(s, batch)):
+                        if batch > first and at_step and (stopping or _due(s, batch)):
                             if not resumable:
                                 raise KeyboardInterrupt  # no loader position to save: last.pt keeps the last epoch
                             save_last(epoch - 1, _mid_epoch(ranks, epoch, "train", train, train_timer, lr, position))
