@@ -118,3 +118,14 @@ def test_quick_bench_echoes_the_table_for_the_demo(tiny: ClassFolderDataset) -> 
     text = "\n".join(lines)
     assert "| workers | files | pipe | shards-encoded | shards-pixels |" in text and "Limits on this machine" in text
     assert all(r.status == "ok" for r in result.runs)
+
+
+def test_every_run_of_a_method_is_measured_against_the_same_machine_limit(result) -> None:
+    for method in ("files", "shards-encoded", "shards-pixels"):
+        runs = [result.run(method, w) for w in (0, 1)]
+        limits = {r.extra["limit_img_per_s"] for r in runs}
+        sequential = method.startswith("shards")
+        work = "pixels" if method == "shards-pixels" else "decode"
+        assert limits == {result.limits.machine_limit(work, sequential=sequential)[0]}
+        assert all(r.cpu_seconds > 0 and r.cpu_s_per_1k_img and r.peak_memory_bytes > 0 for r in runs)
+    assert result.recommendation().startswith("Recommendation: use ")

@@ -327,13 +327,14 @@ def _run_all(result: BenchResult, data: BenchData, plan: BenchPlan, expected: Ex
                 seed=plan.seed,
                 on_batch=bar.update,
             )
-        limit, limit_name = result.limits.limit(method.work, w, sequential=method.store is not None)
+        # One yardstick for every row: the machine's limit with all its cores, not the cores this run used.
+        limit, limit_name = result.limits.machine_limit(method.work, sequential=method.store is not None)
         run.extra["limit_img_per_s"] = limit
         run.extra["limit_name"] = limit_name
         run.extra["fraction_of_limit"] = run.img_per_s / limit if run.timed and run.img_per_s else None
         result.runs.append(run)
         if run.timed:
-            say(f"{label}: {run.status}, {run.epoch_s:,.1f} s, {run.img_per_s:,.0f} img/s ({run.extra['fraction_of_limit']:.0%} of the {limit_name} limit)")
+            say(f"{label}: {run.status}, {run.epoch_s:,.1f} s, {run.img_per_s:,.0f} img/s ({run.extra['fraction_of_limit']:.0%} of the machine's {limit_name} limit)")
         else:
             say(f"{label}: {run.status.upper()}: {run.reason}")
 
@@ -355,7 +356,7 @@ def quick_bench(
     Example:
         >>> quick_bench("stoker-demo/data/digiface")  # doctest: +SKIP
     """
-    from stoker.bench.report import render_markdown
+    from stoker.bench.report import recommendation, render_markdown
 
     plan = BenchPlan(data, workers=workers, batch_size=batch_size, max_seconds=max_seconds, size=size,
                      limits_time_s=0.5, progress=False)
@@ -365,4 +366,6 @@ def quick_bench(
     echo(f"Limits on this machine: {result.limits.summary()}.")
     for note in result.notes():
         echo(f"- {note}")
+    echo("")
+    echo(recommendation(result))
     return result

@@ -89,6 +89,12 @@ class BenchResult:
 
         return result_notes(self)
 
+    def recommendation(self) -> str:
+        """One line: the fastest correct setting and its ratio to plain files (see :func:`~stoker.bench.report.recommendation`)."""
+        from stoker.bench.report import recommendation
+
+        return recommendation(self)
+
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready dict of the whole result."""
         return {
@@ -109,5 +115,6 @@ class BenchResult:
             "shuffle_buffer": self.shuffle_buffer,
             "machine": self.machine,
             "notes": self.notes(),
+            "recommendation": self.recommendation(),
             "runs": [r.to_dict() for r in self.runs],
         }

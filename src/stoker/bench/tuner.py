@@ -305,7 +305,7 @@ def search_settings(
                 + ("; within 3 %, the one with fewer workers wins" if ahead < 0 else "")
             )
         method = METHODS[settings.method]
-        bound, limit_name = limits.limit(method.work, settings.workers, sequential=method.store is not None)
+        bound, limit_name = limits.machine_limit(method.work, sequential=method.store is not None)
         reason += f"; {(chosen.img_per_s or 0.0) / bound:.0%} of this machine's {limit_name} limit ({bound:,.0f} img/s)"
         if method.store is not None:
             reason += f". Pack the data first: `stoker pack DATA OUT --store {method.store}`"
