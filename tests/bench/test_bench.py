@@ -127,5 +127,6 @@ def test_every_run_of_a_method_is_measured_against_the_same_machine_limit(result
         sequential = method.startswith("shards")
         work = "pixels" if method == "shards-pixels" else "decode"
         assert limits == {result.limits.machine_limit(work, sequential=sequential)[0]}
-        assert all(r.cpu_seconds > 0 and r.cpu_s_per_1k_img and r.peak_memory_bytes > 0 for r in runs)
+        # CPU time ticks in 10 ms steps: a tiny run may read 0, but is always reported
+        assert all(r.cpu_s_per_1k_img is not None and r.peak_memory_bytes > 0 for r in runs)
     assert result.recommendation().startswith("Recommendation: use ")
