@@ -44,6 +44,7 @@ from stoker.bench.runner import Expected, RunResult, Step, run_method
 from stoker.bench.settings import LoaderSettings
 from stoker.errors import ConfigError
 from stoker.loading.backends import BACKENDS
+from stoker.mixing import ShuffleQuality
 from stoker.sources.dataset import FileDataset
 
 __all__ = [
@@ -257,6 +258,7 @@ def run_bench(plan: BenchPlan, echo: Echo | None = None) -> BenchResult:
                 raise ConfigError(f"{packed}: no {store}/ shard set inside; pack one with `stoker pack DATA {target} --store {store}`")
             data.packed[store] = target
         result.packed_reused = packed is not None
+        result.stream_quality = _stream_qualities(data, plan)
         if data.packed:
             shard_files = sorted(str(p) for root in data.packed.values() for p in root.glob("*.arrow"))
             result.limits = replace(limits, sequential_read_bytes_per_s=measure_sequential_read(shard_files, plan.limits_time_s))
@@ -266,6 +268,22 @@ def run_bench(plan: BenchPlan, echo: Echo | None = None) -> BenchResult:
         if workdir is not None:
             shutil.rmtree(workdir, ignore_errors=True)
     return result
+
+
+def _stream_qualities(data: BenchData, plan: BenchPlan) -> dict[str, dict[int, ShuffleQuality]]:
+    """How well a ShardStream over each packed store is mixed, as each benchmarked worker count reads it."""
+    from stoker.bench.methods import PACK_SPLIT
+    from stoker.shards.quality import stream_name, stream_quality
+
+    out: dict[str, dict[int, ShuffleQuality]] = {}
+    for store, root in data.packed.items():
+        out[store] = {
+            w: stream_quality(root, PACK_SPLIT, plan.batch_size, plan.shuffle_buffer, plan.seed, workers=w)[
+                stream_name(plan.shuffle_buffer, w)
+            ]
+            for w in sorted(set(plan.workers))
+        }
+    return out
 
 
 def _warm_up(data: BenchData) -> None:

@@ -158,6 +158,15 @@ def result_notes(result: BenchResult) -> list[str]:
         elif shuffled_by == "pack":
             text += "; these shards were not shuffled thoroughly before writing: repack them with shuffling"
         notes.append(text + ".")
+    for store, by_workers in result.stream_quality.items():
+        poor = {w: q for w, q in by_workers.items() if not q.ok}
+        if poor:
+            shown = ", ".join(f"{w} workers: score {q.score:.2f} ({q.verdict})" for w, q in poor.items())
+            notes.append(
+                f"a ShardStream over the {store} shards is not well mixed as a loader delivers it ({shown}): its batches "
+                "hold fewer classes than a shuffle gives; repack them shuffled (`stoker pack` without --no-shuffle) "
+                "or read them map-style (ShardDataset, as the shards-* methods above do)."
+            )
     if any(r.status == "partial" for r in result.runs):
         notes.append(
             "partial: a run stopped at the time limit; it is checked for repeated samples only, "
@@ -188,6 +197,16 @@ def result_notes(result: BenchResult) -> list[str]:
         else "the page cache was dropped before each run (--cold)."
     )
     return notes
+
+
+def _stream_line(result: BenchResult) -> str:
+    """One line: the mixing score of a ShardStream over each packed store, per number of workers."""
+    stores = "; ".join(
+        f"{store}: " + ", ".join(f"{w} worker{'s' if w != 1 else ''} {q.score:.2f} {q.verdict}" for w, q in by_workers.items())
+        for store, by_workers in result.stream_quality.items()
+    )
+    return (f"Mixing of a ShardStream over these shards, as a DataLoader with each number of workers delivers it "
+            f"(buffer {result.shuffle_buffer}, batch {result.batch_size}; 1 = a random shuffle): {stores}.")
 
 
 def share_explanation(result: BenchResult) -> str:
@@ -287,6 +306,8 @@ def render_markdown(result: BenchResult, details: bool = True) -> str:
             packing = ", ".join(f"{store} {seconds:,.1f} s" for store, seconds in result.pack_s.items())
             reused = " (reused pack: not measured)" if result.packed_reused else ""
             parts.append(f"Packing, a one-off cost: {packing}{reused}.")
+        if result.stream_quality:
+            parts.append(_stream_line(result))
         notes = result.notes()
         if notes:
             parts += [""] + [f"- {note}" for note in notes]

@@ -11,6 +11,7 @@ a window of the files (good for a page cache or a disk that is larger than memor
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -25,6 +26,8 @@ from stoker.loading.skips import OnError, Skipped
 from stoker.shards.dataset import ShardDataset
 
 __all__ = ["ShardStream", "stream_order"]
+
+log = logging.getLogger("stoker")
 
 
 def _placement_from_torch() -> tuple[int, int] | None:
@@ -156,6 +159,13 @@ class ShardStream(IterableDataset):
         if rank is not None and world_size is not None and not 0 <= rank < world_size:
             raise ConfigError(f"rank={rank} is out of range for world_size={world_size}")
         self.dataset = ShardDataset(root, split, transform, on_error)
+        if self.dataset.manifest.made_by.get("shuffle") is False:  # `stoker pack --no-shuffle`
+            log.warning(
+                "%s: packed with --no-shuffle (the source's order kept); a ShardStream reads it close to that "
+                "order, so batches may hold few classes. Repack without --no-shuffle, or read it map-style "
+                "(ShardDataset, shuffled by the sampler); `stoker inspect %s --workers N` scores the stream",
+                root, root,
+            )
         self.shuffle = shuffle
         self.shuffle_buffer = shuffle_buffer
         self.seed = seed
