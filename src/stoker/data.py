@@ -197,7 +197,7 @@ def _with_crop(dataset: FileDataset, crop: Box | None) -> FileDataset:
 def _relabel(index: SampleIndex, classes: Sequence[str]) -> SampleIndex:
     """The index with labels renumbered to positions in ``classes`` (matched by name)."""
     position = {name: i for i, name in enumerate(classes)}
-    mapping = [position[name] for name in index.classes]
+    mapping = [position.get(name, -1) for name in index.classes]  # -1: a class no sample has
     labels = np.asarray(mapping, dtype=np.int64)[index.labels] if len(index.labels) else index.labels
     return dataclasses.replace(index, labels=labels, classes=tuple(classes))
 
@@ -240,7 +240,17 @@ def _file_splits(
         out = {split: FileDataset(_relabel(ds.index, classes)) for split, ds in parts.items()}
     else:
         out = {"train": ClassFolderDataset(p, labels=label_order, name=name)}
+    if label_order == "sorted" and layout in ("ids", "label_file"):
+        out = _compact(out)
     return {split: _with_crop(ds, crop) for split, ds in out.items()}
+
+
+def _compact(splits: Mapping[str, FileDataset]) -> dict[str, FileDataset]:
+    """Number the labels that occur (in any split) 0..K-1 in sorted order: no empty classes."""
+    first = next(iter(splits.values())).index
+    used = sorted({int(label) for ds in splits.values() for label in np.unique(ds.index.labels)})
+    keep = [first.classes[label] for label in used]
+    return {split: FileDataset(_relabel(ds.index, keep)) for split, ds in splits.items()}
 
 
 def _inner_layout(folder: Path) -> Layout:
@@ -497,9 +507,9 @@ def open_data(
         transform: applied to each uint8 CHW image (after the resize).
         on_error: ``"raise"`` or ``"skip"`` bad samples (counted by stoker's loader).
         seed: the seed of a held-out validation share.
-        label_order: class folders with numeric names use the number as the label
-            (``"auto"``: folders ``1..10`` give labels 1..10 and an empty class 0);
-            ``"sorted"`` numbers the folder names in sorted order instead (no gaps).
+        label_order: ``"auto"``: numeric class folder names and the numbers of label and
+            ids files are the labels (folders ``1..10`` give labels 1..10 and an empty
+            class 0); ``"sorted"`` numbers the classes that occur 0..K-1 in sorted order.
 
     An empty class (a label no sample of any split has) is logged as a warning, and
     :attr:`DataSplits.empty_classes` lists it: it usually means a numbering that starts
@@ -565,7 +575,7 @@ def open_data(
         log.warning(
             "%s: %d of %d classes have no samples (%s%s)%s", result.where(), len(empty), result.num_classes,
             ", ".join(repr(result.classes[i]) for i in empty[:5]), " ..." if len(empty) > 5 else "",
-            "; numbered folders? label_order='sorted' (--label-order sorted) numbers them without gaps"
-            if any(name.isdigit() for name in result.classes) else "",
+            "; labels numbered from 1? label_order='sorted' (--label-order sorted) numbers the classes "
+            "that occur without gaps" if any(name.isdigit() for name in result.classes) else "",
         )
     return result if split is None else result[split]

@@ -144,3 +144,11 @@ def test_empty_classes_are_reported_and_sorted_order_removes_them(
     assert "1 classes have no samples" in result.output
     sorted_data = open_data(tmp_path / "one-based", label_order="sorted")
     assert sorted_data.classes == ("1", "2") and not sorted_data.empty_classes
+
+
+def test_label_files_numbered_from_one_can_be_compacted(celeb: Path) -> None:
+    auto = open_data(celeb)
+    assert auto.num_classes == 4 and auto.empty_classes == [0]  # identities 1..3, as in CelebA
+    compact = open_data(celeb, label_order="sorted")
+    assert compact.classes == ("1", "2", "3") and not compact.empty_classes
+    assert sorted(set(compact["train"].labels.tolist())) == [0, 1, 2]

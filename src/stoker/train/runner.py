@@ -182,6 +182,7 @@ def train_from_config(
         compile=config.run.compile,
         patience=config.run.patience,
         resume=config.run.resume,
+        checkpoint_every_steps=config.run.checkpoint_every_steps,
         loader_bound_share=config.run.loader_bound_share,
         progress=config.run.progress,
         config=record,
