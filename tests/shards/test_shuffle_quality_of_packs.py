@@ -73,7 +73,7 @@ def test_inspect_scores_the_stream_for_the_workers_and_ranks_given_and_warns(tmp
     result = CliRunner().invoke(main, [*args, "--workers", "2", "--ranks", "2"])
     assert result.exit_code == 0, result.output
     assert "stream (buffer 4, 2 workers x 2 ranks)" in result.output
-    assert "warning: train: a ShardStream read by 2 worker(s) x 2 rank(s) is poorly mixed" in result.output
+    assert "warning: train: a ShardStream read by 2 worker(s) x 2 rank(s) is not well mixed" in result.output
     shuffled = tmp_path / "shuffled"
     pack(src, shuffled, shard_samples=16, progress=False, workers=0)
     result = CliRunner().invoke(main, ["inspect", str(shuffled), "--batch-size", "8", "--workers", "2"])
