@@ -144,6 +144,7 @@ def test_two_torchrun_agents_train_over_a_stream_and_a_pipe_in_step(tmp_path: Pa
 
 def test_stop_resume_nan_and_crash_agree_over_the_ranks(tmp_path: Path) -> None:
     done = _torchrun("stop,resume,nan,crash", str(tmp_path))
+    assert (tmp_path / "nan-rank1.json").is_file(), done.stdout[-2000:] + done.stderr[-6000:]
     # Ctrl-C on rank 1: both ranks stop after the same step; last.pt holds each rank's loader position.
     stopped, resumed = _ranks_out(tmp_path, "stop"), _ranks_out(tmp_path, "resume")
     assert [r.get("interrupted") for r in stopped] == [True, True], done.stderr[-3000:]
