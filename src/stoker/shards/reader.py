@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import bisect
 import os
+import stat
 import threading
 import zlib
 from pathlib import Path
@@ -55,6 +56,7 @@ class ShardFile:
         self.path = root / info.name
         where = f"shard {info.name}"
         hint = repair_hint(root)
+        _check_regular(self.path, where, hint)  # memory-mapping a FIFO would block forever
         try:
             self._mmap = pa.memory_map(str(self.path), "r")
         except FileNotFoundError:
@@ -186,6 +188,17 @@ class ShardFile:
         """Drop the views and unmap the file."""
         self._pixels, self._encoded, self._batches = [], [], []
         self._mmap.close()
+
+
+def _check_regular(path: Path, where: str, hint: str) -> None:
+    try:
+        mode = path.stat().st_mode
+    except FileNotFoundError:
+        raise ShardError(f"{where}: file is missing; {hint}") from None
+    except OSError as exc:
+        raise ShardError(f"{where}: cannot open ({exc.strerror or exc}); {hint}") from None
+    if not stat.S_ISREG(mode):
+        raise ShardError(f"{where}: not a regular file (a FIFO, device or folder); {hint}")
 
 
 def _as_uint8(buffer: pa.Buffer | None, offset: int, count: int | None) -> np.ndarray:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import stat
 import sys
 import zlib
 from concurrent.futures import ProcessPoolExecutor
@@ -97,11 +98,14 @@ def _verify_shard(root: Path, manifest: Manifest, info: ShardInfo, decode: bool)
     path = root / info.name
     faults: list[Fault] = []
     try:
-        size = path.stat().st_size
+        st = path.stat()
     except FileNotFoundError:
         return [Fault(info.name, None, "file is missing")]
     except OSError as exc:
         return [Fault(info.name, None, f"cannot read ({exc.strerror})")]
+    if not stat.S_ISREG(st.st_mode):  # reading a FIFO would block forever
+        return [Fault(info.name, None, "not a regular file (a FIFO, device or folder)")]
+    size = st.st_size
     if size != info.bytes:
         return [Fault(info.name, None, f"{size} bytes on disk, the manifest says {info.bytes} (truncated or changed)")]
     try:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 from typing import Literal
 
@@ -11,22 +12,39 @@ from stoker.errors import ConfigError, DataError, MissingFileError
 from stoker.loading.skips import OnError
 from stoker.sources.dataset import FileDataset, Transform
 from stoker.sources.index import SampleIndex, Source
+from stoker.sources.untrusted import check_name_utf8, parse_label, resolve_inside, scan_kinds
 
 __all__ = ["ClassFolderDataset"]
 
 LabelMode = Literal["auto", "numeric", "sorted"]
 
 
-def _list_files(folder: Path) -> list[str]:
-    """Sample files under ``folder`` (recursively), as sorted paths relative to it."""
-    found = []
-    for dirpath, dirnames, filenames in os.walk(folder):
-        dirnames.sort()
-        rel = os.path.relpath(dirpath, folder)
-        for name in sorted(filenames):
-            if os.path.splitext(name)[1].lower() in SAMPLE_SUFFIXES:
-                found.append(name if rel == "." else os.path.join(rel, name))
+def _list_files(root: Path, folder: str) -> list[str]:
+    """Sample files under ``root/folder`` (recursively, in ``os.walk`` order), as paths relative to it.
+
+    Only regular files are data: a FIFO or device named like an image is an error, and
+    a symlink must resolve to a regular file inside ``root`` (``root`` is resolved).
+    """
+    found: list[str] = []
+
+    def walk(rel_dir: str) -> None:
+        kinds = scan_kinds(root / rel_dir)
+        for name in sorted(kinds):
+            kind, rel = kinds[name], f"{rel_dir}/{name}"
+            if kind == "dir" or os.path.splitext(name)[1].lower() not in SAMPLE_SUFFIXES:
+                continue
+            check_name_utf8(name, str(root / rel_dir))
+            if kind != "file" and resolve_inside(root, rel, str(root), None) is None:
+                continue  # a dangling symlink: not a sample
+            found.append(rel[len(folder) + 1 :])
+        for name in sorted(n for n, kind in kinds.items() if kind == "dir"):
+            walk(f"{rel_dir}/{name}")
+
+    walk(folder)
     return found
+
+
+_DIGITS = re.compile(r"[0-9]+")
 
 
 class ClassFolderDataset(FileDataset):
@@ -67,25 +85,28 @@ class ClassFolderDataset(FileDataset):
             raise ConfigError(f"labels must be 'auto', 'numeric' or 'sorted', got {labels!r}")
         if not root.is_dir():
             raise MissingFileError(f"{root}: folder not found; pass the folder that holds one folder per class")
-        folders = sorted(e.name for e in os.scandir(root) if e.is_dir() and not e.name.startswith("."))
+        resolved = root.resolve()
+        kinds = scan_kinds(resolved)
+        folders = sorted(n for n, kind in kinds.items() if kind == "dir" and not n.startswith("."))
         if not folders:
             raise MissingFileError(f"{root}: no class folders found; expected {root}/<class>/<image files>")
-        numeric = all(f.isdigit() for f in folders)
+        for f in folders:
+            check_name_utf8(f, str(root))
+        numeric = all(_DIGITS.fullmatch(f) for f in folders)
         if labels == "numeric" and not numeric:
-            bad = next(f for f in folders if not f.isdigit())
+            bad = next(f for f in folders if not _DIGITS.fullmatch(f))
             raise ConfigError(f"{root}/{bad}: folder name is not a number; use labels='sorted' for named classes")
         if labels == "numeric" or (labels == "auto" and numeric):
-            label_of = {f: int(f) for f in folders}
+            label_of = {f: parse_label(f, f"{root}/{f}") for f in folders}
             classes = [str(i) for i in range(max(label_of.values()) + 1)]
             for f in folders:
                 classes[label_of[f]] = f
         else:
             label_of = {f: i for i, f in enumerate(folders)}
             classes = list(folders)
-        resolved = root.resolve()
         keys, paths, sample_labels, empty = [], [], [], []
         for folder in folders:
-            files = _list_files(root / folder)
+            files = _list_files(resolved, folder)
             if not files:
                 empty.append(folder)
             for rel in files:

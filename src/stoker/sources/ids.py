@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import io
 import json
 import os
 from collections.abc import Mapping, Sequence
@@ -14,25 +15,24 @@ from stoker.errors import ConfigError, DataError, LabelError, MissingFileError
 from stoker.loading.skips import OnError
 from stoker.sources.dataset import FileDataset, Transform
 from stoker.sources.index import SampleIndex, Source
+from stoker.sources.untrusted import FileKinds, check_name_utf8, parse_label, read_text_file, resolve_inside, scan_kinds
 
 __all__ = ["IdDataset"]
 
 
-def _files_by_stem(root: Path, suffixes: Sequence[str]) -> dict[str, str]:
-    """Map each file stem under ``root`` to its file name (one directory scan)."""
+def _files_by_stem(root: Path, suffixes: Sequence[str]) -> tuple[dict[str, str], FileKinds]:
+    """Map each file stem under ``root`` to its file name (one directory scan), and what each entry is."""
     if not root.is_dir():
         raise MissingFileError(f"{root}: data folder not found; pass the folder that holds the <id> files as root")
     found: dict[str, str] = {}
-    with os.scandir(root) as entries:
-        for entry in entries:
-            stem, suffix = os.path.splitext(entry.name)
-            if suffix.lower() in suffixes:
-                if stem in found:
-                    raise DataError(
-                        f"{root}: id {stem!r} has two files ({found[stem]}, {entry.name}); keep one of them"
-                    )
-                found[stem] = entry.name
-    return found
+    kinds = scan_kinds(root)
+    for name in sorted(kinds):
+        stem, suffix = os.path.splitext(name)
+        if suffix.lower() in suffixes and kinds[name] != "dir":
+            if stem in found:
+                raise DataError(f"{root}: id {stem!r} has two files ({found[stem]}, {name}); keep one of them")
+            found[stem] = name
+    return found, kinds
 
 
 class IdDataset(FileDataset):
@@ -74,10 +74,11 @@ class IdDataset(FileDataset):
         root = Path(root)
         if split not in partition:
             raise ConfigError(f"split {split!r} is not in the partition; it has: {', '.join(sorted(partition))}")
-        ids = [str(i) for i in partition[split]]
         _check_partition(partition, where)
-        int_labels = {str(k): _as_label(v, f"{where}: id {k!r}") for k, v in labels.items()}
-        files = _files_by_stem(root, SAMPLE_SUFFIXES)
+        ids = [str(i) for i in partition[split]]
+        int_labels = {str(k): parse_label(v, f"{where}: id {k!r}") for k, v in labels.items()}
+        resolved = root.resolve()
+        files, kinds = _files_by_stem(resolved, SAMPLE_SUFFIXES)
         paths, sample_labels = [], []
         for sample_id in ids:
             if sample_id not in int_labels:
@@ -87,11 +88,15 @@ class IdDataset(FileDataset):
                     f"{root}: no file for id {sample_id!r} (looked for {sample_id}{{{','.join(SAMPLE_SUFFIXES)}}}); "
                     "add the file or remove the id from the partition"
                 )
-            paths.append(str(root.resolve() / files[sample_id]))
+            check_name_utf8(files[sample_id], str(resolved))
+            found = resolve_inside(resolved, files[sample_id], f"{where}: id {sample_id!r}", kinds)
+            if found is None:  # a dangling symlink
+                raise MissingFileError(f"{resolved / files[sample_id]}: the file of id {sample_id!r} does not exist")
+            paths.append(found)
             sample_labels.append(int_labels[sample_id])
         num_classes = max(int_labels.values(), default=-1) + 1  # all splits agree on the class count
         index = SampleIndex.build(
-            ids, paths, sample_labels, Source(name, str(root.resolve())), classes=[str(i) for i in range(num_classes)]
+            ids, paths, sample_labels, Source(name, str(resolved)), classes=[str(i) for i in range(num_classes)]
         )
         super().__init__(index, transform, on_error)
         self.split_name = split
@@ -106,14 +111,13 @@ class IdDataset(FileDataset):
         own folder when there is no ``data`` folder.
         """
         path = Path(path)
-        try:
-            text = path.read_text()
-        except FileNotFoundError:
-            raise MissingFileError(f"{path}: id file not found") from None
+        text = read_text_file(path, "id file", '{"partition": {split: [ids]}, "labels": {id: label}}')
         try:
             obj = json.loads(text, object_pairs_hook=lambda pairs: _no_duplicate_keys(pairs, path))
         except json.JSONDecodeError as exc:
             raise LabelError(f"{path}:{exc.lineno}: not valid JSON ({exc.msg})") from None
+        except RecursionError:
+            raise LabelError(f"{path}: JSON nested too deeply; expected {{\"partition\": ..., \"labels\": ...}}") from None
         if not isinstance(obj, dict) or not isinstance(obj.get("partition"), dict) or not isinstance(obj.get("labels"), dict):
             raise LabelError(f'{path}: expected an object {{"partition": {{split: [ids]}}, "labels": {{id: label}}}}')
         return cls(_default_root(path, root), obj["partition"], obj["labels"], split, where=str(path), **kwargs)
@@ -126,23 +130,23 @@ class IdDataset(FileDataset):
         path = Path(path)
         partition: dict[str, list[str]] = {}
         labels: dict[str, Any] = {}
+        text = read_text_file(path, "id file", "a CSV with header id,label,split")
+        reader = csv.DictReader(io.StringIO(text, newline=""))
         try:
-            with open(path, newline="") as f:
-                reader = csv.DictReader(f)
-                missing = {"id", "label", "split"} - set(reader.fieldnames or [])
-                if missing:
-                    raise LabelError(f"{path}:1: header must name the columns id,label,split (missing {sorted(missing)})")
-                for row in reader:
-                    line = reader.line_num
-                    sample_id, label, part = row["id"], row["label"], row["split"]
-                    if not sample_id or label is None or part is None or label == "":
-                        raise LabelError(f"{path}:{line}: expected id,label,split, got {row}")
-                    if sample_id in labels:
-                        raise LabelError(f"{path}:{line}: id {sample_id!r} appears twice; keep one row per id")
-                    labels[sample_id] = _as_label(label, f"{path}:{line}")
-                    partition.setdefault(part, []).append(sample_id)
-        except FileNotFoundError:
-            raise MissingFileError(f"{path}: id file not found") from None
+            missing = {"id", "label", "split"} - set(reader.fieldnames or [])
+            if missing:
+                raise LabelError(f"{path}:1: header must name the columns id,label,split (missing {sorted(missing)})")
+            for row in reader:
+                line = reader.line_num
+                sample_id, label, part = row["id"], row["label"], row["split"]
+                if not sample_id or label is None or part is None or label == "":
+                    raise LabelError(f"{path}:{line}: expected id,label,split, got {row}")
+                if sample_id in labels:
+                    raise LabelError(f"{path}:{line}: id {sample_id!r} appears twice; keep one row per id")
+                labels[sample_id] = parse_label(label, f"{path}:{line}")
+                partition.setdefault(part, []).append(sample_id)
+        except csv.Error as exc:
+            raise LabelError(f"{path}:{reader.line_num}: not valid CSV ({exc})") from None
         return cls(_default_root(path, root), partition, labels, split, where=str(path), **kwargs)
 
 
@@ -161,26 +165,23 @@ def _no_duplicate_keys(pairs: list[tuple[str, Any]], path: Path) -> dict[str, An
     return seen
 
 
-def _as_label(value: Any, where: str) -> int:
-    if isinstance(value, bool):
-        raise LabelError(f"{where}: label {value!r} is not an integer")
-    try:
-        label = int(value)
-    except (TypeError, ValueError):
-        raise LabelError(f"{where}: label {value!r} is not an integer; labels must be integers >= 0") from None
-    if label != value and str(label) != str(value).strip():
-        raise LabelError(f"{where}: label {value!r} is not an integer; labels must be integers >= 0")
-    if label < 0:
-        raise LabelError(f"{where}: label {label} is negative; labels must be integers >= 0")
-    return label
-
-
 def _check_partition(partition: Mapping[str, Sequence[str]], where: str) -> None:
     owner: dict[str, str] = {}
     for part, ids in partition.items():
+        if not isinstance(ids, (list, tuple)):
+            raise LabelError(f"{where}: split {part!r} must be a list of ids, got {type(ids).__name__} {_shown(ids)}")
         for sample_id in ids:
+            if isinstance(sample_id, bool) or not isinstance(sample_id, (str, int)):
+                raise LabelError(f"{where}: split {part!r} lists {_shown(sample_id)}; ids must be strings or integers")
             sample_id = str(sample_id)
+            if not sample_id or "/" in sample_id or "\\" in sample_id or sample_id in (".", ".."):
+                raise LabelError(f"{where}: id {sample_id!r} (split {part!r}) is not a plain file name; ids name files in the data folder")
             if sample_id in owner:
                 place = "twice in" if owner[sample_id] == part else f"in both {owner[sample_id]!r} and"
                 raise LabelError(f"{where}: id {sample_id!r} is listed {place} split {part!r}; list each id once")
             owner[sample_id] = part
+
+
+def _shown(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."

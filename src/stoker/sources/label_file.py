@@ -10,6 +10,7 @@ from stoker.errors import ConfigError, LabelError, MissingFileError
 from stoker.loading.skips import OnError
 from stoker.sources.dataset import FileDataset, Transform
 from stoker.sources.index import SampleIndex, Source
+from stoker.sources.untrusted import parse_label, read_text_file, resolve_inside, scan_kinds
 
 __all__ = ["LabelFileDataset", "read_label_file"]
 
@@ -18,17 +19,19 @@ def read_label_file(path: Path) -> tuple[list[str], list[int]]:
     """Parse ``<file name> <label>`` lines; blank lines and ``#`` comments are skipped.
 
     Raises:
-        LabelError: a line has no label, a non-integer or negative label, or repeats a file.
+        LabelError: a line has no label, a label that is not a plain integer in range, or repeats a file.
     """
+    names, labels, _ = _read_label_lines(path)
+    return names, labels
+
+
+def _read_label_lines(path: Path) -> tuple[list[str], list[int], list[int]]:
+    """``(names, labels, line numbers)`` of a label file."""
     names: list[str] = []
     labels: list[int] = []
+    lines: list[int] = []
     seen: dict[str, int] = {}
-    try:
-        text = path.read_text()
-    except FileNotFoundError:
-        raise MissingFileError(f"{path}: label file not found") from None
-    except UnicodeDecodeError:
-        raise LabelError(f"{path}: not a text file; expected '<file name> <label>' lines") from None
+    text = read_text_file(path, "label file", "'<file name> <label>' lines")
     for line_no, line in enumerate(text.splitlines(), start=1):
         line = line.strip()
         if not line or line.startswith("#"):
@@ -37,20 +40,16 @@ def read_label_file(path: Path) -> tuple[list[str], list[int]]:
         if len(parts) != 2:
             raise LabelError(f"{path}:{line_no}: {line!r} has no label; expected '<file name> <label>'")
         name, label_text = parts
-        try:
-            label = int(label_text)
-        except ValueError:
-            raise LabelError(f"{path}:{line_no}: label {label_text!r} is not an integer; expected '<file name> <label>'") from None
-        if label < 0:
-            raise LabelError(f"{path}:{line_no}: label {label} is negative; labels must be integers >= 0")
+        label = parse_label(label_text, f"{path}:{line_no}")
         if name in seen:
             raise LabelError(f"{path}:{line_no}: {name!r} is listed again (first on line {seen[name]}); list each file once")
         seen[name] = line_no
         names.append(name)
         labels.append(label)
+        lines.append(line_no)
     if not names:
         raise LabelError(f"{path}: no '<file name> <label>' lines found")
-    return names, labels
+    return names, labels, lines
 
 
 class LabelFileDataset(FileDataset):
@@ -89,16 +88,18 @@ class LabelFileDataset(FileDataset):
             raise MissingFileError(f"{root}: image folder not found")
         if crop is not None and (len(crop) != 4 or any(int(v) != v for v in crop)):
             raise ConfigError(f"crop must be four integers (top, left, height, width), got {crop!r}")
-        names, labels = read_label_file(label_file)
-        present = set(os.listdir(root))
-        for name_ in names:
-            if name_ not in present and not (root / name_).is_file():
+        names, labels, lines = _read_label_lines(label_file)
+        resolved = root.resolve()
+        kinds = scan_kinds(resolved)
+        paths = []
+        for name_, line_no in zip(names, lines, strict=True):
+            found = resolve_inside(resolved, name_, f"{label_file}:{line_no}", kinds)
+            if found is None:
                 raise MissingFileError(
-                    f"{label_file}: lists {name_!r} but {root / name_} does not exist; "
+                    f"{label_file}:{line_no}: lists {name_!r} but {root / name_} does not exist; "
                     "restore the image or remove its line"
                 )
-        resolved = root.resolve()
-        paths = [str(resolved / n) for n in names]
+            paths.append(found)
         box = tuple(int(v) for v in crop) if crop is not None else None
         index = SampleIndex.build(names, paths, labels, Source(name, str(resolved), box))  # type: ignore[arg-type]
         super().__init__(index, transform, on_error)
