@@ -33,6 +33,7 @@ from tqdm import tqdm
 
 from stoker.decode import Box, resize
 from stoker.errors import ConfigError, DataError
+from stoker.lifetime import die_with_parent
 from stoker.shards.claim import claim, reuse_finished
 from stoker.shards.dataset import ShardDataset
 from stoker.shards.format import PLAN_NAME, STORES, check_split_name, shard_schema
@@ -193,7 +194,8 @@ def _write_shard(job: _Job, plan: ShardPlan, report: Callable[[int], None]) -> S
 _WORKER: dict[str, Any] = {}
 
 
-def _init_worker(job: _Job, counter: Any) -> None:
+def _init_worker(job: _Job, counter: Any, parent_pid: int) -> None:
+    die_with_parent(parent_pid)  # a kill -9 of the pack must not leave workers behind
     torch.set_num_threads(1)  # one shard per process; the processes use the cores
     _WORKER["job"], _WORKER["counter"] = job, counter
 
@@ -216,7 +218,7 @@ def _write_all(job: _Job, todo: list[ShardPlan], workers: int, bar: tqdm) -> dic
         return done
     counter = multiprocessing.Value("q", 0)
     start = bar.n
-    pool = ProcessPoolExecutor(min(workers, len(todo)), initializer=_init_worker, initargs=(job, counter))
+    pool = ProcessPoolExecutor(min(workers, len(todo)), initializer=_init_worker, initargs=(job, counter, os.getpid()))
     futures: dict[Future[ShardInfo], ShardPlan] = {}
     try:
         futures = {pool.submit(_worker_task, plan): plan for plan in todo}

@@ -16,6 +16,7 @@ from tqdm import tqdm
 
 from stoker.decode import decode_sample
 from stoker.errors import ConfigError, DataError, ShardError, StokerError
+from stoker.lifetime import die_with_parent
 from stoker.shards.format import MANIFEST_NAME, shard_schema
 from stoker.shards.manifest import Manifest, ShardInfo
 from stoker.shards.reader import ShardFile
@@ -188,7 +189,7 @@ def verify(
                 results.append(_verify_shard(root, manifest, info, decode))
                 bar.update()
         else:
-            with ProcessPoolExecutor(min(workers, len(infos))) as pool:
+            with ProcessPoolExecutor(min(workers, len(infos)), initializer=die_with_parent, initargs=(os.getpid(),)) as pool:
                 futures = [pool.submit(_verify_in_worker, root, manifest, info, decode) for info in infos]
                 results = []
                 for future in futures:
