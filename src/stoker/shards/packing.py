@@ -17,8 +17,10 @@ interruptions: the same arguments give byte-identical shards and manifest.
 
 from __future__ import annotations
 
+import errno
 import multiprocessing
 import os
+import shutil
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
@@ -32,13 +34,14 @@ import torch
 from tqdm import tqdm
 
 from stoker.decode import Box, resize
-from stoker.errors import ConfigError, DataError
+from stoker.errors import ConfigError, DataError, ShardError
 from stoker.lifetime import die_with_parent
-from stoker.shards.claim import claim, reuse_finished
+from stoker.shards.claim import check_place, claim, reuse_finished
 from stoker.shards.dataset import ShardDataset
-from stoker.shards.format import PLAN_NAME, STORES, check_split_name, shard_schema
+from stoker.shards.format import PLAN_NAME, STORES, check_split_name, image_row_bytes, shard_schema
 from stoker.shards.manifest import Manifest, ShardInfo
 from stoker.shards.plan import PackPlan, ShardPlan, make_plan
+from stoker.shards.replace import LOCK_NAME, is_ours, pack_lock, staging_dir, swap_in
 from stoker.shards.rows import RowSource, as_rows
 from stoker.sources.dataset import FileDataset
 from stoker.sources.detect import detect_layout, open_splits
@@ -332,11 +335,65 @@ def pack(
         rows, store=store, image_size=size, seed=seed, shard_samples=shard_samples, shard_bytes=shard_bytes,
         settings=settings, shuffle=shuffle,
     )
-    finished, known = claim(out, sources, plan.fingerprint, overwrite)
-    if finished is not None:
-        return finished
-    plan.save(out)
+    check_place(out, sources)
+    with pack_lock(out):
+        target, finished, known = _claim_target(out, sources, plan.fingerprint, overwrite)
+        if finished is not None:
+            return finished
+        try:
+            manifest = _write_set(target, plan, rows, store, size, known, workers, progress, classes, sources, {
+                "tool": "stoker",
+                "stoker_version": _stoker_version(),
+                "source": described,
+                "seed": seed,
+                "valid": valid,
+                "shard_samples": shard_samples,
+                "shard_bytes": shard_bytes,
+                "plan": plan.fingerprint,
+                **({} if shuffle else {"shuffle": False}),
+            })
+        except OSError as exc:
+            if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+                raise ShardError(_disk_full(target, plan, rows, store, size)) from None
+            raise
+        if target != out:
+            swap_in(target, out)  # the new set is complete: only now does the old one go
+    return manifest
 
+
+def _claim_target(
+    out: Path, sources: tuple[Source, ...], fingerprint: str, overwrite: bool
+) -> tuple[Path, Manifest | None, dict[str, str]]:
+    """Where to write: ``out``, or (replacing a set) a staging folder beside it; see :func:`claim`."""
+    replacing = overwrite and any(is_ours(n) and n != LOCK_NAME for n in os.listdir(out))
+    if not replacing:
+        return (out, *claim(out, sources, fingerprint, overwrite))
+    staging = staging_dir(out)
+    try:
+        finished, known = claim(staging, sources, fingerprint, False)  # resume an interrupted replacement
+    except ConfigError:
+        finished, known = claim(staging, sources, fingerprint, True)
+    if finished is not None:  # staged completely last time, interrupted before the swap
+        swap_in(staging, out)
+        return out, finished, known
+    return staging, None, known
+
+
+def _write_set(
+    out: Path,
+    plan: PackPlan,
+    rows: dict[str, RowSource],
+    store: str,
+    size: tuple[int, int] | None,
+    known: dict[str, str],
+    workers: int | None,
+    progress: bool,
+    classes: tuple[str, ...],
+    sources: tuple[Source, ...],
+    made_by: dict[str, Any],
+) -> Manifest:
+    """Write every shard not already finished, then the manifest, into ``out``."""
+    plan.save(out)
     total = sum(len(p.rows) for p in plan.shards)
     infos: dict[str, ShardInfo] = {}
     todo: list[ShardPlan] = []
@@ -360,26 +417,29 @@ def pack(
         smoothing=0.1,
     ) as bar:
         infos.update(_write_all(job, todo, workers, bar))
-
     manifest = Manifest(
         store=store,
         image_size=size,
         classes=classes,
         sources=sources,
         shards=tuple(infos[s.name] for s in plan.shards),
-        made_by={
-            "tool": "stoker",
-            "stoker_version": _stoker_version(),
-            "source": described,
-            "seed": seed,
-            "valid": valid,
-            "shard_samples": shard_samples,
-            "shard_bytes": shard_bytes,
-            "plan": plan.fingerprint,
-            **({} if shuffle else {"shuffle": False}),
-        },
+        made_by=made_by,
     )
     manifest.save(out)
     (out / PLAN_NAME).unlink(missing_ok=True)
     return manifest
 
+
+def _disk_full(out: Path, plan: PackPlan, rows: dict[str, RowSource], store: str, size: tuple[int, int] | None) -> str:
+    """The message for a full disk: how much the pack needs, and how much is free."""
+    if store == "pixels":
+        needed = sum(len(p.rows) for p in plan.shards) * image_row_bytes(size)  # type: ignore[arg-type]
+    else:
+        needed = int(sum(int(r.encoded_sizes().sum()) for r in rows.values()))
+    written = sum(f.stat().st_size for f in out.iterdir() if f.is_file() and is_ours(f.name))
+    free = shutil.disk_usage(out).free
+    return (
+        f"{out}: the disk is full: the pack needs about {needed / 2**20:,.1f} MiB, {written / 2**20:,.1f} MiB are "
+        f"written and {free / 2**20:,.1f} MiB are free; free at least {max(needed - written - free, 0) / 2**20 + 1:,.1f} MiB "
+        "more (or pack to another disk) and re-run the same command: it resumes"
+    )

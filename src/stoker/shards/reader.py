@@ -24,7 +24,7 @@ import torch
 
 from stoker.decode import decode_sample, resize
 from stoker.errors import ConfigError, DecodeError, ShardError
-from stoker.shards.format import image_row_bytes, shard_schema
+from stoker.shards.format import MANIFEST_NAME, image_row_bytes, shard_schema
 from stoker.shards.manifest import Manifest, ShardInfo
 
 __all__ = ["ShardFile", "ShardSet", "repair_hint"]
@@ -190,6 +190,15 @@ class ShardFile:
         self._mmap.close()
 
 
+def _manifest_stamp(root: Path) -> tuple[int, int, int, int] | None:
+    """What identifies the manifest file on disk without reading it (device, inode, size, mtime)."""
+    try:
+        st = (root / MANIFEST_NAME).stat()
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns
+
+
 def _check_regular(path: Path, where: str, hint: str) -> None:
     try:
         mode = path.stat().st_mode
@@ -232,6 +241,7 @@ class ShardSet:
     def __init__(self, root: str | os.PathLike[str], split: str = "train") -> None:
         self.root = Path(root)
         self.split = split
+        self._stamp = _manifest_stamp(self.root)  # before loading: a change in between is caught later
         self.manifest = Manifest.load(self.root)
         self.infos = self.manifest.shards_of(split)
         self.schema = shard_schema(self.manifest.store, self.manifest.image_size)
@@ -274,8 +284,33 @@ class ShardSet:
                 opened = self._files[shard]
                 if opened is None:
                     opened = ShardFile(self.root, self.infos[shard], self.schema, len(self.manifest.classes))
+                    try:
+                        self._check_same_set()
+                    except ShardError:
+                        opened.close()
+                        raise
                     self._files[shard] = opened
         return opened
+
+    def _check_same_set(self) -> None:
+        """The set on disk is still the one opened: a shard opened after a re-pack must not mix in.
+
+        A pack's identity is its manifest (it lists every shard's SHA-256). The check
+        runs after a shard is opened, so a re-pack that swaps the set in between is seen.
+        """
+        stamp = _manifest_stamp(self.root)
+        if stamp == self._stamp:
+            return
+        try:
+            current = Manifest.load(self.root)
+        except ShardError:
+            current = None
+        if current != self.manifest:
+            raise ShardError(
+                f"{self.root}: the shard set was re-packed or replaced while it was open (its manifest changed); "
+                "open it again to read the new set"
+            )
+        self._stamp = stamp
 
     def locate(self, indices: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(shard number, row within the shard) of each sample index.
