@@ -2,9 +2,9 @@
 
 Used by the reliability tests and by ``benchmarks/fuzz_decode.py``: every reader of
 untrusted bytes is fed cases from here. A case is made from a seed alone, so a failure
-is reproduced by its number. The runner decodes the cases in a child process and
-restarts it after a crash, so a segmentation fault is counted as an outcome instead of
-ending the run.
+is reproduced by its number. The runner decodes each case in its own forked
+process (and restarts its helper should that die), so a segmentation fault is counted
+as an outcome instead of ending the run.
 
 Example:
     >>> from stoker.fuzz import png_case, run_guarded
@@ -159,18 +159,30 @@ if sys.argv[1] == "torchvision":
             return tv_decode(torch.frombuffer(bytearray(data), dtype=torch.uint8), mode=ImageReadMode.RGB)
         except RuntimeError as exc:
             raise DecodeError(str(exc)) from None
+import os
+CODES = {0: "decoded", 1: "DecodeError", 2: "other error"}
 for line in sys.stdin:
     seed = int(line)
     kind, data = png_case(seed)
     print(json.dumps([seed, kind, "start"]), flush=True)
-    try:
-        decode_image(data, f"case-{seed}.png")
-        outcome = "decoded"
-    except DecodeError:
-        outcome = "DecodeError"
-    except Exception as exc:
-        outcome = "other error"
-        print(json.dumps([seed, kind, "note", f"{type(exc).__name__}: {exc}"[:200]]), flush=True)
+    # torchvision crashes often: each case in its own process, so a crash ends only that one.
+    # stoker's cases run here, one after another (a crash ends this helper, and it restarts).
+    pid = os.fork() if sys.argv[1] == "torchvision" else 0
+    if pid == 0:
+        try:
+            decode_image(data, f"case-{seed}.png")
+            code = 0
+        except DecodeError:
+            code = 1
+        except Exception as exc:
+            print(json.dumps([seed, kind, "note", f"{type(exc).__name__}: {exc}"[:200]]), flush=True)
+            code = 2
+        if sys.argv[1] != "torchvision":
+            print(json.dumps([seed, kind, CODES[code]]), flush=True)
+            continue
+        os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    outcome = CODES.get(os.WEXITSTATUS(status), "crash") if os.WIFEXITED(status) else "crash"
     print(json.dumps([seed, kind, outcome]), flush=True)
 """
 
