@@ -74,7 +74,8 @@ def open_case_data(source: str, files: Path, shards: Path, workers: int) -> tupl
     if source == "files":
         train, valid = ClassFolderDataset(files).split(valid=0.1, seed=0)
         return train, valid, {"backend": "process"}
-    from stoker.shards import ShardDataset, pack
+    from stoker.packer import pack
+    from stoker.shards import ShardDataset
 
     if not (shards / "manifest.json").is_file():
         print(f"packing {files} into pixel shards in {shards} ...", flush=True)

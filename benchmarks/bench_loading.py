@@ -24,7 +24,7 @@ warnings.filterwarnings("ignore", message="The image decoding and encoding capab
 
 from stoker import concat  # noqa: E402
 from stoker.bench import bench, render_markdown, save_report  # noqa: E402
-from stoker.sources.detect import open_source  # noqa: E402
+from stoker.data import open_data  # noqa: E402
 from stoker.sources.synthetic import make_celeba, make_digiface  # noqa: E402
 
 
@@ -53,10 +53,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=Path("/tmp/stoker-bench-loading"))
     args = parser.parse_args(argv)
 
-    data = open_source(_generate("digiface", args.out / "data" / "digiface", args.n, args.classes))
+    data = open_data(_generate("digiface", args.out / "data" / "digiface", args.n, args.classes), "train")
     size = None
     if args.celeba:
-        celeba = open_source(_generate("celeba", args.out / "data" / "celeba", args.n, args.classes))
+        celeba = open_data(_generate("celeba", args.out / "data" / "celeba", args.n, args.classes), "train")
         data, size = concat(celeba, data), (112, 112)
     result = bench(
         data,

@@ -46,7 +46,8 @@ warnings.filterwarnings("ignore", message="The image decoding and encoding capab
 
 from stoker.decode import decode_sample, resize  # noqa: E402
 from stoker.loading import make_loader  # noqa: E402
-from stoker.shards import ShardDataset, pack  # noqa: E402
+from stoker.packer import pack  # noqa: E402
+from stoker.shards import ShardDataset  # noqa: E402
 from stoker.sources import ClassFolderDataset, FileDataset, LabelFileDataset  # noqa: E402
 
 SIZE = (112, 112)

@@ -89,7 +89,8 @@ def _fifo(tmp: Path) -> str:
 
 @case("FIFO in place of a shard, `verify`", "1")
 def _fifo_shard(tmp: Path) -> str:
-    from stoker.shards import pack, verify
+    from stoker.packer import pack
+    from stoker.shards import verify
 
     for i in range(4):
         _png(tmp / "cls" / str(i % 2) / f"{i}.png", seed=i)
@@ -189,7 +190,7 @@ def _utf8(tmp: Path) -> str:
 
 
 def _three_shards(tmp: Path) -> Path:
-    from stoker.shards import pack
+    from stoker.packer import pack
 
     for i in range(18):
         _png(tmp / "cls" / str(i % 3) / f"{i:02d}.png", seed=i)
@@ -199,7 +200,8 @@ def _three_shards(tmp: Path) -> Path:
 
 @case("in-place re-pack (`pack S S --overwrite`) interrupted after 2 shards", "1")
 def _repack(tmp: Path) -> str:
-    from stoker.shards import pack, verify
+    from stoker.packer import pack
+    from stoker.shards import verify
     from stoker.shards.writer import ShardWriter
 
     root = _three_shards(tmp)
@@ -224,7 +226,7 @@ def _repack(tmp: Path) -> str:
 
 @case("reader open while its set is re-packed", "1")
 def _reader(tmp: Path) -> str:
-    from stoker.shards import pack
+    from stoker.packer import pack
     from stoker.shards.reader import ShardSet
 
     root = _three_shards(tmp)
@@ -236,7 +238,7 @@ def _reader(tmp: Path) -> str:
 
 @case("two packs into one folder at once", "1")
 def _lock(tmp: Path) -> str:
-    from stoker.shards import pack
+    from stoker.packer import pack
     from stoker.shards.replace import pack_lock
 
     root = _three_shards(tmp)
@@ -248,7 +250,7 @@ def _lock(tmp: Path) -> str:
 def _disk(tmp: Path) -> str:
     import torch
 
-    from stoker.shards import pack
+    from stoker.packer import pack
     from stoker.shards.writer import ShardWriter
     from stoker.train import checkpoint
 

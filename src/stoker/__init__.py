@@ -29,12 +29,13 @@ from stoker.errors import (
 )
 
 if TYPE_CHECKING:
-    # (mypy mistakes these functions for the submodules of the same name: no-redef)
     from stoker.bench import bench, tune
+    from stoker.data import DataSplits, open_data
     from stoker.loading import Loader, make_loader
     from stoker.mixing import shuffle_quality
+    from stoker.packer import pack
     from stoker.pipes import Pipe, register_stage
-    from stoker.shards import Manifest, ShardDataset, ShardStream, pack, verify
+    from stoker.shards import Manifest, ShardDataset, ShardStream, verify
     from stoker.sources import ClassFolderDataset, FileDataset, IdDataset, LabelFileDataset, SampleIndex, Source, concat
     from stoker.train import Scenario, fit
 
@@ -46,6 +47,7 @@ except PackageNotFoundError:  # running from a source tree that is not installed
 # Public name -> the module it lives in (imported on first use).
 _HOMES: dict[str, str] = {
     "ClassFolderDataset": "stoker.sources",
+    "DataSplits": "stoker.data",
     "FileDataset": "stoker.sources",
     "IdDataset": "stoker.sources",
     "LabelFileDataset": "stoker.sources",
@@ -61,7 +63,8 @@ _HOMES: dict[str, str] = {
     "concat": "stoker.sources",
     "fit": "stoker.train",
     "make_loader": "stoker.loading",
-    "pack": "stoker.shards",
+    "open_data": "stoker.data",
+    "pack": "stoker.packer",
     "register_stage": "stoker.pipes",
     "shuffle_quality": "stoker.mixing",
     "tune": "stoker.bench",
@@ -87,6 +90,7 @@ __all__ = [
     "ClassFolderDataset",
     "ConfigError",
     "DataError",
+    "DataSplits",
     "DecodeError",
     "FileDataset",
     "IdDataset",
@@ -109,6 +113,7 @@ __all__ = [
     "concat",
     "fit",
     "make_loader",
+    "open_data",
     "pack",
     "register_stage",
     "shuffle_quality",

@@ -9,8 +9,8 @@ from pathlib import Path
 
 from torch.utils.data import Dataset
 
+from stoker.data import open_data
 from stoker.loading import make_loader
-from stoker.sources import ClassFolderDataset, IdDataset, LabelFileDataset
 from stoker.sources.synthetic import make_data
 
 __all__ = ["DemoData", "LoadRate", "generate", "measure_load", "run_demo"]
@@ -73,16 +73,19 @@ def measure_load(name: str, dataset: Dataset, workers: int, batch_size: int = 64
 def run_demo(root: Path, n: int = 600, classes: int = 10, workers: tuple[int, ...] = (0, 2), echo: Echo = print) -> None:
     """The tour: generate, load every layout, pack and verify, read shards, train, benchmark."""
     from stoker.bench import quick_bench
-    from stoker.shards import ShardDataset, pack, verify
+    from stoker.packer import pack
+    from stoker.shards import verify
     from stoker.train import demo_run
 
     start = time.perf_counter()
     echo(f"1. Generating {n} images in each of three layouts under {root / 'data'} ...")
     data = generate(root, n, classes)
+    # open_data detects each layout; the classes stoker.LabelFileDataset, ClassFolderDataset
+    # and IdDataset open one layout directly.
     layouts: dict[str, Dataset] = {
-        "celeba (label file, JPEG 178x218)": LabelFileDataset(data.celeba / "img", data.celeba / "identity_CelebA.txt"),
-        "digiface (class folders, RGBA PNG 112x112)": ClassFolderDataset(data.digiface),
-        "ids (partition + labels, .pt 64x64)": IdDataset.from_json(data.ids / "ids.json", split="train"),
+        "celeba (label file, JPEG 178x218)": open_data(data.celeba, "train"),
+        "digiface (class folders, RGBA PNG 112x112)": open_data(data.digiface, "train"),
+        "ids (partition + labels, .pt 64x64)": open_data(data.ids, "train"),
     }
     echo("\n2. One epoch of each layout through make_loader (batch 64):\n")
     echo(f"   {'layout':<44} {'workers':>7} {'samples':>8} {'img/s':>9}")
@@ -100,7 +103,7 @@ def run_demo(root: Path, n: int = 600, classes: int = 10, workers: tuple[int, ..
         report = verify(out, workers=0)
         shard_bytes = sum(info.bytes for info in manifest.shards)
         echo(f"   {store:<8} {len(manifest.shards)} shards, {shard_bytes / 2**20:6.1f} MB  verify: {report.summary()}")
-        train_split = ShardDataset(out, split="train")
+        train_split = open_data(out, "train")
         for w in workers:
             rate = measure_load(f"shards-{store}", train_split, w)
             echo(f"   {'':<8} read one epoch with {w} workers: {rate.img_per_s:>9.0f} img/s")

@@ -39,7 +39,8 @@ def test_streamed_shards_packed_from_sorted_data_score_worse_than_shuffled_ones(
 
 
 def test_a_real_pack_is_mixed_while_its_class_sorted_source_is_not(tiny, tmp_path: Path) -> None:
-    from stoker.shards import ShardDataset, pack
+    from stoker.packer import pack
+    from stoker.shards import ShardDataset
 
     pack(tiny, tmp_path / "packed", store="encoded", seed=0, workers=0, progress=False)
     packed = shuffle_quality(ShardDataset(tmp_path / "packed").labels, batch_size=4, num_classes=4)

@@ -46,7 +46,7 @@ def test_bad_settings_and_files_are_reported(tmp_path: Path) -> None:
         LoaderSettings(backend="gpu")
     bad = tmp_path / "bad.toml"
     bad.write_text("[data]\nworkers = 'many'\n")
-    with pytest.raises(ConfigError, match="bad.toml: workers"):
+    with pytest.raises(ConfigError, match="bad.toml: data.workers"):
         load_settings(bad)
     with pytest.raises(MissingFileError, match="stoker tune"):
         load_settings(tmp_path / "none.toml")

@@ -70,7 +70,7 @@ def test_reading_a_fifo_or_device_directly_never_blocks(tmp_path: Path) -> None:
 
 
 def test_fifo_as_a_shard_in_verify_is_a_fault_not_a_hang(tmp_path: Path) -> None:
-    from stoker.shards import pack
+    from stoker.packer import pack
 
     write_png(tmp_path / "cls" / "0" / "a.png")
     write_png(tmp_path / "cls" / "1" / "b.png", seed=1)

@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 
 from stoker.errors import ConfigError, ShardError
-from stoker.shards import Manifest, pack, verify
+from stoker.packer import pack
+from stoker.shards import Manifest, verify
 from stoker.shards.reader import ShardSet
 from stoker.shards.replace import pack_lock, staging_dir
 from stoker.shards.writer import ShardWriter

@@ -77,7 +77,7 @@ def ids(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="session")
 def packed(tmp_path_factory: pytest.TempPathFactory, digi: Path) -> Callable[..., Path]:
     """Pack ``digi`` once per distinct set of arguments (session cache); returns the folder."""
-    from stoker.shards import pack
+    from stoker.packer import pack
 
     cache: dict[str, Path] = {}
 

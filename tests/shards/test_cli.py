@@ -72,12 +72,30 @@ def test_option_parsers() -> None:
         parse_size("tall")
 
 
-def test_inspect_of_a_folder_that_is_not_a_shard_set(tmp_path: Path) -> None:
+def test_inspect_of_a_folder_that_is_not_a_shard_set(tmp_path: Path, digi: Path) -> None:
     code, output = _run(inspect, [str(tmp_path)])
-    assert code == 1 and "not a shard set" in output
+    assert code == 1 and "no class folders" in output
+    code, output = _run(inspect, [str(digi)])  # any layout: what it is opened as, splits and class counts
+    assert code == 0 and "(class_folders): 40 train samples, 3 classes" in output and "0: 14" in output
 
 
 def test_repack_from_shards(packed: Callable[..., Path], tmp_path: Path) -> None:
     code, output = _run(pack, [str(packed(store="encoded", shard_samples=7)), str(tmp_path / "o"), "--store", "pixels",
                                "--quiet", "--workers", "0"])
     assert code == 0 and "pixels 12x10" in output
+
+
+def test_pack_with_named_splits_keeps_one_label_mapping(digi: Path, tmp_path: Path) -> None:
+    import shutil
+
+    shutil.copytree(digi / "2", tmp_path / "val" / "2")  # validation holds only class 2
+    out = tmp_path / "o"
+    code, output = _run(pack, [f"train={digi}", f"valid={tmp_path / 'val'}", str(out), "--quiet", "--workers", "0"])
+    assert code == 0, output
+    from stoker.shards import ShardDataset
+
+    valid = ShardDataset(out, "valid")
+    assert valid.classes == ("0", "1", "2") and set(valid.labels.tolist()) == {2}
+    assert len(ShardDataset(out, "train")) == 40
+    code, output = _run(pack, [f"train={digi}", str(tmp_path / "val"), str(out)])
+    assert code != 0 and "name every SRC" in output

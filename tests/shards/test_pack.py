@@ -15,12 +15,13 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from stoker.data import open_data
 from stoker.decode import decode_sample, resize
 from stoker.errors import ConfigError, ShardError
-from stoker.shards import Manifest, ShardDataset, pack, verify
+from stoker.packer import pack
+from stoker.shards import Manifest, ShardDataset, verify
 from stoker.shards.format import PLAN_NAME
 from stoker.sources import ClassFolderDataset, FileDataset
-from stoker.sources.detect import open_splits
 
 
 def _samples(root: Path, split: str = "train") -> dict[str, tuple[int, str, str, object]]:
@@ -174,7 +175,7 @@ _INTERRUPT = textwrap.dedent(
     """
     import os, signal, sys
     import stoker.shards.writer as writer_module
-    from stoker.shards import pack
+    from stoker.packer import pack
 
     rows = 0
     original = writer_module.ShardWriter.write
@@ -233,7 +234,7 @@ def test_round_trip_property(
     digi: Path, tmp_path_factory: pytest.TempPathFactory, n: int, shard_samples: int, valid: float | None, store: str, seed: int
 ) -> None:
     """Any size, shard size, split and mode: every sample comes back once, with its bytes or pixels and label."""
-    full = open_splits([digi])["train"]
+    full = open_data(digi, "train")
     source = full.subset(np.arange(n))
     try:
         expected_splits = dict(zip(["train", "valid"], source.split(valid, seed), strict=True)) if valid else {"train": source}

@@ -9,7 +9,7 @@ from click.testing import CliRunner
 from PIL import Image
 
 from stoker.cli.main import main
-from stoker.shards import pack
+from stoker.packer import pack
 from stoker.shards.quality import stream_quality
 
 

@@ -59,9 +59,9 @@ def test_shard_order_and_rows_change_with_the_epoch_and_not_otherwise() -> None:
 @pytest.fixture()
 def unique_labels(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A pixel shard set where every sample has its own label (so a label names a sample)."""
-    from stoker.shards import pack
+    from stoker.data import open_data
+    from stoker.packer import pack
     from stoker.sources import FileDataset
-    from stoker.sources.detect import open_splits
 
     root = tmp_path_factory.mktemp("uniq-src")
     from PIL import Image
@@ -70,7 +70,7 @@ def unique_labels(tmp_path_factory: pytest.TempPathFactory) -> Path:
         (root / f"{i:02d}").mkdir()
         Image.new("RGB", (4, 4), (i, 0, 0)).save(root / f"{i:02d}" / "x.png")
     out = tmp_path_factory.mktemp("uniq")
-    ds: FileDataset = open_splits([root])["train"]
+    ds: FileDataset = open_data(root, "train")
     pack(ds, out, store="pixels", shard_samples=5, progress=False, workers=0)
     return out
 

@@ -101,7 +101,7 @@ def test_image_size_resizes_uint8_on_the_loader_side(folders: Path) -> None:
 
 
 def test_train_on_a_packed_shard_set(tmp_path: Path, folders: Path) -> None:
-    from stoker.shards import pack
+    from stoker.packer import pack
 
     pack(folders, tmp_path / "packed", store="pixels", valid=0.25, workers=1, progress=False)
     pack(folders, tmp_path / "nosplit", store="encoded", workers=1, progress=False)

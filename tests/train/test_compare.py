@@ -76,3 +76,23 @@ def test_cli_compare_takes_a_folder_of_runs(runs: list[Path], tmp_path: Path) ->
 def test_not_a_run_folder(tmp_path: Path) -> None:
     result = CliRunner().invoke(compare, [str(tmp_path)])
     assert isinstance(result.exception, DataError) and "no run.json" in str(result.exception)
+
+
+def test_compare_chart_colours_legend_and_empty_runs() -> None:
+    from stoker.train.plots import plot_compare
+
+    rows = [{"epoch": 1.0, "acc/valid": 0.5}, {"epoch": 2.0, "acc/valid": 0.7}]
+    one = plot_compare([("a", "shards", rows), ("b", "files", rows), ("empty", "pipe", [])])
+    two = plot_compare([("c", "pipe", rows), ("d", "shards", rows)])
+
+    def colours(fig: object) -> dict[str, tuple]:
+        ax = fig.axes[0]  # type: ignore[attr-defined]
+        return {line.get_label().split(" / ")[0]: tuple(line.get_color()) for line in ax.get_lines()}
+
+    assert colours(one)["shards"] == colours(two)["shards"]  # a group keeps its colour across charts
+    ax = one.axes[0]
+    labels = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert labels == ["shards / a", "files / b"] and "1 run(s) with no epochs left out: empty" in ax.get_title()
+    one.canvas.draw()
+    legend_box, axes_box = ax.get_legend().get_window_extent(), ax.get_window_extent()
+    assert legend_box.x0 >= axes_box.x1  # beside the data, not over it

@@ -3,11 +3,16 @@
 * :func:`bench` times every loading method (files, a streaming Pipe, encoded shards,
   pixel shards) x workers x backend on the same data, checks every epoch, and measures
   the machine's limits in the same run; :func:`render_markdown` and
-  :func:`save_report` show the result.
+  :func:`save_report` show the result. A :class:`BenchPlan` holds what to run
+  (:func:`run_bench` runs it), and :func:`register_method` adds a loading method that
+  every part of stoker then offers by name.
 * :func:`tune` searches workers, backend, prefetch depth and storage within a time
   budget and returns :class:`LoaderSettings`, which :func:`save_settings` writes for
   ``stoker train --loader-config``.
 * :func:`shuffle_quality` scores how well a label stream is mixed.
+
+The names are imported on first use (PEP 562), so ``stoker --help`` can read the
+method names of :mod:`stoker.bench.methods` without importing torch.
 
 Example:
     >>> from stoker.bench import bench, render_markdown
@@ -16,20 +21,28 @@ Example:
 
 from __future__ import annotations
 
-from stoker.bench.benchmark import BenchResult, bench, quick_bench
-from stoker.bench.limits import Limits, measure_limits
-from stoker.bench.methods import BenchData, Method
-from stoker.bench.report import render_markdown, save_report
-from stoker.bench.runner import RunResult
-from stoker.bench.settings import LoaderSettings, load_settings, save_settings
-from stoker.bench.tuner import Trial, TuneResult, search_settings, tune
-from stoker.mixing import ShuffleQuality, shuffle_quality, simulate_buffer_shuffle, suggest_buffer_size
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from stoker.bench.benchmark import bench, quick_bench, run_bench
+    from stoker.bench.limits import Limits, measure_limits
+    from stoker.bench.methods import METHODS, BenchData, Method, register_method
+    from stoker.bench.plan import BenchPlan
+    from stoker.bench.report import render_markdown, save_report
+    from stoker.bench.results import BenchResult
+    from stoker.bench.runner import RunResult
+    from stoker.bench.settings import LoaderSettings, load_settings, save_settings
+    from stoker.bench.tuner import Trial, TuneResult, search_settings, tune
+    from stoker.mixing import ShuffleQuality, shuffle_quality, simulate_buffer_shuffle, suggest_buffer_size
 
 __all__ = [
     "BenchData",
+    "BenchPlan",
     "BenchResult",
     "Limits",
     "LoaderSettings",
+    "METHODS",
     "Method",
     "RunResult",
     "ShuffleQuality",
@@ -39,7 +52,9 @@ __all__ = [
     "load_settings",
     "measure_limits",
     "quick_bench",
+    "register_method",
     "render_markdown",
+    "run_bench",
     "save_report",
     "save_settings",
     "search_settings",
@@ -48,3 +63,45 @@ __all__ = [
     "suggest_buffer_size",
     "tune",
 ]
+
+# Public name -> the module it lives in (imported on first use).
+_HOMES: dict[str, str] = {
+    "METHODS": "stoker.bench.methods",
+    "BenchData": "stoker.bench.methods",
+    "BenchPlan": "stoker.bench.plan",
+    "BenchResult": "stoker.bench.results",
+    "Limits": "stoker.bench.limits",
+    "LoaderSettings": "stoker.bench.settings",
+    "Method": "stoker.bench.methods",
+    "RunResult": "stoker.bench.runner",
+    "ShuffleQuality": "stoker.mixing",
+    "Trial": "stoker.bench.tuner",
+    "TuneResult": "stoker.bench.tuner",
+    "bench": "stoker.bench.benchmark",
+    "load_settings": "stoker.bench.settings",
+    "measure_limits": "stoker.bench.limits",
+    "quick_bench": "stoker.bench.benchmark",
+    "register_method": "stoker.bench.methods",
+    "render_markdown": "stoker.bench.report",
+    "run_bench": "stoker.bench.benchmark",
+    "save_report": "stoker.bench.report",
+    "save_settings": "stoker.bench.settings",
+    "search_settings": "stoker.bench.tuner",
+    "shuffle_quality": "stoker.mixing",
+    "simulate_buffer_shuffle": "stoker.mixing",
+    "suggest_buffer_size": "stoker.mixing",
+    "tune": "stoker.bench.tuner",
+}
+
+
+def __getattr__(name: str) -> Any:
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module 'stoker.bench' has no attribute {name!r}")
+    value = getattr(importlib.import_module(home), name)
+    globals()[name] = value  # later lookups skip this function
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})

@@ -17,20 +17,16 @@ from __future__ import annotations
 import os
 import time
 from dataclasses import asdict, dataclass
-from typing import Literal
 
 import numpy as np
 import torch
 
+from stoker.bench.methods import Work  # decode it, or only read and copy its pixels
 from stoker.decode import resize
 from stoker.errors import ConfigError
 from stoker.sources.dataset import FileDataset
 
 __all__ = ["Limits", "Work", "evict_from_page_cache", "measure_limits", "measure_sequential_read"]
-
-# What a loading method has to do per image: decode it (encoded files or shards), or
-# only read and copy pixels (shards of decoded pixels).
-Work = Literal["decode", "pixels"]
 
 _MEMCPY_BYTES = 64 << 20  # large enough to leave the CPU caches
 _READ_CHUNK = 8 << 20  # bytes per read() of the sequential test

@@ -1,4 +1,4 @@
-"""The loading methods the benchmark compares, each built from the same samples.
+"""The loading methods the benchmark compares: one registry, each built from the same samples.
 
 Every method starts from one :class:`~stoker.sources.FileDataset` (its index says the
 samples, their files and labels) and returns a loader: an iterable whose every pass is
@@ -11,8 +11,21 @@ one epoch of ``(images, labels)`` batches, images uint8 ``[B, 3, H, W]``.
 * ``shards-encoded``: packed Arrow shards of the original encoded bytes, decoded when read.
 * ``shards-pixels``: packed Arrow shards of decoded pixels: nothing to decode.
 
-A method is a :class:`Method`: a name, the work it does per image (for its limit) and a
-``build`` function. Pass your own to :func:`~stoker.bench.bench` to time it next to these.
+A method is a :class:`Method`: a name, the work it does per image (for its limit), how
+it shuffles, and a ``build`` function. :data:`METHODS` is the one registry that
+``stoker bench``, ``stoker tune``, the report and the loader settings read: adding a
+method is one :func:`register_method` call. A :class:`Method` object can also be passed
+to :func:`~stoker.bench.bench` as it is, to time it once next to these.
+
+This module imports no torch (the CLI reads the names for its help); the builders
+import what they need when they run.
+
+Example:
+    >>> from stoker.bench.methods import METHODS
+    >>> list(METHODS)
+    ['files', 'pipe', 'shards-encoded', 'shards-pixels']
+    >>> METHODS["shards-pixels"].store
+    'pixels'
 """
 
 from __future__ import annotations
@@ -21,18 +34,40 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Literal
 
-from stoker.bench.limits import Work
-from stoker.bench.settings import LoaderSettings
-from stoker.decode import resize
 from stoker.errors import ConfigError
-from stoker.loading import make_loader
-from stoker.sources.dataset import FileDataset
+from stoker.loading.backends import BACKENDS
 
-__all__ = ["BUILTIN_METHODS", "PACK_SPLIT", "BenchData", "Method", "resolve_methods", "shard_store_of"]
+if TYPE_CHECKING:
+    from stoker.bench.settings import LoaderSettings
+    from stoker.sources.dataset import FileDataset
+
+__all__ = [
+    "METHODS",
+    "PACK_SPLIT",
+    "SHUFFLES",
+    "WORKS",
+    "BenchData",
+    "Method",
+    "Shuffle",
+    "Work",
+    "method_names",
+    "register_method",
+    "resolve_methods",
+    "shard_store_of",
+]
 
 PACK_SPLIT = "train"  # the benchmark packs every sample into this one split
+
+# What a method does to each image: it picks the limit the method is measured against.
+Work = Literal["decode", "pixels"]
+WORKS: tuple[str, ...] = ("decode", "pixels")
+# How a method shuffles: the loader's sampler over the whole set, the Pipe's bounded
+# buffer over the listed order, or the order the shards were packed in. A poor shuffle
+# score is explained by it (a bigger buffer; a repack with shuffling).
+Shuffle = Literal["sampler", "buffer", "pack"]
+SHUFFLES: tuple[str, ...] = ("sampler", "buffer", "pack")
 
 
 @dataclass
@@ -63,11 +98,14 @@ class BenchData:
     @classmethod
     def of(cls, dataset: FileDataset, size: tuple[int, int] | None = None, **kwargs: Any) -> BenchData:
         """Wrap ``dataset`` with a resize to ``size`` as its only transform."""
+        from stoker.decode import resize
+        from stoker.sources.dataset import FileDataset
+
         transform = partial(resize, size=size) if size is not None else None
         return cls(FileDataset(dataset.index, transform, dataset.on_error), size, **kwargs)
 
 
-Build = Callable[[BenchData, LoaderSettings], Iterable[Any]]
+Build = Callable[[BenchData, "LoaderSettings"], Iterable[Any]]
 
 
 @dataclass(frozen=True)
@@ -75,19 +113,69 @@ class Method:
     """A way of loading the data that the benchmark can time.
 
     Attributes:
-        name: the column name in the table.
+        name: the column name in the table (and the name ``--methods`` takes).
         work: ``"decode"`` when images are decoded on the way, ``"pixels"`` when not;
             it picks the limit the method is measured against.
         build: ``build(data, settings)`` returns the loader for those settings.
         backends: the loader backends the method can run on.
         store: the shard store it needs packed first, if any.
+        shuffle: how it shuffles: ``"sampler"`` (the loader's, over the whole set),
+            ``"buffer"`` (a bounded buffer over the listed order) or ``"pack"`` (the
+            order the shards were packed in); the notes explain a poor mix by it.
+        tunable: ``stoker tune`` considers it (its settings are ones ``stoker train``
+            can use).
     """
 
     name: str
     work: Work
     build: Build
-    backends: tuple[str, ...] = ("process", "thread")
+    backends: tuple[str, ...] = BACKENDS
     store: str | None = None
+    shuffle: Shuffle = "sampler"
+    tunable: bool = True
+
+    def __post_init__(self) -> None:
+        where = f"method {self.name!r}"
+        if not isinstance(self.name, str) or not self.name or "," in self.name:
+            raise ConfigError(f"{where}: a method's name must be a non-empty text without commas")
+        if self.work not in WORKS:
+            raise ConfigError(f"{where}: work must be one of {', '.join(WORKS)}; got {self.work!r}")
+        unknown = [b for b in self.backends if b not in BACKENDS]
+        if unknown or not self.backends:
+            raise ConfigError(f"{where}: backends must be among {', '.join(BACKENDS)}; got {list(self.backends)!r}")
+        if self.shuffle not in SHUFFLES:
+            raise ConfigError(f"{where}: shuffle must be one of {', '.join(SHUFFLES)}; got {self.shuffle!r}")
+
+
+# The registry: name -> method, in the order the table shows them.
+METHODS: dict[str, Method] = {}
+
+
+def register_method(method: Method, *, replace: bool = False) -> Method:
+    """Add ``method`` to :data:`METHODS`, so that every part of stoker offers it by name.
+
+    Args:
+        method: the method; its ``name`` is the key.
+        replace: allow replacing a method of the same name.
+
+    Returns:
+        ``method``, so the call can wrap a definition.
+
+    Raises:
+        ConfigError: a method of that name is already registered (and not ``replace``).
+
+    Example:
+        >>> register_method(Method("files-small", "decode", build_files))  # doctest: +SKIP
+    """
+    if method.name in METHODS and not replace:
+        raise ConfigError(f"a method named {method.name!r} is already registered; pass replace=True to replace it")
+    METHODS[method.name] = method
+    return method
+
+
+def method_names(*, tunable: bool = False) -> tuple[str, ...]:
+    """The registered method names, in order; only those ``stoker tune`` considers when ``tunable``."""
+    return tuple(name for name, method in METHODS.items() if method.tunable or not tunable)
 
 
 def _loader_args(data: BenchData, settings: LoaderSettings) -> dict[str, Any]:
@@ -102,11 +190,14 @@ def _loader_args(data: BenchData, settings: LoaderSettings) -> dict[str, Any]:
 
 def build_files(data: BenchData, settings: LoaderSettings) -> Iterable[Any]:
     """The map-style file data set, shuffled by the loader's sampler."""
+    from stoker.loading import make_loader
+
     return make_loader(data.dataset, shuffle=True, **_loader_args(data, settings))
 
 
 def build_pipe(data: BenchData, settings: LoaderSettings) -> Iterable[Any]:
     """A Pipe over the samples in index order: shuffle buffer, shard by worker, load."""
+    from stoker.loading import make_loader
     from stoker.pipes import Pipe
 
     pipe = (
@@ -120,6 +211,7 @@ def build_pipe(data: BenchData, settings: LoaderSettings) -> Iterable[Any]:
 
 def build_shards(store: str, data: BenchData, settings: LoaderSettings) -> Iterable[Any]:
     """A shard set of ``store`` (packed from this data, one split) read a batch of rows at a time."""
+    from stoker.loading import make_loader
     from stoker.shards.dataset import ShardDataset
 
     root = data.packed.get(store)
@@ -130,32 +222,30 @@ def build_shards(store: str, data: BenchData, settings: LoaderSettings) -> Itera
 
 
 def shard_store_of(method: str) -> str | None:
-    """The shard store a built-in method name reads (``"encoded"``, ``"pixels"``), or None."""
-    return method.removeprefix("shards-") if method.startswith("shards-") else None
+    """The shard store a registered method reads (``"encoded"``, ``"pixels"``), or None."""
+    registered = METHODS.get(method)
+    return registered.store if registered is not None else None
 
 
-BUILTIN_METHODS: dict[str, Method] = {
-    "files": Method("files", "decode", build_files),
-    "pipe": Method("pipe", "decode", build_pipe, backends=("process",)),
-    "shards-encoded": Method("shards-encoded", "decode", partial(build_shards, "encoded"), store="encoded"),
-    "shards-pixels": Method("shards-pixels", "pixels", partial(build_shards, "pixels"), store="pixels"),
-}
+register_method(Method("files", "decode", build_files))
+register_method(Method("pipe", "decode", build_pipe, backends=("process",), shuffle="buffer", tunable=False))
+register_method(Method("shards-encoded", "decode", partial(build_shards, "encoded"), store="encoded", shuffle="pack"))
+register_method(Method("shards-pixels", "pixels", partial(build_shards, "pixels"), store="pixels", shuffle="pack"))
 
-
-def resolve_methods(methods: Iterable[str | Method]) -> list[Method]:
-    """Built-in methods by name, and :class:`Method` objects as they are.
+def resolve_methods(methods: Iterable[str | Method] | None = None) -> list[Method]:
+    """Registered methods by name (all of them for ``None``), and :class:`Method` objects as they are.
 
     Raises:
         ConfigError: an unknown name, or two methods of one name.
     """
     out: list[Method] = []
-    for method in methods:
+    for method in METHODS.values() if methods is None else methods:
         if isinstance(method, Method):
             out.append(method)
-        elif method in BUILTIN_METHODS:
-            out.append(BUILTIN_METHODS[method])
+        elif method in METHODS:
+            out.append(METHODS[method])
         else:
-            raise ConfigError(f"unknown method {method!r}; choose from {', '.join(BUILTIN_METHODS)}")
+            raise ConfigError(f"unknown method {method!r}; choose from {', '.join(METHODS)}")
     names = [m.name for m in out]
     if len(set(names)) != len(names):
         raise ConfigError(f"methods must have distinct names, got {', '.join(names)}")

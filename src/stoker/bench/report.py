@@ -16,12 +16,14 @@ from typing import TYPE_CHECKING, Any
 
 import psutil
 
+from stoker.bench.methods import METHODS
 from stoker.bench.runner import RunResult
+from stoker.loading.backends import BACKENDS
 
 if TYPE_CHECKING:
-    from stoker.bench.benchmark import BenchResult
+    from stoker.bench.results import BenchResult
 
-__all__ = ["plot", "render_markdown", "render_summary_table", "save_json", "save_report"]
+__all__ = ["plot", "render_markdown", "render_summary_table", "result_notes", "save_json", "save_report"]
 
 
 def _column(run: RunResult, backends: Sequence[str]) -> str:
@@ -50,7 +52,7 @@ def _cell(run: RunResult | None) -> str:
 
 def render_summary_table(runs: Sequence[RunResult]) -> str:
     """The published-style table: rows are workers, columns methods; cells seconds · img/s (share of limit)."""
-    backends = sorted({r.backend for r in runs}, key=["process", "thread"].index)
+    backends = sorted({r.backend for r in runs}, key=BACKENDS.index)
     columns = list(dict.fromkeys(_column(r, backends) for r in runs))
     workers = sorted({r.workers for r in runs})
     by_key = {(r.workers, _column(r, backends)): r for r in runs}
@@ -97,6 +99,60 @@ def _details_table(runs: Sequence[RunResult]) -> str:
         ]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
+
+
+def result_notes(result: BenchResult) -> list[str]:
+    """Plain-language remarks: wrong methods, poor shuffling, partial runs, the cache."""
+    notes: list[str] = []
+    for r in result.runs:
+        if r.status == "incorrect":
+            notes.append(f"{r.method} ({r.workers} workers, {r.backend}) is INCORRECT: {r.reason}; its time is not a result.")
+        elif r.status == "failed":
+            notes.append(f"{r.method} ({r.workers} workers, {r.backend}) failed: {r.reason}.")
+    flagged: set[str] = set()
+    for r in result.runs:
+        if r.shuffle is None or r.shuffle.ok or r.method in flagged or not r.timed:
+            continue
+        flagged.add(r.method)
+        text = f"{r.method}: the label stream is {r.shuffle.verdict}ly mixed ({r.shuffle.summary()})"
+        shuffled_by = METHODS[r.method].shuffle if r.method in METHODS else None
+        if shuffled_by == "buffer":
+            text += f"; the shuffle buffer of {result.shuffle_buffer} is too small for the order the files are listed in"
+            if result.source_order_labels is not None:
+                text += f": a buffer of {result.suggested_buffer()} or more mixes well (--shuffle-buffer)"
+        elif shuffled_by == "pack":
+            text += "; these shards were not shuffled thoroughly before writing: repack them with shuffling"
+        notes.append(text + ".")
+    if any(r.status == "partial" for r in result.runs):
+        notes.append(
+            "partial: a run stopped at the time limit; it is checked for repeated samples only, "
+            "not for missing ones, and its speed includes start-up over a shorter time."
+        )
+    correct = [r for r in result.runs if r.status == "ok"]
+    if correct:
+        notes.append(
+            f"every whole epoch above saw each sample once (label checksum {result.expected_checksum}, "
+            f"equal across {len(correct)} runs)."
+        )
+    over = [r for r in result.runs if (r.extra.get("fraction_of_limit") or 0.0) > 1.0]
+    if any(r.extra.get("limit_name") == "storage read" for r in over):
+        notes.append(
+            "a share above 100% of the storage read limit means the data came from the page cache, "
+            "not the disk (--cold drops it before each run)."
+        )
+    if any(r.extra.get("limit_name") == "decode" for r in over):
+        notes.append(
+            "a share above 100% of the decode limit means the single-core decode rate was measured "
+            "low, most likely while other programs kept the cores busy; rerun on a quiet machine."
+        )
+    if not result.limits.read_cold:
+        notes.append("storage read rate may be the page cache's: the OS did not drop the files first.")
+    notes.append(
+        "runs read through the page cache (cold=True / --cold drops it before each run)."
+        if not result.cold
+        else "the page cache was dropped before each run (--cold)."
+    )
+    return notes
 
 
 def render_markdown(result: BenchResult, details: bool = True) -> str:
@@ -152,7 +208,7 @@ def plot(result: BenchResult, path: str | os.PathLike[str]) -> Path:
     from matplotlib.transforms import blended_transform_factory
 
     runs = [r for r in result.runs if r.status != "unsupported"]
-    backends = sorted({r.backend for r in runs}, key=["process", "thread"].index)
+    backends = sorted({r.backend for r in runs}, key=BACKENDS.index)
     columns = list(dict.fromkeys(_column(r, backends) for r in runs))
     workers = sorted({r.workers for r in runs})
     width = 0.8 / max(len(workers), 1)

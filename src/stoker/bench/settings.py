@@ -23,18 +23,18 @@ from __future__ import annotations
 
 import os
 import re
-from dataclasses import dataclass, field, replace
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
 from stoker import _tomllib as tomllib
+from stoker.bench.methods import METHODS
 from stoker.errors import ConfigError, MissingFileError
+from stoker.loading.backends import BACKENDS
 
-__all__ = ["BACKENDS", "LOADER_KEYS", "METHODS", "LoaderSettings", "load_settings", "save_settings"]
+__all__ = ["LOADER_KEYS", "LoaderSettings", "load_data_table", "load_settings", "save_settings"]
 
-# The loading methods (storages) the benchmark compares; one stoker reader each.
-METHODS: tuple[str, ...] = ("files", "pipe", "shards-encoded", "shards-pixels")
-BACKENDS: tuple[str, ...] = ("process", "thread")
 # The keys of a training config's [data] table that these settings write and read.
 LOADER_KEYS: tuple[str, ...] = ("workers", "backend", "prefetch_factor")
 
@@ -52,8 +52,8 @@ class LoaderSettings:
         workers: loader workers (processes or threads); 0 loads in the main process.
         backend: ``"process"`` (DataLoader workers) or ``"thread"`` (a thread pool).
         prefetch_factor: batches each worker loads ahead.
-        method: the storage the settings were measured on: ``"files"``, ``"pipe"``,
-            ``"shards-encoded"`` or ``"shards-pixels"``.
+        method: the storage the settings were measured on: a name of
+            :data:`~stoker.bench.methods.METHODS` (``"files"``, ``"shards-pixels"``...).
         img_per_s: the rate they measured, if known.
     """
 
@@ -64,16 +64,9 @@ class LoaderSettings:
     img_per_s: float | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
-        if self.method not in METHODS:
-            raise ConfigError(f"loader settings: method must be one of {', '.join(METHODS)}; got {self.method!r}")
-        if self.backend not in BACKENDS:
-            raise ConfigError(f"loader settings: backend must be 'process' or 'thread'; got {self.backend!r}")
-        for name, minimum in (("workers", 0), ("prefetch_factor", 1)):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-                raise ConfigError(f"loader settings: {name} must be a whole number >= {minimum}; got {value!r}")
-        if self.backend == "thread" and self.method == "pipe":
-            raise ConfigError("loader settings: a Pipe streams and needs backend='process'")
+        problem = _problem({f.name: getattr(self, f.name) for f in fields(self)})
+        if problem is not None:
+            raise ConfigError(f"loader settings: {problem}")
 
     def loader_kwargs(self) -> dict[str, Any]:
         """The keyword arguments of :func:`stoker.make_loader` these settings fix.
@@ -118,26 +111,55 @@ class LoaderSettings:
         values = {key: table[key] for key in LOADER_KEYS if key in table}
         if values.get("backend") == "auto":
             del values["backend"]
-        try:
-            return cls(**values)
-        except ConfigError as exc:
-            raise ConfigError(f"{where}: {str(exc).removeprefix('loader settings: ')}") from None
+        defaults = {f.name: f.default for f in fields(cls)}
+        problem = _problem({**defaults, **values}, key_prefix="data.")
+        if problem is not None:
+            raise ConfigError(f"{where}: {problem}")
+        return cls(**values)
 
     @classmethod
     def from_toml(cls, text: str, where: str = "loader settings") -> LoaderSettings:
         """Settings from TOML text with a ``[data]`` table (and the measurement comment, if any)."""
-        try:
-            document = tomllib.loads(text)
-        except tomllib.TOMLDecodeError as exc:
-            raise ConfigError(f"{where}: not valid TOML ({exc})") from None
-        table = document.get("data")
-        if not isinstance(table, dict):
-            raise ConfigError(f"{where}: no [data] table; write one with `stoker tune DATA --out FILE`")
-        settings = cls.from_table(table, where)
+        settings = cls.from_table(_data_table(text, where), where)
         measured = _MEASURED_RE.search(text)
         if measured and measured.group(2) in METHODS:
             settings = settings.replace(img_per_s=float(measured.group(1).replace(",", "")), method=measured.group(2))
         return settings
+
+
+def _problem(values: Mapping[str, Any], key_prefix: str = "") -> str | None:
+    """What is wrong with these settings' values (keys named with ``key_prefix``), or None."""
+    method, backend = values["method"], values["backend"]
+    if method not in METHODS:
+        return f"method must be one of {', '.join(METHODS)}; got {method!r}"
+    if backend not in BACKENDS:
+        return f"{key_prefix}backend must be one of {', '.join(BACKENDS)}; got {backend!r}"
+    for name, minimum in (("workers", 0), ("prefetch_factor", 1)):
+        value = values[name]
+        if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+            return f"{key_prefix}{name} must be a whole number >= {minimum}; got {value!r}"
+    if backend not in METHODS[method].backends:
+        return f"{method} runs on backend {' or '.join(repr(b) for b in METHODS[method].backends)} only; got {backend!r}"
+    return None
+
+
+def _data_table(text: str, where: str) -> dict[str, Any]:
+    """The ``[data]`` table of TOML ``text``; ``where`` names the file in errors."""
+    try:
+        document = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{where}: not valid TOML ({exc})") from None
+    table = document.get("data")
+    if not isinstance(table, dict):
+        raise ConfigError(f"{where}: no [data] table; write one with `stoker tune DATA --out FILE`")
+    return table
+
+
+def _read(path: Path) -> str:
+    try:
+        return path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise MissingFileError(f"{path}: loader settings file not found; write one with `stoker tune DATA --out {path}`") from None
 
 
 def save_settings(settings: LoaderSettings, path: str | os.PathLike[str], comment: str = "") -> Path:
@@ -155,11 +177,27 @@ def load_settings(path: str | os.PathLike[str]) -> LoaderSettings:
 
     Raises:
         MissingFileError: no such file.
-        ConfigError: not TOML, no ``[data]`` table, or a bad value (naming the file).
+        ConfigError: not TOML, no ``[data]`` table, or a bad value (naming the file and the key).
     """
     path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise MissingFileError(f"{path}: loader settings file not found; write one with `stoker tune DATA --out {path}`") from None
-    return LoaderSettings.from_toml(text, where=str(path))
+    return LoaderSettings.from_toml(_read(path), where=str(path))
+
+
+def load_data_table(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """The ``[data]`` table of a settings file as written, its loader keys checked as :func:`load_settings` checks them.
+
+    ``stoker train --loader-config FILE`` merges it into the training config: keys the
+    file does not set keep the config's values, and ``backend = "auto"`` stays ``"auto"``.
+
+    Raises:
+        MissingFileError: no such file.
+        ConfigError: not TOML, no ``[data]`` table, or a bad loader value (naming the file and the key).
+
+    Example:
+        >>> load_data_table("loader.toml")  # doctest: +SKIP
+        {'workers': 2, 'backend': 'thread', 'prefetch_factor': 4}
+    """
+    path = Path(path)
+    table = _data_table(_read(path), str(path))
+    LoaderSettings.from_table(table, str(path))
+    return table

@@ -35,7 +35,7 @@ import numpy as np
 
 from stoker.bench.benchmark import _settle_size, open_data, pack_for_bench
 from stoker.bench.limits import Limits, evict_from_page_cache, measure_limits, measure_sequential_read
-from stoker.bench.methods import BUILTIN_METHODS, BenchData
+from stoker.bench.methods import METHODS, BenchData, method_names
 from stoker.bench.runner import Expected, RunResult, run_method
 from stoker.bench.settings import LoaderSettings
 from stoker.errors import ConfigError
@@ -43,7 +43,7 @@ from stoker.sources.dataset import FileDataset
 
 __all__ = ["DEFAULT_STORAGES", "Trial", "TuneResult", "search_settings", "tune"]
 
-DEFAULT_STORAGES: tuple[str, ...] = ("files", "shards-encoded", "shards-pixels")
+DEFAULT_STORAGES: tuple[str, ...] = method_names(tunable=True)  # the built-in ones: files and the shard stores
 _MIN_GAIN = 0.05  # a doubling of workers must gain this much to try the next one
 _NEAR_BEST = 0.03  # settings this close to the fastest count as equally fast
 _MIN_TRIAL_S = 1.0
@@ -146,7 +146,7 @@ class _Search:
             self.skipped.append(f"{phase}: {settings.method}, {settings.workers} workers, {settings.backend}, "
                                 f"prefetch {settings.prefetch_factor} (the budget was spent)")
             return None
-        method = BUILTIN_METHODS[settings.method]
+        method = METHODS[settings.method]
         if self.cold:
             evict_from_page_cache([str(p) for p in self.data.dataset.index.paths])
         run: RunResult = run_method(
@@ -231,9 +231,10 @@ def search_settings(
     say = echo or (lambda line: None)
     if budget_s < 3 * _MIN_TRIAL_S:
         raise ConfigError(f"tune: a budget of {budget_s:g} s is too short; give at least {3 * _MIN_TRIAL_S:g} s (e.g. --budget 60s)")
-    unknown = [s for s in storages if s not in DEFAULT_STORAGES]
+    tunable = method_names(tunable=True)
+    unknown = [s for s in storages if s not in tunable]
     if unknown or not storages:
-        raise ConfigError(f"tune: storages must be among {', '.join(DEFAULT_STORAGES)}, got {list(storages)!r}")
+        raise ConfigError(f"tune: storages must be among {', '.join(tunable)}, got {list(storages)!r}")
     dataset, description = open_data(data)
     size = _settle_size(dataset, size)
     sample = _sample(dataset, sample_size or max(8 * batch_size, 2048), seed)
@@ -250,7 +251,7 @@ def search_settings(
     try:
         # 1. storage and workers
         for storage in storages:
-            store = BUILTIN_METHODS[storage].store
+            store = METHODS[storage].store
             if store is not None:
                 work_s = len(sample) / max(limits.decode_img_per_s, 1.0)
                 if work_s > 0.3 * state.left_s:
@@ -276,9 +277,10 @@ def search_settings(
         if leader is not None:
             w = leader.settings.workers
             top = max_workers if max_workers is not None else 2 * max(w, 1)
-            other = "thread" if leader.settings.backend == "process" else "process"
-            for workers in dict.fromkeys(min(v, top) for v in (max(w, 1), 2 * max(w, 1))):
-                state.measure(leader.settings.replace(backend=other, workers=workers), "backend")
+            others = [b for b in METHODS[leader.settings.method].backends if b != leader.settings.backend]
+            for other in others:
+                for workers in dict.fromkeys(min(v, top) for v in (max(w, 1), 2 * max(w, 1))):
+                    state.measure(leader.settings.replace(backend=other, workers=workers), "backend")
         # 3. prefetch depth
         leader = state.best()
         if leader is not None and leader.settings.workers > 0:
@@ -302,12 +304,11 @@ def search_settings(
                 f" — {ahead:+.0%} against the next best ({runner_up.describe()})"
                 + ("; within 3 %, the one with fewer workers wins" if ahead < 0 else "")
             )
-        method = BUILTIN_METHODS[settings.method]
+        method = METHODS[settings.method]
         bound, limit_name = limits.limit(method.work, settings.workers, sequential=method.store is not None)
         reason += f"; {(chosen.img_per_s or 0.0) / bound:.0%} of this machine's {limit_name} limit ({bound:,.0f} img/s)"
-        if settings.method.startswith("shards"):
-            store = BUILTIN_METHODS[settings.method].store
-            reason += f". Pack the data first: `stoker pack DATA OUT --store {store}`"
+        if method.store is not None:
+            reason += f". Pack the data first: `stoker pack DATA OUT --store {method.store}`"
     return TuneResult(settings, state.trials, reason, state.skipped, limits, len(sample), time.perf_counter() - start)
 
 

@@ -7,9 +7,12 @@ from pathlib import Path
 
 import click
 
+from stoker.bench.methods import method_names
+from stoker.bench.plan import DEFAULT_WORKERS, MODES
 from stoker.errors import ConfigError
+from stoker.loading.backends import BACKENDS
 
-_METHODS = "files,pipe,shards-encoded,shards-pixels"
+_METHODS = ",".join(method_names())
 
 
 def split_list(text: str, what: str) -> list[str]:
@@ -42,10 +45,11 @@ def parse_size(text: str | None) -> tuple[int, int] | None:
 @click.command("bench")
 @click.argument("data", type=click.Path(exists=True, path_type=Path))
 @click.option("--methods", default=_METHODS, show_default=True, help="Comma-separated loading methods to compare.")
-@click.option("--workers", "workers_text", default="0,1,2,4", show_default=True, help="Comma-separated worker counts.")
-@click.option("--backend", "backend_text", default="process", show_default=True,
-              help="Comma-separated loader backends: process, thread.")
-@click.option("--mode", type=click.Choice(["load", "train"]), default="load", show_default=True,
+@click.option("--workers", "workers_text", default=",".join(map(str, DEFAULT_WORKERS)), show_default=True,
+              help="Comma-separated worker counts.")
+@click.option("--backend", "backend_text", default=BACKENDS[0], show_default=True,
+              help=f"Comma-separated loader backends: {', '.join(BACKENDS)}.")
+@click.option("--mode", type=click.Choice(MODES), default=MODES[0], show_default=True,
               help="load: batches only; train: a training step per batch, reporting the data-wait share.")
 @click.option("--model", default="resnet18", show_default=True, help="Model of --mode train (small_cnn or a torchvision classifier).")
 @click.option("--batch-size", type=click.IntRange(min=1), default=256, show_default=True)
@@ -92,10 +96,9 @@ def bench(
 
     Example: stoker bench digiface/ --workers 0,2,4 --max-seconds 60
     """
-    from stoker.bench import bench as run_bench
-    from stoker.bench import render_markdown, save_report
+    from stoker.bench import BenchPlan, render_markdown, run_bench, save_report
 
-    result = run_bench(
+    plan = BenchPlan(
         data,
         methods=split_list(methods, "methods"),
         workers=parse_workers(workers_text),
@@ -113,8 +116,8 @@ def bench(
         cold=cold,
         limits_time_s=limit_seconds,
         seed=seed,
-        echo=lambda line: click.echo(line, err=True),
     )
+    result = run_bench(plan, echo=lambda line: click.echo(line, err=True))
     click.echo(render_markdown(result))
     paths = save_report(result, out)
     click.echo(f"\nwrote {paths['markdown']}, {paths['json']} and {paths['png']}", err=True)

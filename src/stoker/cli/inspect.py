@@ -8,7 +8,7 @@ import click
 
 
 @click.command("inspect")
-@click.argument("root", type=click.Path(path_type=Path), metavar="OUT")
+@click.argument("root", type=click.Path(path_type=Path), metavar="DATA")
 @click.option("--grid", type=click.Path(dir_okay=False, path_type=Path), help="Write a PNG grid of samples with their labels.")
 @click.option("--split", default="train", show_default=True, help="Split the grid draws from.")
 @click.option("--count", type=click.IntRange(min=1), default=32, show_default=True, help="Samples in the grid.")
@@ -21,12 +21,18 @@ import click
 def inspect(
     root: Path, grid: Path | None, split: str, count: int, batch_size: int, shuffle_buffer: int, max_classes: int
 ) -> None:
-    """Show a shard set's counts per split and class, bytes, storage mode, image size and origin.
+    """Show what data holds: a shard set's counts per split and class, bytes, storage mode,
+    image size and origin; for any other layout, what it is opened as, its splits and classes.
 
-    Also scores how well the labels are mixed (1 = like a random permutation, 0 = like
+    For a shard set it also scores how well the labels are mixed (1 = like a random permutation, 0 = like
     class-sorted data) in the order a sequential reader meets them on disk, and in the
     order the streaming reader (shuffled shard order, then a buffer) yields them.
     """
+    from stoker.data import detect_layout
+
+    if detect_layout(root) != "shards":
+        _inspect_files(root, max_classes)
+        return
     from stoker.shards import summarize, write_grid
     from stoker.shards.quality import stream_quality
 
@@ -39,3 +45,23 @@ def inspect(
     if grid is not None:
         write_grid(root, grid, split=split, count=count)
         click.echo(f"\nwrote a grid of {count} {split} samples with their labels to {grid}")
+
+
+def _inspect_files(root: Path, max_classes: int) -> None:
+    """Splits and class counts of data that is not packed (any layout open_data reads)."""
+    import numpy as np
+
+    from stoker.data import open_data
+
+    data = open_data(root)
+    click.echo(data.describe())
+    for split, dataset in data.items():
+        counts = np.bincount(np.asarray(dataset.labels), minlength=data.num_classes)  # type: ignore[attr-defined]
+        shown = ", ".join(f"{data.classes[i]}: {int(c)}" for i, c in enumerate(counts[:max_classes]))
+        more = f", ... ({data.num_classes - max_classes} more)" if data.num_classes > max_classes else ""
+        click.echo(f"  {split:<8} {len(dataset):>8} samples  {shown}{more}")  # type: ignore[arg-type]
+    if data.empty_classes:
+        names = ", ".join(data.classes[i] for i in data.empty_classes[:10])
+        click.echo(f"warning: {len(data.empty_classes)} classes have no samples ({names}); numbered from 1? "
+                   "--label-order sorted numbers the folders without gaps")
+    click.echo("not packed: pack it for faster reading with `stoker pack " + str(root) + " OUT`")

@@ -55,6 +55,20 @@ def parse_crop(text: str | None) -> tuple[int, int, int, int] | None:
     return top, left, height, width
 
 
+def parse_sources(sources: list[str]) -> list[str] | dict[str, list[str]]:
+    """``["a", "b"]`` stays a list; ``["train=a", "valid=b"]`` becomes ``{split: [paths]}``."""
+    named = [re.fullmatch(r"([A-Za-z][A-Za-z0-9_-]*)=(.+)", s) for s in sources]
+    if not any(named):
+        return list(sources)
+    if not all(named):
+        plain = next(s for s, m in zip(sources, named, strict=True) if m is None)
+        raise click.BadParameter(f"{plain!r}: name every SRC's split (train=DIR valid=DIR) or none of them")
+    splits: dict[str, list[str]] = {}
+    for match in named:
+        splits.setdefault(match.group(1), []).append(match.group(2))  # type: ignore[union-attr]
+    return splits
+
+
 @click.command("pack")
 @click.argument("paths", nargs=-1, required=True, metavar="SRC... OUT")
 @click.option("--store", type=click.Choice(["encoded", "pixels"]), default="encoded", show_default=True,
@@ -74,31 +88,35 @@ def parse_crop(text: str | None) -> tuple[int, int, int, int] | None:
 @click.option("--labels", type=click.Path(dir_okay=False, path_type=Path),
               help="Label file ('<file> <label>' lines) of a single SRC folder that holds several .txt files.")
 @click.option("--crop", metavar="T,L,H,W", help="Crop box (top,left,height,width) for every image of every SRC.")
+@click.option("--label-order", type=click.Choice(["auto", "sorted"]), default="auto", show_default=True,
+              help="auto: numeric class folder names are the labels; sorted: folder names numbered in sorted order.")
 @click.option("--quiet", is_flag=True, help="No progress bar.")
 def pack(paths: tuple[str, ...], store: str, size: str | None, shard_samples: int, shard_bytes: str,
          split_spec: str | None, workers: int | None, seed: int, no_shuffle: bool, overwrite: bool, labels: Path | None,
-         crop: str | None, quiet: bool) -> None:
+         crop: str | None, label_order: str, quiet: bool) -> None:
     """Pack SRC... into shuffled, checksummed Arrow shards in OUT.
 
     SRC is a folder of class folders, a folder with a label file (identity_CelebA.txt or
     another *.txt beside img/), a folder with ids.json/ids.csv, or an existing shard set
-    (re-pack to another mode or size). Several SRC are laid side by side (their labels
-    do not clash). The same arguments give byte-identical shards; an interrupted pack
+    (re-pack to another mode or size), or a folder of split folders (train/, val/). Several
+    SRC are laid side by side (their labels do not clash); SPLIT=SRC (train=DIR valid=DIR)
+    gives each split its own source, with one label mapping for all. The same arguments give byte-identical shards; an interrupted pack
     re-run with the same arguments resumes where it stopped.
 
     \b
     Examples:
       stoker pack data/digiface packed --store pixels --size 112x112 --split valid=0.1
       stoker pack data/celeba data/digiface packed --size 112x112
+      stoker pack train=imagenet/train valid=imagenet/val packed --store encoded
     """
     if len(paths) < 2:
         raise click.UsageError("give at least one SRC and the OUT folder: stoker pack SRC... OUT")
     *sources, out = paths
-    from stoker.shards import pack as run_pack
+    from stoker.packer import pack as run_pack
 
     start = time.perf_counter()
     manifest = run_pack(
-        sources,
+        parse_sources(sources),
         out,
         store=store,
         size=parse_size(size),
@@ -112,6 +130,7 @@ def pack(paths: tuple[str, ...], store: str, size: str | None, shard_samples: in
         progress=not quiet,
         labels=labels,
         crop=parse_crop(crop),
+        label_order="sorted" if label_order == "sorted" else "auto",
     )
     seconds = time.perf_counter() - start
     splits = ", ".join(f"{name} {sum(i.samples for i in infos):,}" for name, infos in manifest.splits.items())

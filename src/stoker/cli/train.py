@@ -13,18 +13,22 @@ Examples:
   stoker train train.toml
   stoker train train.toml --epochs 3 --set optim.lr=0.01 --tag category=shards
   stoker train --data data/digiface --model small_cnn --epochs 5 --image-size 64
-  stoker train train.toml --name my-run --resume      # continue runs/my-run from last.pt
+  stoker train --name my-run --resume                 # continue runs/my-run from last.pt, its own config
   stoker train --keys                                 # every key, its default and values
 
 \b
 The run folder (run.log_dir/run.name) gets metrics.csv, run.json, TensorBoard events,
-last.pt (every epoch), best.pt (best valid accuracy) and curves.png.
+last.pt (every epoch; --checkpoint-every-steps N also mid-epoch), best.pt (best
+valid accuracy) and curves.png. Ctrl-C finishes the step, saves last.pt there and
+stops; --resume continues with the next batch (a second Ctrl-C stops at once).
 """
 
 
 @click.command("train", epilog=_EPILOG)
 @click.argument("config", required=False, type=click.Path(dir_okay=False, path_type=Path))
 @click.option("--data", "data", multiple=True, metavar="PATH", help="data.path: data folder(s) or a shard set (repeat for several).")
+@click.option("--valid", "valid", multiple=True, metavar="PATH",
+              help="data.valid_path: separate validation data, any layout (a shard set too), same classes.")
 @click.option("--model", help="model.name: small_cnn or a torchvision classifier (resnet18, resnet50...).")
 @click.option("--optimizer", help="optim.name: sgd, adam or adamw.")
 @click.option("--lr", type=float, help="optim.lr: learning rate.")
@@ -40,17 +44,21 @@ last.pt (every epoch), best.pt (best valid accuracy) and curves.png.
 @click.option("--tag", "tags", multiple=True, metavar="KEY=VALUE", help="Add to run.tags (repeatable), e.g. category=shards.")
 @click.option("--seed", type=int, help="run.seed.")
 @click.option("--patience", type=int, help="run.patience: epochs without a better valid accuracy before stopping.")
-@click.option("--resume", is_flag=True, default=None, help="run.resume: continue the run --name from its last.pt.")
+@click.option("--resume", is_flag=True, default=None,
+              help="run.resume: continue the run --name from its last.pt, with the config in its run.json.")
+@click.option("--checkpoint-every-steps", type=int, metavar="N",
+              help="run.checkpoint_every_steps: also write last.pt every N optimizer steps.")
 @click.option("--no-progress", is_flag=True, help="Hide progress bars (run.progress = false).")
 @click.option("--loader-config", "--loader", "loader_file", type=click.Path(dir_okay=False, path_type=Path), metavar="FILE",
               help="Loader settings from `stoker tune --out FILE` (its [data] table); flags still win.")
 @click.option("--set", "assignments", multiple=True, metavar="TABLE.KEY=VALUE",
               help="Set any config key, e.g. --set optim.scheduler=cosine (value read as TOML, else text).")
 @click.option("--keys", is_flag=True, help="Print every config key with its default and allowed values, and exit.")
-def train(config: Path | None, data: tuple[str, ...], model: str | None, optimizer: str | None, lr: float | None,
+def train(config: Path | None, data: tuple[str, ...], valid: tuple[str, ...], model: str | None, optimizer: str | None, lr: float | None,
           epochs: int | None, batch_size: int | None, workers: int | None, image_size: int | None,
           device: str | None, amp: str | None, compile_: bool | None, log_dir: str | None, name: str | None,
-          tags: tuple[str, ...], seed: int | None, patience: int | None, resume: bool | None, no_progress: bool,
+          tags: tuple[str, ...], seed: int | None, patience: int | None, resume: bool | None,
+          checkpoint_every_steps: int | None, no_progress: bool,
           loader_file: Path | None, assignments: tuple[str, ...], keys: bool) -> None:
     """Train a model on image data, as CONFIG (a TOML file) says; flags override its keys.
 
@@ -67,6 +75,7 @@ def train(config: Path | None, data: tuple[str, ...], model: str | None, optimiz
         return
     flags: dict[str, Any] = {
         "data.path": list(data) or None,
+        "data.valid_path": list(valid) or None,
         "model.name": model,
         "optim.name": optimizer,
         "optim.lr": lr,
@@ -82,6 +91,7 @@ def train(config: Path | None, data: tuple[str, ...], model: str | None, optimiz
         "run.seed": seed,
         "run.patience": patience,
         "run.resume": resume,
+        "run.checkpoint_every_steps": checkpoint_every_steps,
         "run.progress": False if no_progress else None,
     }
     values = _loader_settings(loader_file) if loader_file is not None else {}
@@ -98,22 +108,15 @@ def train(config: Path | None, data: tuple[str, ...], model: str | None, optimiz
     try:
         result = train_from_config(cfg, echo=click.echo)
     except KeyboardInterrupt:
-        click.echo("\ninterrupted; last.pt holds the last finished epoch: continue with --resume --name <run name>", err=True)
+        where = Path(cfg.run.log_dir) / str(cfg.run.name) if cfg.run.name else Path(cfg.run.log_dir)
+        click.echo(f"\ninterrupted; {where}/last.pt holds the last point saved: continue with "
+                   f"stoker train --log-dir {cfg.run.log_dir} --name {cfg.run.name or '<run name>'} --resume", err=True)
         sys.exit(130)
     click.echo(result.where())
 
 
 def _loader_settings(path: Path) -> dict[str, Any]:
     """The [data] table of a `stoker tune` settings file, as ``{"data.key": value}``."""
-    from stoker import _tomllib as tomllib
-    from stoker.errors import ConfigError, MissingFileError
+    from stoker.bench.settings import load_data_table
 
-    try:
-        table = tomllib.loads(path.read_text(encoding="utf-8")).get("data")
-    except FileNotFoundError:
-        raise MissingFileError(f"{path}: loader settings not found; write them with `stoker tune DATA --out {path}`") from None
-    except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f"{path}: not valid TOML ({exc})") from None
-    if not isinstance(table, dict):
-        raise ConfigError(f"{path}: no [data] table; expected the file `stoker tune --out` writes")
-    return {f"data.{key}": value for key, value in table.items()}
+    return {f"data.{key}": value for key, value in load_data_table(path).items()}

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import click
 
+from stoker.bench.methods import method_names
 from stoker.cli.bench import parse_size, split_list
 from stoker.errors import ConfigError
 
@@ -26,7 +27,7 @@ def parse_duration(text: str) -> float:
 @click.option("--budget", "budget_text", default="60s", show_default=True, help="Time the search may take (60s, 2m).")
 @click.option("--out", type=click.Path(dir_okay=False, path_type=Path), default=Path("loader.toml"), show_default=True,
               help="Where to write the chosen settings (read by `stoker train --loader-config`).")
-@click.option("--storages", default="files,shards-encoded,shards-pixels", show_default=True,
+@click.option("--storages", default=",".join(method_names(tunable=True)), show_default=True,
               help="Comma-separated storages to consider.")
 @click.option("--batch-size", type=click.IntRange(min=1), default=256, show_default=True, help="The training batch size.")
 @click.option("--size", "size_text", default=None, help="Resize every image to HEIGHTxWIDTH (needed when sizes differ).")

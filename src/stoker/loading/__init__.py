@@ -1,8 +1,40 @@
-"""Parallel loading: ``make_loader`` and its building blocks."""
+"""Parallel loading: ``make_loader`` and its building blocks.
+
+The names are imported on first use (PEP 562), so that the torch-free parts of this
+package (:mod:`stoker.loading.backends`, :mod:`stoker.loading.skips`) can be imported
+without torch, as ``stoker --help`` does.
+"""
 
 from __future__ import annotations
 
-from stoker.loading.collate import Batch, collate, to_device
-from stoker.loading.loader import Loader, make_loader, resolve_device
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from stoker.loading.collate import Batch, collate, to_device
+    from stoker.loading.loader import Loader, make_loader, resolve_device
 
 __all__ = ["Batch", "Loader", "collate", "make_loader", "resolve_device", "to_device"]
+
+# Public name -> the module it lives in (imported on first use).
+_HOMES: dict[str, str] = {
+    "Batch": "stoker.loading.collate",
+    "Loader": "stoker.loading.loader",
+    "collate": "stoker.loading.collate",
+    "make_loader": "stoker.loading.loader",
+    "resolve_device": "stoker.loading.loader",
+    "to_device": "stoker.loading.collate",
+}
+
+
+def __getattr__(name: str) -> Any:
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module 'stoker.loading' has no attribute {name!r}")
+    value = getattr(importlib.import_module(home), name)
+    globals()[name] = value  # later lookups skip this function
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})

@@ -1,8 +1,11 @@
-"""Packed shards: ``pack`` a data set into checksummed Arrow files, read them fast, verify and inspect them.
+"""Packed shards: write a data set into checksummed Arrow files, read them fast, verify and inspect them.
+
+``stoker.pack`` (in :mod:`stoker.packer`) opens data at any path and calls
+:func:`write_shards`; this package never opens paths of other layouts itself.
 
 Example:
-    >>> from stoker.shards import ShardDataset, pack, verify
-    >>> pack("data/digiface", "packed", store="pixels", size=(112, 112), valid=0.1)  # doctest: +SKIP
+    >>> from stoker.shards import ShardDataset, verify
+    >>> stoker.pack("data/digiface", "packed", store="pixels", size=(112, 112), valid=0.1)  # doctest: +SKIP
     >>> train = ShardDataset("packed", split="train")  # doctest: +SKIP
     >>> verify("packed").ok  # doctest: +SKIP
     True
@@ -12,7 +15,7 @@ from __future__ import annotations
 
 from stoker.shards.dataset import ShardBatch, ShardDataset, collate_shard_batch
 from stoker.shards.manifest import Manifest, ShardInfo
-from stoker.shards.packing import pack
+from stoker.shards.packing import write_shards
 from stoker.shards.stream import ShardStream, stream_order
 from stoker.shards.summary import ShardSetSummary, SplitSummary, summarize, write_grid
 from stoker.shards.verification import Fault, VerifyReport, verify
@@ -30,9 +33,9 @@ __all__ = [
     "SplitSummary",
     "VerifyReport",
     "collate_shard_batch",
-    "pack",
     "stream_order",
     "summarize",
     "verify",
     "write_grid",
+    "write_shards",
 ]

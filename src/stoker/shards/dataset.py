@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import math
 import os
 from collections.abc import Callable, Iterator, Sequence
@@ -139,6 +140,7 @@ class ShardDataset(Dataset):
         self.shards = ShardSet(root, split)
         self.transform = transform
         self.on_error: OnError = on_error
+        self._rows: np.ndarray | None = None  # a view of some rows of the split (subset, split)
 
     # -- what the set holds ---------------------------------------------------------
     @property
@@ -179,7 +181,21 @@ class ShardDataset(Dataset):
     @property
     def labels(self) -> np.ndarray:
         """Every sample's label, in order (``int64``)."""
-        return self.shards.all_labels()
+        labels = self.shards.all_labels()
+        return labels if self._rows is None else labels[self._rows]
+
+    def subset(self, indices: Sequence[int] | np.ndarray) -> ShardDataset:
+        """A view of the given samples of this data set, in that order (no copy of the shards).
+
+        The view keeps everything the full set has — storage mode, loader defaults,
+        transform, bad-sample policy — so a loader reads it as fast as the whole set.
+        """
+        rows = np.asarray(indices, dtype=np.int64).reshape(-1)
+        if len(rows) and (rows.min() < 0 or rows.max() >= len(self)):
+            raise IndexError(f"subset: sample indices must be in 0..{len(self) - 1}")
+        view = copy.copy(self)
+        view._rows = rows if self._rows is None else self._rows[rows]
+        return view
 
     @property
     def loader_defaults(self) -> dict[str, Any]:
@@ -200,11 +216,12 @@ class ShardDataset(Dataset):
 
     def trace(self, i: int) -> dict[str, Any]:
         """Where sample ``i`` lives and came from: shard, row, key, source, file, label."""
-        return self.shards.row_info(self._check_index(i))
+        i = self._check_index(i)
+        return self.shards.row_info(i if self._rows is None else int(self._rows[i]))
 
     # -- the torch Dataset protocol ---------------------------------------------------
     def __len__(self) -> int:
-        return len(self.shards)
+        return len(self.shards) if self._rows is None else len(self._rows)
 
     def _check_index(self, i: int) -> int:
         i = int(i)
@@ -223,6 +240,8 @@ class ShardDataset(Dataset):
     def __getitems__(self, indices: Sequence[int] | np.ndarray) -> ShardBatch:
         """Gather a batch with one call (torch's DataLoader calls this for every batch)."""
         idx = np.asarray(indices, dtype=np.int64).reshape(-1)
+        if self._rows is not None:
+            idx = self._rows[idx]
         labels = self.shards.read_labels(idx)
         if self.shards.row_bytes:
             height, width = self.image_size  # type: ignore[misc]

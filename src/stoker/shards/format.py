@@ -6,7 +6,8 @@ A shard set is a folder::
     OUT/train-00000.arrow      Arrow IPC files, one split per file name prefix
     OUT/valid-00000.arrow
 
-Every shard has the same six columns, none of them nullable:
+Every shard has the same six columns, none of them nullable; :data:`COLUMNS` below is
+the one table of them that the schema, the writer, the reader and the row sources read:
 
 ==========  ==========================================  ==================================
 column      type                                        holds
@@ -28,6 +29,7 @@ shard or manifest is pickled: opening a shard set made by a stranger runs no cod
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from typing import Literal
 
 import pyarrow as pa
@@ -36,15 +38,19 @@ from stoker.errors import ConfigError
 
 __all__ = [
     "CHANNELS",
+    "COLUMNS",
+    "COLUMN_INDEX",
     "FORMAT_NAME",
     "FORMAT_VERSION",
     "MANIFEST_NAME",
     "MAX_SIDE",
     "PLAN_NAME",
     "RECORD_BATCH_BYTES",
+    "ROW_COLUMNS",
     "SHARD_SUFFIX",
     "STORES",
     "TMP_SUFFIX",
+    "Column",
     "Store",
     "check_split_name",
     "image_row_bytes",
@@ -68,6 +74,41 @@ RECORD_BATCH_BYTES = 64 * 2**20
 
 Store = Literal["encoded", "pixels"]
 STORES: tuple[str, ...] = ("encoded", "pixels")
+
+
+
+@dataclass(frozen=True)
+class Column:
+    """One column of every shard.
+
+    Attributes:
+        name: the column's name in the Arrow schema.
+        type: its Arrow type; ``None`` for ``image``, whose type the store sets.
+        rows: the array of a row source (:class:`~stoker.shards.rows.RowSource`) that
+            it is written from, one value per row; ``None`` when the writer makes it
+            (``crc32``, from the image) or it is the image.
+        doc: what it holds.
+    """
+
+    name: str
+    type: pa.DataType | None
+    rows: str | None
+    doc: str
+
+
+# The columns of every shard, in schema order. Adding one here adds it to the schema,
+# the writer's rows (from the row sources' array ``rows``), ShardRows and the reader's
+# positions; FileRows says where its values come from. The order is the on-disk format.
+COLUMNS: tuple[Column, ...] = (
+    Column("key", pa.string(), "keys", "the sample's key in its source"),
+    Column("label", pa.int64(), "labels", "the class (``classes[label]``)"),
+    Column("source", pa.string(), "source_names", "the source name (see the manifest)"),
+    Column("file", pa.string(), "files", "the file, relative to the source root"),
+    Column("crc32", pa.uint32(), None, "CRC-32 of the ``image`` bytes, so that ``stoker verify`` can name a bad row"),
+    Column("image", None, None, "the file's original bytes (``encoded``) or decoded uint8 RGB CHW pixels (``pixels``)"),
+)
+COLUMN_INDEX: dict[str, int] = {column.name: i for i, column in enumerate(COLUMNS)}  # name -> position
+ROW_COLUMNS: tuple[Column, ...] = tuple(column for column in COLUMNS if column.rows is not None)  # given per row
 
 _SPLIT_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_]{0,63}")
 _SHARD_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_]{0,63}-[0-9]{5,9}\.arrow")
@@ -123,14 +164,7 @@ def shard_schema(store: str, image_size: tuple[int, int] | None) -> pa.Schema:
         image_type = pa.binary()
     size_text = f"{image_size[0]}x{image_size[1]}" if image_size is not None else ""
     return pa.schema(
-        [
-            pa.field("key", pa.string(), nullable=False),
-            pa.field("label", pa.int64(), nullable=False),
-            pa.field("source", pa.string(), nullable=False),
-            pa.field("file", pa.string(), nullable=False),
-            pa.field("crc32", pa.uint32(), nullable=False),
-            pa.field("image", image_type, nullable=False),
-        ],
+        [pa.field(c.name, image_type if c.type is None else c.type, nullable=False) for c in COLUMNS],
         metadata={
             "stoker.format": f"{FORMAT_NAME}/{FORMAT_VERSION}",
             "stoker.store": store,

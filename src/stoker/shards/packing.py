@@ -33,7 +33,7 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from stoker.decode import Box, resize
+from stoker.decode import resize
 from stoker.errors import ConfigError, DataError, ShardError
 from stoker.lifetime import die_with_parent
 from stoker.shards.claim import check_place, claim, reuse_finished
@@ -44,13 +44,12 @@ from stoker.shards.plan import PackPlan, ShardPlan, make_plan
 from stoker.shards.replace import LOCK_NAME, is_ours, pack_lock, staging_dir, swap_in
 from stoker.shards.rows import RowSource, as_rows
 from stoker.sources.dataset import FileDataset
-from stoker.sources.detect import detect_layout, open_splits
 from stoker.sources.index import Source
 
-__all__ = ["pack"]
+__all__ = ["write_shards"]
 
 PathLike = str | os.PathLike[str]
-SourceArg = PathLike | Sequence[PathLike] | FileDataset | ShardDataset | Mapping[str, FileDataset | ShardDataset]
+SourceArg = FileDataset | ShardDataset | Mapping[str, Any]
 
 _PROGRESS_EVERY = 32  # rows between progress reports from a worker
 
@@ -82,7 +81,7 @@ def _check_args(store: str, size: tuple[int, int] | None, shard_samples: int, sh
         raise ConfigError(f"workers must be >= 0, got {workers}")
 
 
-def _open(source: SourceArg, labels: PathLike | None, crop: Box | None) -> tuple[dict[str, Any], list[str]]:
+def _open(source: SourceArg) -> tuple[dict[str, Any], list[str]]:
     """``({split: data set}, source description)``; the data sets are file data sets or shard sets."""
     if isinstance(source, (FileDataset, ShardDataset)):
         split = source.split if isinstance(source, ShardDataset) else "train"
@@ -92,18 +91,10 @@ def _open(source: SourceArg, labels: PathLike | None, crop: Box | None) -> tuple
         if not datasets:
             raise ConfigError("pack: the mapping of splits is empty")
         return datasets, list(dict.fromkeys(s.root for ds in datasets.values() for s in _sources_of(ds)))
-    paths = [source] if isinstance(source, (str, os.PathLike)) else list(source)
-    if not paths:
-        raise ConfigError("pack: give at least one source")
-    described = [str(Path(p).resolve()) for p in paths]
-    if any(detect_layout(p) == "shards" for p in paths):
-        if len(paths) > 1:
-            raise ConfigError("pack: a shard set is re-packed alone; pass it as the only source")
-        if labels is not None or crop is not None:
-            raise ConfigError("pack: a shard set has its labels and crop already; leave --labels and --crop out")
-        manifest = Manifest.load(paths[0])
-        return {split: ShardDataset(paths[0], split) for split in manifest.splits}, described
-    return dict(open_splits(paths, labels=labels, crop=crop)), described
+    raise ConfigError(
+        f"write_shards takes a stoker data set or a {{split: data set}} mapping, got {type(source).__name__}; "
+        "to pack the data at a path use stoker.pack"
+    )
 
 
 def _sources_of(dataset: FileDataset | ShardDataset) -> tuple[Source, ...]:
@@ -245,7 +236,7 @@ def _write_all(job: _Job, todo: list[ShardPlan], workers: int, bar: tqdm) -> dic
 # -- the whole ---------------------------------------------------------------------------
 
 
-def pack(
+def write_shards(
     source: SourceArg,
     out: PathLike,
     *,
@@ -259,15 +250,13 @@ def pack(
     workers: int | None = None,
     overwrite: bool = False,
     progress: bool = True,
-    labels: PathLike | None = None,
-    crop: Box | None = None,
+    origin: Sequence[str] | None = None,
 ) -> Manifest:
     """Pack a data set into shuffled, checksummed Arrow shards plus ``manifest.json``.
 
     Args:
-        source: a folder in any layout (class folders, label file, ids), several of them
-            (labels side by side), an existing shard set (re-pack), a stoker data set,
-            or a ``{split: data set}`` mapping.
+        source: a stoker data set (file data set or shard set) or a ``{split: data set}``
+            mapping such as :func:`stoker.open_data` returns; :func:`stoker.pack` takes paths.
         out: the output folder (new, empty, or this same pack half done).
         store: ``"encoded"`` keeps each file's bytes (compact, decoded when read);
             ``"pixels"`` stores decoded uint8 RGB pixels after the crop, at ``size``
@@ -285,8 +274,7 @@ def pack(
         workers: processes writing shards (default: the CPU count; 0 or 1 writes here).
         overwrite: replace a shard set (or other stoker files) already in ``out``.
         progress: show a progress bar on stderr.
-        labels: the label file of a label-file folder that holds several ``.txt`` files.
-        crop: ``(top, left, height, width)`` for every image of file sources.
+        origin: what the manifest records as the source (default: the sources' roots).
 
     Returns:
         The :class:`Manifest` written.
@@ -297,16 +285,18 @@ def pack(
         ShardError: a shard set source is damaged.
 
     Example:
-        >>> from stoker.shards import pack
-        >>> manifest = pack("data/digiface", "packed", store="pixels", size=(112, 112),
-        ...                 valid=0.1)  # doctest: +SKIP
+        >>> from stoker.shards import write_shards
+        >>> manifest = write_shards(ClassFolderDataset("data/digiface"), "packed", store="pixels",
+        ...                         size=(112, 112), valid=0.1)  # doctest: +SKIP
         >>> manifest.split_samples("valid")  # doctest: +SKIP
         2000
     """
     out = Path(out)
     _check_args(store, size, shard_samples, shard_bytes, valid, workers)
     size = (int(size[0]), int(size[1])) if size is not None else None
-    datasets, described = _open(source, labels, crop)
+    datasets, described = _open(source)
+    if origin is not None:
+        described = list(origin)
     datasets = _ordered(_split_valid(datasets, valid, seed))
     rows = {split: as_rows(ds) for split, ds in datasets.items()}
     if any(len(r) == 0 for r in rows.values()):

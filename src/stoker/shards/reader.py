@@ -24,13 +24,13 @@ import torch
 
 from stoker.decode import decode_sample, resize
 from stoker.errors import ConfigError, DecodeError, ShardError
-from stoker.shards.format import MANIFEST_NAME, image_row_bytes, shard_schema
+from stoker.shards.format import COLUMN_INDEX, MANIFEST_NAME, image_row_bytes, shard_schema
 from stoker.shards.manifest import Manifest, ShardInfo
 
 __all__ = ["ShardFile", "ShardSet", "repair_hint"]
 
-# Column positions in the schema (see stoker.shards.format).
-_KEY, _LABEL, _SOURCE, _FILE, _CRC32, _IMAGE = range(6)
+# Column positions in the schema (see stoker.shards.format.COLUMNS).
+_LABEL, _CRC32, _IMAGE = COLUMN_INDEX["label"], COLUMN_INDEX["crc32"], COLUMN_INDEX["image"]
 
 
 def repair_hint(root: str | os.PathLike[str]) -> str:

@@ -7,18 +7,24 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Protocol
 
 import numpy as np
+import pyarrow as pa
 import torch
 
 from stoker.errors import ConfigError, DataError
 from stoker.shards.dataset import ShardDataset, load_shard_image
+from stoker.shards.format import ROW_COLUMNS
 from stoker.sources.dataset import FileDataset
 from stoker.sources.index import Source
 
-__all__ = ["FileRows", "RowSource", "ShardRows", "as_rows"]
+__all__ = ["FileRows", "RowSource", "ShardRows", "as_rows", "row_values"]
 
 
 class RowSource(Protocol):
-    """The rows of one split that ``pack`` writes (numpy columns, plus two readers)."""
+    """The rows of one split that ``pack`` writes (numpy columns, plus two readers).
+
+    It has one array per column of :data:`~stoker.shards.format.ROW_COLUMNS`, named by
+    the column's ``rows``.
+    """
 
     keys: np.ndarray  # str
     labels: np.ndarray  # int64
@@ -37,6 +43,15 @@ class RowSource(Protocol):
 
     def read_pixels(self, i: int) -> torch.Tensor:
         """Row ``i`` decoded to uint8 RGB CHW, after its source's crop."""
+
+
+def row_values(rows: RowSource, i: int) -> dict[str, object]:
+    """Row ``i``'s value of every column a row source gives, by column name (what :meth:`ShardWriter.write_row` takes).
+
+    Example:
+        >>> writer.write_row(row_values(rows, i), rows.read_encoded(i))  # doctest: +SKIP
+    """
+    return {column.name: getattr(rows, column.rows)[i] for column in ROW_COLUMNS}  # type: ignore[arg-type]
 
 
 def _relative(path: str, root: str) -> str:
@@ -94,14 +109,22 @@ class FileRows:
 class ShardRows:
     """The rows of one split of an existing shard set (to re-pack it in another mode or size)."""
 
+    keys: np.ndarray
+    labels: np.ndarray
+    source_names: np.ndarray
+    files: np.ndarray
+
     def __init__(self, dataset: ShardDataset) -> None:
         self.dataset = dataset
         shards = dataset.shards
         files = [shards.file(s) for s in range(len(shards.infos))]
-        self.keys = np.asarray([k for f in files for k in f.column("key")], dtype=str)
-        self.labels = np.concatenate([f.labels for f in files]).astype(np.int64)
-        self.source_names = np.asarray([v for f in files for v in f.column("source")], dtype=str)
-        self.files = np.asarray([v for f in files for v in f.column("file")], dtype=str)
+        for column in ROW_COLUMNS:  # every column the rows were written from, read back
+            if column.name == "label":
+                values = np.concatenate([f.labels for f in files]).astype(np.int64)  # read when the shard opened
+            else:
+                dtype = np.int64 if pa.types.is_integer(column.type) else str
+                values = np.asarray([v for f in files for v in f.column(column.name)], dtype=dtype)
+            setattr(self, column.rows, values)  # type: ignore[arg-type]
         self.sources = dataset.manifest.sources
         self.classes = dataset.classes
         self._sizes = np.concatenate([f.encoded_sizes() for f in files]) if dataset.store == "encoded" else None

@@ -21,16 +21,11 @@ from torch.utils.data import IterableDataset, get_worker_info
 
 from stoker.errors import ConfigError
 from stoker.loading.collate import collate
+from stoker.loading.placement import distributed_placement
 from stoker.loading.skips import OnError, Skipped
 from stoker.shards.dataset import ShardDataset
 
 __all__ = ["ShardStream", "stream_order"]
-
-
-def _placement_from_torch() -> tuple[int, int] | None:
-    if torch.distributed.is_available() and torch.distributed.is_initialized():
-        return torch.distributed.get_rank(), torch.distributed.get_world_size()
-    return None
 
 
 def _buffer_shuffle(rows: np.ndarray, buffer: int, rng: np.random.Generator) -> np.ndarray:
@@ -174,7 +169,7 @@ class ShardStream(IterableDataset):
 
     def placement(self) -> tuple[int, int, int, int]:
         """``(rank, world_size, worker, num_workers)`` of the current process."""
-        rank, world_size = self._placement or _placement_from_torch() or (0, 1)
+        rank, world_size = self._placement or distributed_placement() or (0, 1)
         info = get_worker_info()
         return (rank, world_size, 0, 1) if info is None else (rank, world_size, info.id, info.num_workers)
 
@@ -193,11 +188,31 @@ class ShardStream(IterableDataset):
         )
 
     def __iter__(self) -> Iterator[tuple[Any, int] | Skipped]:
+        return self.iter_from(0)
+
+    def iter_from(self, start: int) -> Iterator[tuple[Any, int] | Skipped]:
+        """This reader's items of the epoch from position ``start`` on (what stoker's loader resumes with).
+
+        The rows before ``start`` are not read: the read that holds row ``start`` is
+        made as in an uninterrupted pass and its first items are dropped, so the items
+        that follow (and the bad-sample markers among them) are exactly the same.
+
+        Args:
+            start: how many of this reader's items to leave out.
+
+        Returns:
+            The iterator of the remaining samples and :class:`Skipped` markers.
+        """
         rows = self.order(*self.placement())
-        for start in range(0, len(rows), self.read_rows):
-            batch = self.dataset.__getitems__(rows[start : start + self.read_rows])
-            yield from batch.skipped
-            yield from batch
+        first = start // self.read_rows * self.read_rows
+        return self._read(rows, first, start - first)
+
+    def _read(self, rows: np.ndarray, first: int, drop: int) -> Iterator[tuple[Any, int] | Skipped]:
+        for begin in range(first, len(rows), self.read_rows):
+            batch = self.dataset.__getitems__(rows[begin : begin + self.read_rows])
+            items: list[Any] = [*batch.skipped, *batch]
+            yield from items[drop:] if drop else items
+            drop = 0
 
     def __len__(self) -> int:
         """Samples this rank reads per epoch (all its workers together)."""

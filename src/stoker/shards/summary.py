@@ -81,6 +81,11 @@ class ShardSetSummary:
         for label in range(shown):
             counts = "".join(f" {int(s.class_counts[label]):>10,}" for s in self.splits)
             lines.append(f"  {label:>6}  {m.classes[label][:24]:<{name_width}}{counts}")
+        empty = [i for i in range(len(m.classes)) if not any(int(s.class_counts[i]) for s in self.splits)]
+        if empty:
+            names = ", ".join(m.classes[i] for i in empty[:10]) + (" ..." if len(empty) > 10 else "")
+            lines += ["", f"warning: {len(empty)} of {len(m.classes)} classes have no samples ({names}); "
+                      "numbered folders from 1? re-pack with --label-order sorted"]
         return "\n".join(lines)
 
 

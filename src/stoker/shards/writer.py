@@ -6,15 +6,17 @@ import hashlib
 import io
 import os
 import zlib
+from collections.abc import Mapping
 from pathlib import Path
 from types import TracebackType
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
 import torch
 
 from stoker.errors import ConfigError, DataError
-from stoker.shards.format import RECORD_BATCH_BYTES, TMP_SUFFIX, image_row_bytes, shard_schema
+from stoker.shards.format import COLUMNS, RECORD_BATCH_BYTES, ROW_COLUMNS, TMP_SUFFIX, image_row_bytes, shard_schema
 from stoker.shards.manifest import ShardInfo
 
 __all__ = ["ShardWriter"]
@@ -93,13 +95,14 @@ class ShardWriter:
         self._file = _HashingFile(self.tmp_path)
         self._writer = pa.ipc.new_file(self._file, self.schema)
         self._samples = 0
+        # Row values are kept as Python ints (integer columns) or strings (the rest).
+        self._converters: list[tuple[str, type[int] | type[str]]] = [
+            (column.name, int if pa.types.is_integer(column.type) else str) for column in ROW_COLUMNS
+        ]
         self._reset()
 
     def _reset(self) -> None:
-        self._keys: list[str] = []
-        self._labels: list[int] = []
-        self._sources: list[str] = []
-        self._files: list[str] = []
+        self._values: dict[str, list[object]] = {column.name: [] for column in ROW_COLUMNS}
         self._encoded: list[bytes] = []
         self._crcs: list[int] = []
         self._pending_bytes = 0
@@ -119,12 +122,25 @@ class ShardWriter:
             ConfigError: the writer is closed.
             DataError: a negative label, or pixels of the wrong shape or type.
         """
+        self.write_row({"key": key, "label": label, "source": source, "file": file}, image)
+
+    def write_row(self, values: Mapping[str, Any], image: Image) -> None:
+        """Add one row: ``values`` by column name (every column of :data:`~stoker.shards.format.ROW_COLUMNS`), and its image.
+
+        Raises:
+            ConfigError: the writer is closed, or a column's value is missing.
+            DataError: a negative label, or pixels of the wrong shape or type.
+        """
         if self.info is not None or self._file.closed:
             raise ConfigError(f"{self.path.name}: the shard writer is closed")
-        label = int(label)
+        missing = [column.name for column in ROW_COLUMNS if column.name not in values]
+        if missing:
+            raise ConfigError(f"{self.path.name}: a row needs a value for {', '.join(missing)}")
+        key = str(values["key"])
+        label = int(values["label"])
         if label < 0:
             raise DataError(f"{key}: label {label} is negative; labels must be integers >= 0")
-        n = len(self._keys)
+        n = len(self._crcs)
         if self._row_bytes:
             row = self._pixel_row(key, image)
             self._pixels[n] = row  # type: ignore[index]
@@ -141,11 +157,9 @@ class ShardWriter:
             self._encoded.append(data)
             self._crcs.append(zlib.crc32(data))
             self._pending_bytes += len(data)
-        self._keys.append(str(key))
-        self._labels.append(label)
-        self._sources.append(str(source))
-        self._files.append(str(file))
-        if (self._row_bytes and len(self._keys) == self._rows_per_batch) or self._pending_bytes >= self._batch_bytes:
+        for name, convert in self._converters:
+            self._values[name].append(convert(values[name]))
+        if (self._row_bytes and len(self._crcs) == self._rows_per_batch) or self._pending_bytes >= self._batch_bytes:
             self._flush()
 
     def _pixel_row(self, key: str, image: Image) -> np.ndarray:
@@ -168,7 +182,7 @@ class ShardWriter:
         return array.reshape(-1)
 
     def _flush(self) -> None:
-        n = len(self._keys)
+        n = len(self._crcs)
         if n == 0:
             return
         if self._row_bytes:
@@ -176,18 +190,9 @@ class ShardWriter:
             images = pa.FixedSizeBinaryArray.from_buffers(self.schema.field("image").type, n, [None, buffer])
         else:
             images = pa.array(self._encoded, type=pa.binary())
-        batch = pa.record_batch(
-            [
-                pa.array(self._keys, type=pa.string()),
-                pa.array(np.asarray(self._labels, dtype=np.int64)),
-                pa.array(self._sources, type=pa.string()),
-                pa.array(self._files, type=pa.string()),
-                pa.array(np.asarray(self._crcs, dtype=np.uint32)),
-                images,
-            ],
-            schema=self.schema,
-        )
-        self._writer.write_batch(batch)
+        made = {"crc32": pa.array(np.asarray(self._crcs, dtype=np.uint32)), "image": images}
+        arrays = [made[c.name] if c.rows is None else pa.array(self._values[c.name], type=c.type) for c in COLUMNS]
+        self._writer.write_batch(pa.record_batch(arrays, schema=self.schema))
         self._samples += n
         self._reset()
 

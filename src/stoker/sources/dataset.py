@@ -15,6 +15,7 @@ from stoker.decode import decode_sample
 from stoker.errors import ConfigError, DataError, MissingFileError
 from stoker.loading.skips import OnError, Skipped
 from stoker.sources.index import SampleIndex
+from stoker.sources.splitting import stratified_split
 
 __all__ = ["FileDataset", "OnError", "Skipped", "read_file_bytes"]
 
@@ -135,19 +136,8 @@ class FileDataset(Dataset):
         Example:
             >>> train, valid = ClassFolderDataset("digiface").split(valid=0.1, seed=0)  # doctest: +SKIP
         """
-        if not 0.0 < valid < 1.0:
-            raise ConfigError(f"valid fraction must be between 0 and 1, got {valid}")
-        rng = np.random.default_rng(seed)
-        valid_rows: list[np.ndarray] = []
-        for label in np.unique(self.labels):
-            rows = np.flatnonzero(self.labels == label)
-            rows = rows[rng.permutation(len(rows))]
-            valid_rows.append(rows[: int(round(len(rows) * valid))])
-        is_valid = np.zeros(len(self), dtype=bool)
-        is_valid[np.concatenate(valid_rows)] = True
-        if is_valid.all() or not is_valid.any():
-            raise ConfigError(f"valid={valid} leaves one side of the split empty for {len(self)} samples")
-        return self.subset(np.flatnonzero(~is_valid)), self.subset(np.flatnonzero(is_valid))
+        train_rows, valid_rows = stratified_split(self.labels, valid, seed)
+        return self.subset(train_rows), self.subset(valid_rows)
 
     def __repr__(self) -> str:
         names = ",".join(s.name for s in self.index.sources)

@@ -6,6 +6,7 @@ window, touches global state or needs a display.
 
 from __future__ import annotations
 
+import hashlib
 import itertools
 import math
 import os
@@ -16,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
-__all__ = ["LINE_STYLES", "plot_compare", "plot_curves"]
+__all__ = ["LINE_STYLES", "group_colours", "plot_compare", "plot_curves"]
 
 Rows = Sequence[Mapping[str, float]]
 
@@ -69,6 +70,30 @@ def plot_curves(rows: Rows, out: str | os.PathLike[str], title: str | None = Non
     return out
 
 
+def group_colours(groups: Sequence[str], palette_size: int) -> dict[str, int]:
+    """A palette index per group, fixed by the group's name (the same colour in every chart).
+
+    The index comes from a hash of the name, so ``shards`` has one colour whatever other
+    groups a chart shows. Two groups of one chart that hash to one colour are told
+    apart by moving the later (by name) to the next free colour.
+
+    Example:
+        >>> group_colours(["files", "shards"], 20)["shards"] == group_colours(["pipe", "shards"], 20)["shards"]
+        True
+    """
+    taken: dict[int, str] = {}
+    out: dict[str, int] = {}
+    for group in sorted(groups):
+        index = int.from_bytes(hashlib.blake2b(group.encode(), digest_size=4).digest(), "big") % palette_size
+        for _ in range(palette_size):
+            if index not in taken:
+                break
+            index = (index + 1) % palette_size
+        taken[index] = group
+        out[group] = index
+    return out
+
+
 def plot_compare(
     runs: Sequence[tuple[str, str, Rows]],
     metric: str = "acc/valid",
@@ -88,24 +113,27 @@ def plot_compare(
     from matplotlib.figure import Figure
     from matplotlib.ticker import MaxNLocator
 
-    groups = list(dict.fromkeys(group for _, group, _ in runs))
-    # tab10 is a ListedColormap (a list of RGB tuples); the registry is typed as a plain Colormap.
-    palette: Sequence[Any] = colormaps["tab10"].colors  # type: ignore[attr-defined]
-    colour_of = {group: palette[i % len(palette)] for i, group in enumerate(groups)}
+    drawn = [(name, group, _series(rows, metric)) for name, group, rows in runs]
+    empty = [name for name, _, (x, _) in drawn if not x]
+    drawn = [run for run in drawn if run[2][0]]  # a run with no epochs has nothing to draw or list
+    groups = list(dict.fromkeys(group for _, group, _ in drawn))
+    # tab20 is a ListedColormap (a list of RGB tuples); the registry is typed as a plain Colormap.
+    palette: Sequence[Any] = colormaps["tab20"].colors  # type: ignore[attr-defined]
+    colour_of = {group: palette[i] for group, i in group_colours(groups, len(palette)).items()}
     styles_left = {group: itertools.cycle(LINE_STYLES) for group in groups}
 
-    fig = Figure(figsize=(8, 5), layout="constrained")
+    fig = Figure(figsize=(10, 5), layout="constrained")
     ax = fig.subplots()
-    for name, group, rows in runs:
-        x, y = _series(rows, metric)
+    for name, group, (x, y) in drawn:
         ax.plot(x, y, next(styles_left[group]), color=colour_of[group], marker="o", markersize=3, label=f"{group} / {name}")
     ax.set_xlabel("epoch")
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_ylabel(metric)
-    ax.set_title(f"{metric} by run")
+    left_out = f" ({len(empty)} run(s) with no epochs left out: {', '.join(empty[:3])})" if empty else ""
+    ax.set_title(f"{metric} by run{left_out}", fontsize="medium")
     ax.grid(alpha=0.3)
-    if runs:
-        ax.legend(fontsize="small")
+    if drawn:  # beside the axes, never over the curves
+        ax.legend(fontsize="small", loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0)
     if out is not None:
         fig.savefig(Path(out), dpi=100)
     return fig

@@ -159,7 +159,8 @@ def train_from_config(
     if echo is not None:
         echo(f"data: {data.description}")
         echo(f"model: {config.model.name} ({num_classes} classes, {sum(p.numel() for p in model.parameters()):,} parameters), "
-             f"{config.optim.name} lr {config.optim.lr:g}, batch {config.data.batch_size}, {config.data.workers} workers")
+             f"{config.optim.name} lr {config.optim.lr:g}, batch {config.data.batch_size}, "
+             f"{train_loader.num_workers} {train_loader.backend} workers")
 
     record = config.to_dict()
     record["data"]["opened"] = data.description
@@ -181,6 +182,7 @@ def train_from_config(
         compile=config.run.compile,
         patience=config.run.patience,
         resume=config.run.resume,
+        checkpoint_every_steps=config.run.checkpoint_every_steps,
         loader_bound_share=config.run.loader_bound_share,
         progress=config.run.progress,
         config=record,
@@ -188,8 +190,8 @@ def train_from_config(
 
     # 3. Train, with CPU threads left for the loader workers.
     threads = torch.get_num_threads()
-    if device.type == "cpu" and config.data.workers > 0:
-        torch.set_num_threads(max(1, min(threads, (os.cpu_count() or 1) - config.data.workers)))
+    if device.type == "cpu" and train_loader.num_workers > 0:
+        torch.set_num_threads(max(1, min(threads, (os.cpu_count() or 1) - train_loader.num_workers)))
     try:
         history = fit(scenario, callbacks)
     finally:

@@ -1,0 +1,110 @@
+"""``BenchPlan``: what one benchmark runs, on what data, checked before anything runs.
+
+A plan is the arguments of :func:`~stoker.bench.bench` as one dataclass: ``stoker
+bench`` builds one from its flags, :func:`~stoker.bench.quick_bench` from its few
+arguments, and :func:`~stoker.bench.run_bench` runs it.
+
+Example:
+    >>> plan = BenchPlan("digiface/", methods=["files", "shards-pixels"], workers=(0, 2), max_seconds=10)
+    >>> [m.name for m in plan.resolved_methods()]
+    ['files', 'shards-pixels']
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from stoker.bench.methods import Method, resolve_methods
+from stoker.errors import ConfigError
+from stoker.loading.backends import BACKENDS
+
+if TYPE_CHECKING:
+    from stoker.sources.dataset import FileDataset
+
+__all__ = ["DEFAULT_WORKERS", "MODES", "BenchPlan"]
+
+DEFAULT_WORKERS: tuple[int, ...] = (0, 1, 2, 4)
+MODES: tuple[str, ...] = ("load", "train")
+
+
+@dataclass(frozen=True)
+class BenchPlan:
+    """Every method x workers x backend to time on one data set, and how.
+
+    Attributes:
+        data: a folder in any layout stoker reads, or a stoker data set.
+        methods: registered method names (:data:`~stoker.bench.methods.METHODS`:
+            ``files``, ``pipe``, ``shards-encoded``, ``shards-pixels``...) or
+            :class:`~stoker.bench.methods.Method` objects; ``None``: every registered method.
+        workers: numbers of loader workers to try.
+        backends: loader backends to try (:data:`~stoker.loading.backends.BACKENDS`).
+        mode: ``"load"`` only loads batches; ``"train"`` also runs a training step of
+            ``model`` on each, and reports the share of time spent waiting for data.
+        model: the model of train mode (``small_cnn`` or a torchvision classifier).
+        batch_size: samples per batch.
+        epochs: epochs per run (each checked).
+        max_seconds: stop each run after this long (the result is then ``partial``).
+        size: ``(height, width)`` to resize every image to; needed when sizes differ.
+        packed: a folder holding ``encoded/`` and/or ``pixels/`` shard sets of this data
+            to reuse (packing is then not timed); by default they are packed into a
+            temporary folder that is removed afterwards.
+        prefetch_factor: batches each worker loads ahead.
+        shuffle_buffer: the Pipe's shuffle buffer.
+        device: where batches go (``"auto"``: CUDA when present).
+        cold: drop the data's files from the page cache before each run.
+        limits_time_s: seconds for each limit measurement.
+        seed: seed of every shuffle and of the packing.
+        progress: show a progress bar per run on stderr.
+
+    Raises:
+        ConfigError: a bad value (unknown method, negative workers...), on construction.
+    """
+
+    data: str | os.PathLike[str] | FileDataset
+    methods: Sequence[str | Method] | None = None
+    workers: Sequence[int] = DEFAULT_WORKERS
+    backends: Sequence[str] = BACKENDS[:1]  # the process backend
+    mode: str = "load"
+    model: str = "resnet18"
+    batch_size: int = 256
+    epochs: int = 1
+    max_seconds: float | None = None
+    size: tuple[int, int] | None = None
+    packed: str | os.PathLike[str] | None = None
+    prefetch_factor: int = 2
+    shuffle_buffer: int = 10_000
+    device: str | None = "auto"
+    cold: bool = False
+    limits_time_s: float = 1.0
+    seed: int = 0
+    progress: bool = True
+
+    def __post_init__(self) -> None:
+        self.resolved_methods()
+        workers = self.workers
+        if not workers or any(isinstance(w, bool) or not isinstance(w, int) or w < 0 for w in workers):
+            raise ConfigError(f"workers must be whole numbers >= 0, got {list(workers)!r}")
+        unknown = [b for b in self.backends if b not in BACKENDS]
+        if unknown or not self.backends:
+            raise ConfigError(f"backends must be among {', '.join(BACKENDS)}, got {list(self.backends)!r}")
+        if self.mode not in MODES:
+            raise ConfigError(f"mode must be {' or '.join(repr(m) for m in MODES)}, got {self.mode!r}")
+        if self.batch_size < 1 or self.epochs < 1:
+            raise ConfigError(f"batch_size and epochs must be >= 1, got {self.batch_size} and {self.epochs}")
+        if self.max_seconds is not None and self.max_seconds <= 0:
+            raise ConfigError(f"max_seconds must be positive, got {self.max_seconds}")
+        if self.prefetch_factor < 1 or self.shuffle_buffer < 1:
+            raise ConfigError(
+                f"prefetch_factor and shuffle_buffer must be >= 1, got {self.prefetch_factor} and {self.shuffle_buffer}"
+            )
+
+    def resolved_methods(self) -> list[Method]:
+        """The plan's methods as :class:`Method` objects (registered names looked up)."""
+        return resolve_methods(self.methods)
+
+    def runs(self) -> list[tuple[Method, str, int]]:
+        """``(method, backend, workers)`` of every run, in the order they run."""
+        return [(m, b, w) for m in self.resolved_methods() for b in self.backends for w in self.workers]

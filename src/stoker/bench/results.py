@@ -1,0 +1,113 @@
+"""``BenchResult``: everything one benchmark measured, as data (:mod:`stoker.bench.report` shows it)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from stoker.bench.limits import Limits
+from stoker.bench.runner import RunResult
+from stoker.errors import ConfigError
+from stoker.loading.backends import BACKENDS
+from stoker.mixing import suggest_buffer_size
+
+__all__ = ["BenchResult"]
+
+
+@dataclass
+class BenchResult:
+    """Everything one benchmark measured.
+
+    Attributes:
+        description: what was measured (the data's name).
+        samples: samples per epoch.
+        num_classes: classes of the data.
+        size: ``(height, width)`` images were resized to, or ``None``.
+        batch_size: samples per batch.
+        mode: ``"load"`` (batches only) or ``"train"`` (a training step per batch).
+        model: the model trained in train mode.
+        epochs: epochs per run.
+        max_seconds: the time limit of each run, if any.
+        limits: the machine's measured limits.
+        pack_s: seconds the packing of each shard store took (a one-off cost).
+        packed_reused: the shards were packed before (``packed=``), so not timed.
+        runs: one :class:`RunResult` per method x backend x workers.
+        expected_checksum: the label checksum every correct whole epoch must show.
+        source_order_labels: labels in the order the data lists them (the Pipe's input).
+        machine: CPU count, memory, torch version, device.
+        cold: the page cache was dropped before each run.
+    """
+
+    description: str
+    samples: int
+    num_classes: int
+    size: tuple[int, int] | None
+    batch_size: int
+    mode: str
+    model: str | None
+    epochs: int
+    max_seconds: float | None
+    limits: Limits
+    pack_s: dict[str, float] = field(default_factory=dict)
+    packed_reused: bool = False
+    runs: list[RunResult] = field(default_factory=list)
+    expected_checksum: str = ""
+    shuffle_buffer: int = 10_000
+    source_order_labels: np.ndarray | None = field(default=None, repr=False)
+    machine: dict[str, Any] = field(default_factory=dict)
+    cold: bool = False
+    _suggested_buffer: int | None = field(default=None, repr=False)
+
+    def run(self, method: str, workers: int, backend: str = BACKENDS[0]) -> RunResult:
+        """The result of one method, workers and backend.
+
+        Raises:
+            ConfigError: no such run.
+        """
+        for r in self.runs:
+            if (r.method, r.workers, r.backend) == (method, workers, backend):
+                return r
+        raise ConfigError(f"no run of {method} with {workers} workers on {backend}")
+
+    @property
+    def best(self) -> RunResult | None:
+        """The fastest correct run (whole epochs preferred to partial ones)."""
+        timed = [r for r in self.runs if r.timed and r.img_per_s]
+        return max(timed, key=lambda r: (r.status == "ok", r.img_per_s or 0.0), default=None)
+
+    def suggested_buffer(self) -> int:
+        """The smallest shuffle buffer that mixes the data's listed order well (0 when unknown)."""
+        if self._suggested_buffer is None and self.source_order_labels is not None:
+            self._suggested_buffer = suggest_buffer_size(self.source_order_labels, self.batch_size, self.num_classes)
+        return self._suggested_buffer or 0
+
+    def notes(self) -> list[str]:
+        """Plain-language remarks: wrong methods, poor shuffling, partial runs, the cache."""
+        from stoker.bench.report import result_notes
+
+        return result_notes(self)
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict of the whole result."""
+        return {
+            "description": self.description,
+            "samples": self.samples,
+            "num_classes": self.num_classes,
+            "size": list(self.size) if self.size else None,
+            "batch_size": self.batch_size,
+            "mode": self.mode,
+            "model": self.model,
+            "epochs": self.epochs,
+            "max_seconds": self.max_seconds,
+            "cold": self.cold,
+            "limits": self.limits.to_dict(),
+            "pack_s": self.pack_s,
+            "packed_reused": self.packed_reused,
+            "expected_checksum": self.expected_checksum,
+            "shuffle_buffer": self.shuffle_buffer,
+            "machine": self.machine,
+            "notes": self.notes(),
+            "runs": [r.to_dict() for r in self.runs],
+        }

@@ -1,0 +1,176 @@
+"""One training run over many processes: joining torch.distributed as ``torchrun`` launched it.
+
+``torchrun`` (or any launcher) sets ``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK`` and the
+rendezvous (``MASTER_ADDR``/``MASTER_PORT``). :func:`join_launch` reads them, checks them,
+initialises the process group (NCCL on CUDA, gloo on the CPU) and puts each rank on
+``cuda:LOCAL_RANK``. A process that was not launched that way runs alone, as before; a
+user who initialised the group themselves keeps their group.
+
+Every rank runs the same code; :class:`Ranks` says which one this is and does the few
+collective operations the training loop needs (sums over ranks, agreement on a stop,
+the slowest rank's figures).
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+
+from stoker.errors import ConfigError
+
+__all__ = ["Ranks", "join_launch", "launched"]
+
+_ENV = ("RANK", "WORLD_SIZE", "LOCAL_RANK")
+DEFAULT_TIMEOUT_S = 300.0  # a rank that waits longer than this for the others stops with an error
+
+
+def launched() -> bool:
+    """The environment names a multi-process launch (``WORLD_SIZE`` > 1)."""
+    return int(os.environ.get("WORLD_SIZE", "1") or 1) > 1
+
+
+def _env_int(name: str) -> int:
+    value = os.environ.get(name)
+    try:
+        return int(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        raise ConfigError(
+            f"{name}={value!r}: a distributed launch sets {', '.join(_ENV)} to whole numbers; start with "
+            "torchrun --nproc-per-node N stoker train ..."
+        ) from None
+
+
+@dataclass
+class Ranks:
+    """Where this process stands in the run, and the collectives the loop uses.
+
+    Attributes:
+        rank, world_size, local_rank: this process's place (0, 1, 0 when alone).
+        device: the device this rank trains on.
+        owned: stoker initialised the process group (and so destroys it at the end).
+    """
+
+    rank: int = 0
+    world_size: int = 1
+    local_rank: int = 0
+    device: torch.device = torch.device("cpu")
+    owned: bool = False
+
+    @property
+    def active(self) -> bool:
+        """More than one rank."""
+        return self.world_size > 1
+
+    @property
+    def main(self) -> bool:
+        """Rank 0: the one that writes files and prints."""
+        return self.rank == 0
+
+    def sum(self, values: Sequence[float]) -> list[float]:
+        """Element-wise sums over ranks (float64 on the CPU group or the device)."""
+        if not self.active:
+            return [float(v) for v in values]
+        t = torch.tensor(list(values), dtype=torch.float64, device=self._comm_device())
+        dist.all_reduce(t, op=dist.ReduceOp.SUM)
+        return t.cpu().tolist()
+
+    def max(self, values: Sequence[float]) -> list[float]:
+        """Element-wise maxima over ranks (the slowest rank's time, the worst loss)."""
+        if not self.active:
+            return [float(v) for v in values]
+        t = torch.tensor(list(values), dtype=torch.float64, device=self._comm_device())
+        dist.all_reduce(t, op=dist.ReduceOp.MAX)
+        return t.cpu().tolist()
+
+    def any(self, flag: bool) -> bool:
+        """Whether any rank says yes (a non-finite loss, an interrupt)."""
+        return bool(self.max([1.0 if flag else 0.0])[0]) if self.active else flag
+
+    def broadcast_text(self, text: str | None) -> str | None:
+        """Rank 0's text on every rank (a run name chosen by the clock, a message)."""
+        if not self.active:
+            return text
+        # Bytes in a tensor, not broadcast_object_list: that one pickles.
+        where = self._comm_device()
+        data = (text or "").encode()
+        size = torch.tensor([len(data) if text is not None else -1], dtype=torch.int64, device=where)
+        dist.broadcast(size, src=0)
+        n = int(size.item())
+        if n <= 0:
+            return None if n < 0 else ""
+        buffer = torch.zeros(n, dtype=torch.uint8, device=where)
+        if self.main:
+            buffer.copy_(torch.frombuffer(bytearray(data), dtype=torch.uint8))
+        dist.broadcast(buffer, src=0)
+        return bytes(buffer.cpu().tolist()).decode()
+
+    def _comm_device(self) -> torch.device:
+        return self.device if dist.get_backend() == "nccl" else torch.device("cpu")
+
+    def close(self) -> None:
+        """Destroy the process group if stoker made it."""
+        if self.owned and dist.is_initialized():
+            dist.destroy_process_group()
+            self.owned = False
+
+
+def join_launch(device: str | torch.device = "auto", timeout_s: float = DEFAULT_TIMEOUT_S) -> Ranks:
+    """Join the run ``torchrun`` launched, or the group the caller initialised, or run alone.
+
+    Args:
+        device: ``"auto"`` (``cuda:LOCAL_RANK`` when CUDA is there, else the CPU), ``"cpu"``,
+            or ``"cuda"``; a given ``cuda:N`` is taken as asked for a single process only.
+        timeout_s: how long a collective may wait for the other ranks before it fails.
+
+    Returns:
+        This process's :class:`Ranks` (``world_size`` 1 when not launched).
+
+    Raises:
+        ConfigError: ``WORLD_SIZE`` set without a rendezvous (``MASTER_ADDR``/``MASTER_PORT``),
+            more ranks on this machine than GPUs, or NCCL asked for without CUDA
+            (``STOKER_DIST_BACKEND=nccl`` on a CPU machine).
+    """
+    wants_cpu = str(device) == "cpu"
+    if dist.is_available() and dist.is_initialized():  # the caller's own group
+        rank, world = dist.get_rank(), dist.get_world_size()
+        local = int(os.environ.get("LOCAL_RANK", rank % max(torch.cuda.device_count(), 1)))
+        on_cuda = dist.get_backend() == "nccl" or (torch.cuda.is_available() and not wants_cpu)
+        return Ranks(rank, world, local, torch.device("cuda", local) if on_cuda else torch.device("cpu"), owned=False)
+    if not launched():
+        return Ranks()
+    rank, world, local = (_env_int(name) for name in _ENV)
+    if not 0 <= rank < world:
+        raise ConfigError(f"RANK={rank} is out of range for WORLD_SIZE={world}; check the launcher")
+    missing = [name for name in ("MASTER_ADDR", "MASTER_PORT") if not os.environ.get(name)]
+    if missing:
+        raise ConfigError(
+            f"WORLD_SIZE={world} is set but {' and '.join(missing)} is not: there is no rendezvous to join. "
+            "Launch with torchrun (torchrun --standalone --nproc-per-node 2 stoker train ...), or unset WORLD_SIZE"
+        )
+    backend = os.environ.get("STOKER_DIST_BACKEND") or ("nccl" if torch.cuda.is_available() and not wants_cpu else "gloo")
+    if backend not in ("nccl", "gloo"):
+        raise ConfigError(f"STOKER_DIST_BACKEND={backend!r}: use nccl (GPUs) or gloo (CPUs)")
+    if backend == "nccl":
+        if not torch.cuda.is_available():
+            raise ConfigError("NCCL needs CUDA GPUs and none is visible here; use gloo (leave STOKER_DIST_BACKEND unset) on CPUs")
+        gpus = torch.cuda.device_count()
+        local_world = int(os.environ.get("LOCAL_WORLD_SIZE", world))
+        if local_world > gpus or local >= gpus:
+            raise ConfigError(
+                f"{local_world} ranks on this machine but {gpus} GPU(s): give --nproc-per-node {gpus} or fewer "
+                "(one GPU per rank)"
+            )
+        chosen = torch.device("cuda", local)
+        torch.cuda.set_device(chosen)
+    else:
+        chosen = torch.device("cpu")
+    try:
+        dist.init_process_group(backend, timeout=datetime.timedelta(seconds=timeout_s))
+    except (RuntimeError, ValueError) as exc:
+        raise ConfigError(f"could not join the distributed run ({backend}, rank {rank} of {world}): {exc}") from None
+    return Ranks(rank, world, local, chosen, owned=True)

@@ -1,0 +1,59 @@
+"""stoker.train.data: the [data] table opened through open_data, with the data's own loader defaults."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import torch
+
+from stoker.packer import pack
+from stoker.shards import ShardDataset
+from stoker.train.config import parse_config
+from stoker.train.data import DEFAULT_WORKERS, build_data, build_loaders
+
+
+def _loaders(data_table: dict) -> tuple:
+    cfg = parse_config({"data": data_table})
+    data = build_data(cfg.data)
+    return data, build_loaders(data, cfg.data, device=torch.device("cpu"))
+
+
+def test_shard_sets_keep_their_measured_loader_defaults(tmp_path: Path, folders: Path) -> None:
+    """A pixel shard set without a valid split used to become a torch Subset read by 2 workers."""
+    pack(folders, tmp_path / "pixels", store="pixels", workers=0, progress=False)
+    data, (train, valid) = _loaders({"path": str(tmp_path / "pixels"), "valid": 0.25})
+    assert isinstance(data.train, ShardDataset) and isinstance(data.valid, ShardDataset)
+    assert (train.num_workers, valid.num_workers) == (0, 0)  # what measured fastest for pixel shards
+    assert len(data.train) == 120 and len(data.valid) == 40
+    _, (train, _) = _loaders({"path": str(tmp_path / "pixels"), "valid": 0.25, "workers": 1})
+    assert train.num_workers == 1  # the user's setting wins
+    _, (train, _) = _loaders({"path": str(folders), "valid": 0.25})
+    assert train.num_workers == DEFAULT_WORKERS  # file data says nothing: the old default
+
+
+def test_split_folders_train_on_train_and_validate_on_val(tmp_path: Path, folders: Path) -> None:
+    root = tmp_path / "tree"
+    shutil.copytree(folders, root / "train")
+    shutil.copytree(folders / "1", root / "val" / "1")
+    data, _ = _loaders({"path": str(root), "workers": 0})
+    assert data.num_classes == 4 and len(data.train) == 160 and len(data.valid) == 40
+    assert set(data.valid.labels.tolist()) == {1}
+    assert "split_folders" in data.description
+
+
+def test_train_cli_validates_a_shard_set_against_a_folder(tmp_path: Path, folders: Path) -> None:
+    from click.testing import CliRunner
+
+    from stoker.cli.train import train
+
+    pack(folders, tmp_path / "pixels", store="pixels", workers=0, progress=False)
+    shutil.copytree(folders / "1", tmp_path / "other" / "cat")
+    args = ["--data", str(tmp_path / "pixels"), "--valid", str(tmp_path / "other"), "--epochs", "1", "--device", "cpu",
+            "--log-dir", str(tmp_path / "runs"), "--name", "v", "--no-progress"]
+    result = CliRunner().invoke(train, args)
+    assert result.exit_code != 0 and "classes" in str(result.exception)
+    args[3] = str(folders)
+    result = CliRunner().invoke(train, args)
+    assert result.exit_code == 0, result.output
+    assert "160 train / 160 valid samples" in result.output
