@@ -135,3 +135,22 @@ def test_unreadable_class_folder_says_cannot_read(tmp_path: Path) -> None:
             ClassFolderDataset(tmp_path / "cls")
     finally:
         (tmp_path / "cls" / "1").chmod(0o755)
+
+
+def test_unreadable_class_folder_says_cannot_read_even_as_root(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # root reads every folder, so the permission error is raised the way the OS would raise it
+    write_png(tmp_path / "cls" / "0" / "a.png")
+    write_png(tmp_path / "cls" / "1" / "b.png")
+    from stoker.sources import untrusted
+
+    real = untrusted.os.scandir
+    locked = (tmp_path / "cls" / "1").resolve()
+
+    def scandir(path: object) -> object:
+        if Path(str(path)).resolve() == locked:
+            raise PermissionError(13, "Permission denied", str(path))
+        return real(path)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(untrusted.os, "scandir", scandir)
+    with pytest.raises(DataError, match=r"cls/1: cannot read the folder \(permission denied\)"):
+        ClassFolderDataset(tmp_path / "cls")

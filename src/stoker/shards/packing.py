@@ -5,11 +5,15 @@ The steps, in order:
 1. open the source (any file layout, several concatenated, or a shard set) and check
    every argument — before a byte is written;
 2. plan: shuffle each split with the seed and cut it into shards (:mod:`stoker.shards.plan`);
-3. claim the output folder: an empty or new folder, the same pack half done (resume),
-   or, with ``overwrite``, a folder whose old shard set is removed;
-4. write every shard not already finished, each one whole by one worker process, to a
-   temporary name that is renamed when complete;
-5. write ``manifest.json`` last and remove ``pack-plan.json``.
+3. lock the output folder (a second pack into it fails at once) and claim it: an empty
+   or new folder, the same pack half done (resume), or, with ``overwrite`` over a set,
+   a staging folder beside it (:mod:`stoker.shards.replace`), so the old set stays
+   whole until the new one is complete — even when a set is re-packed into itself;
+4. write every shard not already finished, each one whole by one worker process (which
+   dies with the pack, even after a ``kill -9``), to a temporary name that is renamed
+   when complete; a full disk is a :class:`ShardError` saying how much space is needed;
+5. write ``manifest.json`` last and remove ``pack-plan.json``; when staging, swap the
+   new set in and remove only the old set's stoker files.
 
 The shards depend only on the arguments, not on the number of workers or on
 interruptions: the same arguments give byte-identical shards and manifest.
