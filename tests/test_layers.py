@@ -25,6 +25,8 @@ LAYERS: dict[str, int] = {
     "decode": 0,
     "_tomllib": 0,
     "mixing": 0,
+    "lifetime": 0,  # workers die with their parent (pack, verify)
+    "fuzz": 0,  # crafted inputs and a guarded runner (decode, errors)
     "loading": 1,
     "sources": 2,
     "pipes": 3,
