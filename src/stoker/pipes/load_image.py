@@ -9,12 +9,12 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Iterator
-from pathlib import Path
 
 import torch
 
 from stoker.decode import decode_sample
 from stoker.errors import DataError, MissingFileError
+from stoker.fs import where
 from stoker.loading.skips import Skipped, check_on_error
 from stoker.pipes.registry import register_stage
 
@@ -64,7 +64,7 @@ def load_image(
             continue
         try:
             try:
-                data = Path(path).read_bytes()
+                data = where(path).read_bytes()  # a local file or a URL
             except FileNotFoundError:
                 raise MissingFileError(f"{path}: file not found; it was listed but is gone, list again") from None
             image = decode_sample(data, os.fspath(path))

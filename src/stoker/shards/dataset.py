@@ -13,6 +13,7 @@ import torch
 from torch.utils.data import Dataset, default_collate, get_worker_info
 
 from stoker.errors import ConfigError, DataError
+from stoker.fs import PathOrURL
 from stoker.loading.collate import Batch, collate
 from stoker.loading.skips import OnError, Skipped
 from stoker.shards.manifest import Manifest
@@ -117,6 +118,10 @@ class ShardDataset(Dataset):
             for the fastest path and transform whole batches on the device instead.
         on_error: ``"raise"`` (default) or ``"skip"`` samples that fail to decode
             (skips are counted by stoker's loader and reported after the epoch).
+        cache_dir, cache_limit, storage_options: for a shard set at a URL
+            (``s3://bucket/packed``): the local cache its shards are downloaded to and
+            verified in, its size limit (``"50GB"``), and the fsspec filesystem's options
+            (see :class:`~stoker.shards.reader.ShardSet`).
 
     Raises:
         ShardError: the manifest or a shard is missing, edited, truncated or grown.
@@ -130,14 +135,20 @@ class ShardDataset(Dataset):
 
     def __init__(
         self,
-        root: str | os.PathLike[str],
+        root: PathOrURL,
         split: str = "train",
         transform: Transform | None = None,
         on_error: OnError = "raise",
+        *,
+        cache_dir: str | os.PathLike[str] | None = None,
+        cache_limit: int | str | None = None,
+        storage_options: dict[str, Any] | None = None,
     ) -> None:
         if on_error not in ("raise", "skip"):
             raise ConfigError(f"on_error must be 'raise' or 'skip', got {on_error!r}")
-        self.shards = ShardSet(root, split)
+        self.shards = ShardSet(
+            root, split, cache_dir=cache_dir, cache_limit=cache_limit, storage_options=storage_options
+        )
         self.transform = transform
         self.on_error: OnError = on_error
         self._rows: np.ndarray | None = None  # a view of some rows of the split (subset, split)

@@ -39,14 +39,17 @@ from tqdm import tqdm
 
 from stoker.decode import resize
 from stoker.errors import ConfigError, DataError, ShardError
+from stoker.fs import Location, where
 from stoker.lifetime import die_with_parent
 from stoker.shards.claim import check_place, claim, reuse_finished
 from stoker.shards.dataset import ShardDataset
 from stoker.shards.format import PLAN_NAME, STORES, check_split_name, image_row_bytes, shard_schema
 from stoker.shards.manifest import Manifest, ShardInfo
 from stoker.shards.plan import PackPlan, ShardPlan, make_plan
+from stoker.shards.ray_engine import ENGINES, import_ray, write_on_ray
 from stoker.shards.replace import LOCK_NAME, is_ours, pack_lock, staging_dir, swap_in
 from stoker.shards.rows import RowSource, as_rows
+from stoker.shards.upload import RemoteOut, upload_shard
 from stoker.sources.dataset import FileDataset
 from stoker.sources.index import Source
 
@@ -160,6 +163,7 @@ class _Job:
     store: str
     size: tuple[int, int] | None
     rows: dict[str, RowSource]
+    remote: Location | None = None  # packing to a URL: out is the staging folder, shards go here
 
 
 def _pixels(rows: RowSource, i: int, size: tuple[int, int]) -> torch.Tensor:
@@ -186,7 +190,10 @@ def _write_shard(job: _Job, plan: ShardPlan, report: Callable[[int], None]) -> S
                 report(pending)
                 pending = 0
     report(pending)
-    return writer.close()
+    info = writer.close()
+    if job.remote is not None:
+        upload_shard(job.remote, job.out, info)
+    return info
 
 
 _WORKER: dict[str, Any] = {}
@@ -255,13 +262,17 @@ def write_shards(
     overwrite: bool = False,
     progress: bool = True,
     origin: Sequence[str] | None = None,
+    engine: str = "local",
+    storage_options: dict[str, Any] | None = None,
+    cache_dir: PathLike | None = None,
 ) -> Manifest:
     """Pack a data set into shuffled, checksummed Arrow shards plus ``manifest.json``.
 
     Args:
         source: a stoker data set (file data set or shard set) or a ``{split: data set}``
             mapping such as :func:`stoker.open_data` returns; :func:`stoker.pack` takes paths.
-        out: the output folder (new, empty, or this same pack half done).
+        out: the output folder (new, empty, or this same pack half done), or a URL
+            (``s3://bucket/packed``): each shard is uploaded when complete, the manifest last.
         store: ``"encoded"`` keeps each file's bytes (compact, decoded when read);
             ``"pixels"`` stores decoded uint8 RGB pixels after the crop, at ``size``
             (no decoding when read; larger).
@@ -279,6 +290,10 @@ def write_shards(
         overwrite: replace a shard set (or other stoker files) already in ``out``.
         progress: show a progress bar on stderr.
         origin: what the manifest records as the source (default: the sources' roots).
+        engine: ``"local"`` (worker processes on this machine) or ``"ray"`` (one Ray
+            task per shard on the cluster ``ray.init()`` finds, or a local one; the same bytes).
+        storage_options: fsspec options for a URL ``out``.
+        cache_dir: the local cache folder; a remote ``out`` is staged in it, a shard at a time.
 
     Returns:
         The :class:`Manifest` written.
@@ -295,8 +310,14 @@ def write_shards(
         >>> manifest.split_samples("valid")  # doctest: +SKIP
         2000
     """
-    out = Path(out)
+    place = where(out, storage_options)
+    remote = RemoteOut(place, os.fspath(cache_dir) if cache_dir is not None else None) if isinstance(place, Location) else None
+    out = remote.staging if remote is not None else Path(place)  # type: ignore[arg-type]
     _check_args(store, size, shard_samples, shard_bytes, valid, workers)
+    if engine not in ENGINES:
+        raise ConfigError(f"engine must be one of {', '.join(ENGINES)}, got {engine!r}")
+    if engine == "ray":
+        import_ray()  # before a byte is written
     size = (int(size[0]), int(size[1])) if size is not None else None
     datasets, described = _open(source)
     if origin is not None:
@@ -329,23 +350,33 @@ def write_shards(
         rows, store=store, image_size=size, seed=seed, shard_samples=shard_samples, shard_bytes=shard_bytes,
         settings=settings, shuffle=shuffle,
     )
+    made_by = {
+        "tool": "stoker",
+        "stoker_version": _stoker_version(),
+        "source": described,
+        "seed": seed,
+        "valid": valid,
+        "shard_samples": shard_samples,
+        "shard_bytes": shard_bytes,
+        "plan": plan.fingerprint,
+        **({} if shuffle else {"shuffle": False}),
+    }
+    write = _Writing(plan, rows, store, size, workers, progress, classes, sources, made_by, engine, place.name)
+    if remote is not None:
+        finished, known = remote.claim(sources, plan.fingerprint, overwrite)
+        if finished is not None:
+            return finished
+        remote.start(plan)
+        manifest = write.into(out, known, remote)
+        remote.finish(manifest)
+        return manifest
     check_place(out, sources)
     with pack_lock(out):
         target, finished, known = _claim_target(out, sources, plan.fingerprint, overwrite)
         if finished is not None:
             return finished
         try:
-            manifest = _write_set(target, plan, rows, store, size, known, workers, progress, classes, sources, {
-                "tool": "stoker",
-                "stoker_version": _stoker_version(),
-                "source": described,
-                "seed": seed,
-                "valid": valid,
-                "shard_samples": shard_samples,
-                "shard_bytes": shard_bytes,
-                "plan": plan.fingerprint,
-                **({} if shuffle else {"shuffle": False}),
-            })
+            manifest = write.into(target, known)
         except OSError as exc:
             if exc.errno in (errno.ENOSPC, errno.EDQUOT):
                 raise ShardError(_disk_full(target, plan, rows, store, size)) from None
@@ -373,55 +404,69 @@ def _claim_target(
     return staging, None, known
 
 
-def _write_set(
-    out: Path,
-    plan: PackPlan,
-    rows: dict[str, RowSource],
-    store: str,
-    size: tuple[int, int] | None,
-    known: dict[str, str],
-    workers: int | None,
-    progress: bool,
-    classes: tuple[str, ...],
-    sources: tuple[Source, ...],
-    made_by: dict[str, Any],
-) -> Manifest:
-    """Write every shard not already finished, then the manifest, into ``out``."""
-    plan.save(out)
-    total = sum(len(p.rows) for p in plan.shards)
-    infos: dict[str, ShardInfo] = {}
-    todo: list[ShardPlan] = []
-    for shard in plan.shards:
-        reused = reuse_finished(out, shard, rows[shard.split], store, size, known.get(shard.name))
-        if reused is not None:
-            infos[shard.name] = reused
-        else:
-            todo.append(shard)
-    if workers is None:
-        workers = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-    job = _Job(out, store, size, rows)
-    with tqdm(
-        total=total,
-        initial=sum(i.samples for i in infos.values()),
-        unit="img",
-        desc=f"pack {out.name}",
-        disable=not progress,
-        file=sys.stderr,
-        dynamic_ncols=True,
-        smoothing=0.1,
-    ) as bar:
-        infos.update(_write_all(job, todo, workers, bar))
-    manifest = Manifest(
-        store=store,
-        image_size=size,
-        classes=classes,
-        sources=sources,
-        shards=tuple(infos[s.name] for s in plan.shards),
-        made_by=made_by,
-    )
-    manifest.save(out)
-    (out / PLAN_NAME).unlink(missing_ok=True)
-    return manifest
+@dataclass
+class _Writing:
+    """Everything a pack writes, fixed before it starts; :meth:`into` writes it into a folder."""
+
+    plan: PackPlan
+    rows: dict[str, RowSource]
+    store: str
+    size: tuple[int, int] | None
+    workers: int | None
+    progress: bool
+    classes: tuple[str, ...]
+    sources: tuple[Source, ...]
+    made_by: dict[str, Any]
+    engine: str
+    name: str
+
+    def into(self, out: Path, known: dict[str, str], remote: Any = None) -> Manifest:
+        """Write every shard not already finished into ``out`` (a remote pack's staging folder), then the manifest."""
+        plan, rows, store, size = self.plan, self.rows, self.store, self.size
+        if remote is None:
+            plan.save(out)
+        remote_sizes = remote.place.sizes() if remote is not None else {}
+        infos: dict[str, ShardInfo] = {}
+        todo: list[ShardPlan] = []
+        for shard in plan.shards:
+            if remote is None:
+                reused = reuse_finished(out, shard, rows[shard.split], store, size, known.get(shard.name))
+            else:
+                reused = remote.reuse(shard, known.get(shard.name), remote_sizes)
+            if reused is not None:
+                infos[shard.name] = reused
+            else:
+                todo.append(shard)
+        workers = self.workers
+        if workers is None:
+            workers = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+        job = _Job(out, store, size, rows, remote.place if remote is not None else None)
+        with tqdm(
+            total=sum(len(p.rows) for p in plan.shards),
+            initial=sum(i.samples for i in infos.values()),
+            unit="img",
+            desc=f"pack {self.name}",
+            disable=not self.progress,
+            file=sys.stderr,
+            dynamic_ncols=True,
+            smoothing=0.1,
+        ) as bar:
+            if self.engine == "ray" and todo:
+                infos.update(write_on_ray(job, todo, bar))
+            else:
+                infos.update(_write_all(job, todo, workers, bar))
+        manifest = Manifest(
+            store=store,
+            image_size=size,
+            classes=self.classes,
+            sources=self.sources,
+            shards=tuple(infos[s.name] for s in plan.shards),
+            made_by=self.made_by,
+        )
+        if remote is None:
+            manifest.save(out)
+            (out / PLAN_NAME).unlink(missing_ok=True)
+        return manifest
 
 
 def _disk_full(out: Path, plan: PackPlan, rows: dict[str, RowSource], store: str, size: tuple[int, int] | None) -> str:

@@ -12,6 +12,8 @@ from typing import Any
 
 from stoker.decode import SAMPLE_SUFFIXES
 from stoker.errors import ConfigError, DataError, LabelError, MissingFileError
+from stoker.fs import Location, PathOrURL, is_url, join, parent
+from stoker.fs import where as locate
 from stoker.loading.skips import OnError
 from stoker.sources.dataset import FileDataset, Transform
 from stoker.sources.index import SampleIndex, Source
@@ -20,15 +22,28 @@ from stoker.sources.untrusted import FileKinds, check_name_utf8, parse_label, re
 __all__ = ["IdDataset"]
 
 
-def _files_by_stem(root: Path, suffixes: Sequence[str]) -> tuple[dict[str, str], FileKinds]:
-    """Map each file stem under ``root`` to its file name (one directory scan), and what each entry is."""
-    if not root.is_dir():
-        raise MissingFileError(f"{root}: data folder not found; pass the folder that holds the <id> files as root")
+def _entry_names(root: Location) -> list[str]:
+    """The file names directly in a folder at a URL (one listing of a bucket)."""
+    names = list(root.sizes())
+    if not names and not root.exists():
+        raise MissingFileError(f"{root.url}: data folder not found; pass the folder that holds the <id> files as root")
+    return names
+
+
+def _files_by_stem(root: Path | Location, suffixes: Sequence[str]) -> tuple[dict[str, str], FileKinds | None]:
+    """Map each file stem under ``root`` to its file name (one directory scan), and (local) what each entry is."""
+    kinds: FileKinds | None = None
+    if isinstance(root, Location):
+        names = sorted(_entry_names(root))
+    else:
+        if not root.is_dir():
+            raise MissingFileError(f"{root}: data folder not found; pass the folder that holds the <id> files as root")
+        kinds = scan_kinds(root)
+        names = sorted(n for n, kind in kinds.items() if kind != "dir")
     found: dict[str, str] = {}
-    kinds = scan_kinds(root)
-    for name in sorted(kinds):
+    for name in names:
         stem, suffix = os.path.splitext(name)
-        if suffix.lower() in suffixes and kinds[name] != "dir":
+        if suffix.lower() in suffixes:
             if stem in found:
                 raise DataError(f"{root}: id {stem!r} has two files ({found[stem]}, {name}); keep one of them")
             found[stem] = name
@@ -62,7 +77,7 @@ class IdDataset(FileDataset):
 
     def __init__(
         self,
-        root: str | os.PathLike[str],
+        root: PathOrURL,
         partition: Mapping[str, Sequence[str]],
         labels: Mapping[str, Any],
         split: str = "train",
@@ -71,46 +86,53 @@ class IdDataset(FileDataset):
         name: str = "ids",
         where: str = "labels",
     ) -> None:
-        root = Path(root)
+        place = locate(root)  # a folder or a URL
         if split not in partition:
             raise ConfigError(f"split {split!r} is not in the partition; it has: {', '.join(sorted(partition))}")
         _check_partition(partition, where)
         ids = [str(i) for i in partition[split]]
         int_labels = {str(k): parse_label(v, f"{where}: id {k!r}") for k, v in labels.items()}
-        resolved = root.resolve()
-        files, kinds = _files_by_stem(resolved, SAMPLE_SUFFIXES)
+        if isinstance(place, Location):
+            files, kinds = _files_by_stem(place, SAMPLE_SUFFIXES)
+            resolved = place.url
+        else:
+            files, kinds = _files_by_stem(place.resolve(), SAMPLE_SUFFIXES)
+            resolved = str(place.resolve())
         paths, sample_labels = [], []
         for sample_id in ids:
             if sample_id not in int_labels:
                 raise LabelError(f"{where}: id {sample_id!r} (split {split!r}) has no label; add it to the labels")
             if sample_id not in files:
                 raise MissingFileError(
-                    f"{root}: no file for id {sample_id!r} (looked for {sample_id}{{{','.join(SAMPLE_SUFFIXES)}}}); "
+                    f"{resolved}: no file for id {sample_id!r} (looked for {sample_id}{{{','.join(SAMPLE_SUFFIXES)}}}); "
                     "add the file or remove the id from the partition"
                 )
-            check_name_utf8(files[sample_id], str(resolved))
-            found = resolve_inside(resolved, files[sample_id], f"{where}: id {sample_id!r}", kinds)
-            if found is None:  # a dangling symlink
-                raise MissingFileError(f"{resolved / files[sample_id]}: the file of id {sample_id!r} does not exist")
-            paths.append(found)
+            if kinds is None:  # a URL: the listing names only plain files
+                paths.append(join(resolved, files[sample_id]))
+            else:
+                check_name_utf8(files[sample_id], resolved)
+                found = resolve_inside(Path(resolved), files[sample_id], f"{where}: id {sample_id!r}", kinds)
+                if found is None:  # a dangling symlink
+                    raise MissingFileError(f"{join(resolved, files[sample_id])}: the file of id {sample_id!r} does not exist")
+                paths.append(found)
             sample_labels.append(int_labels[sample_id])
         num_classes = max(int_labels.values(), default=-1) + 1  # all splits agree on the class count
         index = SampleIndex.build(
-            ids, paths, sample_labels, Source(name, str(resolved)), classes=[str(i) for i in range(num_classes)]
+            ids, paths, sample_labels, Source(name, resolved), classes=[str(i) for i in range(num_classes)]
         )
         super().__init__(index, transform, on_error)
         self.split_name = split
 
     @classmethod
     def from_json(
-        cls, path: str | os.PathLike[str], root: str | os.PathLike[str] | None = None, split: str = "train", **kwargs: Any
+        cls, path: PathOrURL, root: PathOrURL | None = None, split: str = "train", **kwargs: Any
     ) -> IdDataset:
         """Load from a JSON file ``{"partition": {...}, "labels": {...}}``.
 
         ``root`` defaults to the ``data`` folder beside the JSON file, or the JSON file's
         own folder when there is no ``data`` folder.
         """
-        path = Path(path)
+        path = _as_path(path)
         text = read_text_file(path, "id file", '{"partition": {split: [ids]}, "labels": {id: label}}')
         try:
             obj = json.loads(text, object_pairs_hook=lambda pairs: _no_duplicate_keys(pairs, path))
@@ -124,10 +146,10 @@ class IdDataset(FileDataset):
 
     @classmethod
     def from_csv(
-        cls, path: str | os.PathLike[str], root: str | os.PathLike[str] | None = None, split: str = "train", **kwargs: Any
+        cls, path: PathOrURL, root: PathOrURL | None = None, split: str = "train", **kwargs: Any
     ) -> IdDataset:
         """Load from a CSV file with header ``id,label,split`` (one row per id)."""
-        path = Path(path)
+        path = _as_path(path)
         partition: dict[str, list[str]] = {}
         labels: dict[str, Any] = {}
         text = read_text_file(path, "id file", "a CSV with header id,label,split")
@@ -150,13 +172,22 @@ class IdDataset(FileDataset):
         return cls(_default_root(path, root), partition, labels, split, where=str(path), **kwargs)
 
 
-def _default_root(path: Path, root: str | os.PathLike[str] | None) -> Path:
+def _as_path(path: PathOrURL) -> Path | str:
+    """A local path as a Path; a URL stays a string (pathlib would eat its ``//``)."""
+    place = locate(path)
+    return place.url if isinstance(place, Location) else place
+
+
+def _default_root(path: Path | str, root: PathOrURL | None) -> PathOrURL:
     if root is not None:
-        return Path(root)
+        return root if isinstance(root, Location) or (isinstance(root, str) and is_url(root)) else Path(root)
+    if isinstance(path, str):  # a URL
+        folder = parent(path)
+        return join(folder, "data") if Location(join(folder, "data")).is_dir() else folder
     return path.parent / "data" if (path.parent / "data").is_dir() else path.parent
 
 
-def _no_duplicate_keys(pairs: list[tuple[str, Any]], path: Path) -> dict[str, Any]:
+def _no_duplicate_keys(pairs: list[tuple[str, Any]], path: Path | str) -> dict[str, Any]:
     seen: dict[str, Any] = {}
     for key, value in pairs:
         if key in seen:

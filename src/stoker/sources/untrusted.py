@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from stoker.errors import DataError, LabelError, MissingFileError
+from stoker.fs import Location, PathOrURL, where
 
 __all__ = [
     "MAX_CLASSES",
@@ -139,13 +140,21 @@ def resolve_inside(root: Path, name: str, where: str, kinds: FileKinds | None = 
     return path
 
 
-def read_text_file(path: Path, what: str, expected: str) -> str:
-    """The text of a label or id file: a regular file, UTF-8 (a byte-order mark is dropped).
+def read_text_file(path: PathOrURL, what: str, expected: str) -> str:
+    """The text of a label or id file (local or a URL): a regular file, UTF-8 (a byte-order mark is dropped).
 
     Raises:
         MissingFileError: it does not exist.
         LabelError: it is not a regular file, too large, or not UTF-8 text.
     """
+    place = where(path)
+    if isinstance(place, Location):
+        try:
+            data = place.read_bytes()
+        except FileNotFoundError:
+            raise MissingFileError(f"{path}: {what} not found") from None
+        return _decode_text(data, path, what, expected)
+    path = place
     try:
         info = os.stat(path)
     except FileNotFoundError:
@@ -160,6 +169,10 @@ def read_text_file(path: Path, what: str, expected: str) -> str:
         data = path.read_bytes()
     except OSError as exc:
         raise LabelError(f"{path}: cannot read the {what} ({exc.strerror or exc})") from None
+    return _decode_text(data, path, what, expected)
+
+
+def _decode_text(data: bytes, path: PathOrURL, what: str, expected: str) -> str:
     try:
         return data.decode("utf-8-sig")
     except UnicodeDecodeError as exc:

@@ -274,6 +274,9 @@ class RunConfig:
     seed: int = _key(_int(0), 0, doc="seeds weights, split and shuffle order")
     patience: int | None = _key(_optional(_int(1)), None, doc="stop after this many epochs without a better valid accuracy")
     resume: bool = _key(_bool, False, doc="continue the run `name` from its last.pt, with the config in its run.json")
+    cpu_threads: int | None = _key(
+        _optional(_int(1)), None, doc="torch compute threads on the CPU; default: the cores the loader workers leave"
+    )
     checkpoint_every_steps: int | None = _key(
         _optional(_int(1)), None, doc="also write last.pt every this many optimizer steps (mid-epoch resume)"
     )
@@ -287,7 +290,7 @@ _TABLES: dict[str, type] = {"data": DataConfig, "model": ModelConfig, "optim": O
 # fast it loads, how long it goes on, what it shows. Every other key is the run itself.
 RESUME_MAY_CHANGE: frozenset[str] = frozenset({
     "run.epochs", "run.device", "run.progress", "run.patience", "run.resume", "run.log_dir", "run.name",
-    "run.loader_bound_share", "run.checkpoint_every_steps", "data.workers", "data.prefetch_factor", "data.backend",
+    "run.loader_bound_share", "run.checkpoint_every_steps", "run.cpu_threads", "data.workers", "data.prefetch_factor", "data.backend",
 })
 _PATH_KEYS = ("data.path", "data.valid_path", "data.labels")
 

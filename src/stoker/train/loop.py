@@ -50,6 +50,7 @@ from stoker.train.record import BEST_FILE, LAST_FILE, device_name, prepare_run_d
 from stoker.train.resume import CHECKPOINT_FORMAT, check_last, restore_last, restore_loader
 from stoker.train.scenario import Scenario
 from stoker.train.tally import Tally, mid_epoch_entry, notify_batch_end
+from stoker.train.threads import ComputeThreads
 from stoker.train.timing import PhaseTimer
 
 __all__ = ["CHECKPOINT_FORMAT", "fit"]
@@ -117,7 +118,9 @@ def fit(scenario: Scenario, callbacks: Sequence[Logger] = ()) -> History:
 
     # 3. Loggers and the run's record.
     loggers = _make_loggers(s.loggers, s.progress) + list(callbacks)
-    info = RunInfo(name, run_dir, s.epochs, start_epoch, str(device), dict(s.tags), config, s.resume, s.loader_bound_share)
+    threads = ComputeThreads(device, (s.train_loader, s.valid_loader), s.cpu_threads)  # cores for the loader
+    info = RunInfo(name, run_dir, s.epochs, start_epoch, str(device), dict(s.tags), config, s.resume, s.loader_bound_share,
+                   threads.reason if device.type == "cpu" else "")
     record = {
         "name": name,
         "tags": dict(s.tags),
@@ -160,7 +163,7 @@ def fit(scenario: Scenario, callbacks: Sequence[Logger] = ()) -> History:
         )
 
     try:
-        with StopRequest() as stop:
+        with StopRequest() as stop, threads:
             for epoch in range(start_epoch + 1, s.epochs + 1):  # 1-based
                 if stop.requested:  # asked between epochs: last.pt already holds the finished ones
                     raise KeyboardInterrupt

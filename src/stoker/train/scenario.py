@@ -82,6 +82,8 @@ class Scenario:
         resume: continue from ``last.pt`` in the run folder: weights, optimizer, scaler,
             scheduler, epoch, RNG states, best so far, history; mid-epoch, from the
             very next batch.
+        cpu_threads: torch's compute threads during a CPU run; default: the cores the
+            loader workers leave (:mod:`stoker.train.threads`).
         checkpoint_every_steps: also write ``last.pt`` every this many optimizer steps
             of an epoch, with the train loader's position (``None``: after every epoch
             only). Needs a loader with ``state_dict`` (stoker's ``make_loader``).
@@ -118,6 +120,7 @@ class Scenario:
     patience: int | None = None
     resume: bool = False
     checkpoint_every_steps: int | None = None
+    cpu_threads: int | None = None
     loader_bound_share: float = 0.3
     loggers: tuple[Any, ...] = ("console", "csv", "tensorboard")
     progress: bool = True
