@@ -36,7 +36,9 @@ __all__ = [
     "to_rgb",
 ]
 
-IMAGE_SUFFIXES: tuple[str, ...] = (".jpg", ".jpeg", ".png", ".webp", ".gif", ".bmp", ".tif", ".tiff")
+IMAGE_SUFFIXES: tuple[str, ...] = (
+    ".jpg", ".jpeg", ".png", ".webp", ".gif", ".bmp", ".tif", ".tiff", ".ppm", ".pgm", ".pbm", ".pnm",  # ImageFolder's and more
+)
 ARRAY_SUFFIXES: tuple[str, ...] = (".pt", ".npy")
 SAMPLE_SUFFIXES: tuple[str, ...] = ARRAY_SUFFIXES + IMAGE_SUFFIXES
 
@@ -243,7 +245,7 @@ def _decode_with_pil(data: memoryview, name: str, max_pixels: int) -> torch.Tens
         with img:
             _check_pixels(img.size, max_pixels, name)
             if img.mode in ("I;16", "I;16B", "I;16L", "I"):
-                gray = np.asarray(img, dtype=np.uint32) // 257
+                gray = np.asarray(img, dtype=np.uint32) >> 8  # the high byte, as libpng and PIL do for 16-bit RGB
                 return to_rgb(torch.from_numpy(gray.clip(0, 255).astype(np.uint8)), name)
             if img.mode == "RGB":
                 rgb = np.array(img)

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import re
+from collections import Counter
 from pathlib import Path
 from typing import Literal
 
@@ -16,6 +18,8 @@ from stoker.sources.index import SampleIndex, Source
 from stoker.sources.untrusted import check_name_utf8, parse_label, resolve_inside, scan_kinds
 
 __all__ = ["ClassFolderDataset"]
+
+log = logging.getLogger("stoker")
 
 LabelMode = Literal["auto", "numeric", "sorted"]
 
@@ -30,7 +34,7 @@ def _remote_listing(place: Location) -> tuple[list[str], dict[str, list[str]]]:
     return sorted(files), files
 
 
-def _list_files(root: Path, folder: str) -> list[str]:
+def _list_files(root: Path, folder: str, ignored: Counter[str] | None = None) -> list[str]:
     """Sample files under ``root/folder`` (recursively, in ``os.walk`` order), as paths relative to it.
 
     Only regular files are data: a FIFO or device named like an image is an error, and
@@ -42,7 +46,12 @@ def _list_files(root: Path, folder: str) -> list[str]:
         kinds = scan_kinds(root / rel_dir)
         for name in sorted(kinds):
             kind, rel = kinds[name], f"{rel_dir}/{name}"
-            if kind == "dir" or os.path.splitext(name)[1].lower() not in SAMPLE_SUFFIXES:
+            if kind == "dir":
+                continue
+            suffix = os.path.splitext(name)[1].lower()
+            if suffix not in SAMPLE_SUFFIXES:
+                if ignored is not None and not name.startswith("."):
+                    ignored[suffix or "(no suffix)"] += 1
                 continue
             check_name_utf8(name, str(root / rel_dir))
             if kind != "file" and resolve_inside(root, rel, str(root), None) is None:
@@ -123,14 +132,21 @@ class ClassFolderDataset(FileDataset):
             classes = list(folders)
         resolved = place.url if isinstance(place, Location) else str(local.resolve())
         keys, paths, sample_labels, empty = [], [], [], []
+        ignored: Counter[str] = Counter()
         for folder in folders:
-            files = remote_files[folder] if remote_files is not None else _list_files(Path(resolved), folder)
+            files = remote_files[folder] if remote_files is not None else _list_files(Path(resolved), folder, ignored)
             if not files:
                 empty.append(folder)
             for rel in files:
                 keys.append(f"{folder}/{rel}")
                 paths.append(join(resolved, folder, rel))
                 sample_labels.append(label_of[folder])
+        if ignored:  # never silent: say what was left out and why
+            shown = ", ".join(f"{count} {suffix}" for suffix, count in ignored.most_common(5))
+            log.warning(
+                "%s: ignored %d file(s) that are not images stoker reads (%s); readable: %s",
+                root, sum(ignored.values()), shown, " ".join(SAMPLE_SUFFIXES),
+            )
         if empty and not allow_empty:
             shown = ", ".join(empty[:5]) + (" ..." if len(empty) > 5 else "")
             raise DataError(f"{root}: {len(empty)} class folder(s) hold no images ({shown}); remove them or pass allow_empty=True")
