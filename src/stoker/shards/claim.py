@@ -98,7 +98,8 @@ def claim(out: Path, sources: Sequence[Source], fingerprint: str, overwrite: boo
 
 
 def reuse_finished(
-    out: Path, plan: ShardPlan, rows: RowSource, store: str, size: tuple[int, int] | None, known_sha: str | None
+    out: Path, plan: ShardPlan, rows: RowSource, store: str, size: tuple[int, int] | None, known_sha: str | None,
+    channels: int = 3,
 ) -> ShardInfo | None:
     """The info of a shard an earlier run finished, if it holds exactly the planned rows.
 
@@ -111,7 +112,7 @@ def reuse_finished(
     try:
         with pa.memory_map(str(path), "r") as source:
             reader = pa.ipc.open_file(source)
-            if not reader.schema.equals(shard_schema(store, size), check_metadata=True):
+            if not reader.schema.equals(shard_schema(store, size, channels), check_metadata=True):
                 return None
             table = reader.read_all()
             table.validate(full=True)

@@ -43,7 +43,7 @@ from stoker.fs import Location, where
 from stoker.lifetime import die_with_parent
 from stoker.shards.claim import check_place, claim, reuse_finished
 from stoker.shards.dataset import ShardDataset
-from stoker.shards.format import PLAN_NAME, STORES, check_split_name, image_row_bytes, shard_schema
+from stoker.shards.format import PLAN_NAME, STORES, check_channels, check_split_name, image_row_bytes, shard_schema
 from stoker.shards.manifest import Manifest, ShardInfo
 from stoker.shards.plan import PackPlan, ShardPlan, make_plan
 from stoker.shards.ray_engine import ENGINES, import_ray, write_on_ray
@@ -164,16 +164,25 @@ class _Job:
     size: tuple[int, int] | None
     rows: dict[str, RowSource]
     remote: Location | None = None  # packing to a URL: out is the staging folder, shards go here
+    channels: int = 3
 
 
-def _pixels(rows: RowSource, i: int, size: tuple[int, int]) -> torch.Tensor:
+def _pixels(rows: RowSource, i: int, size: tuple[int, int], channels: int = 3) -> torch.Tensor:
     image = rows.read_pixels(i)
     if image.dtype != torch.uint8:
         raise DataError(
             f"{rows.source_names[i]}/{rows.files[i]}: pixels must be uint8, got {image.dtype}; "
             "convert the files or use store='encoded'"
         )
-    return resize(image, size).contiguous()
+    image = resize(image, size)
+    if channels == 3 and image.shape[0] == 1:  # re-packing a gray pixels set as RGB
+        image = image.expand(3, -1, -1)
+    if channels == 1 and image.shape[0] != 1:
+        from torchvision.transforms.v2 import functional as F
+
+        # Gray data decodes to three equal channels: keep one. Colour becomes its luma (ITU-R 601).
+        image = image[:1] if bool((image[0] == image[1]).all() and (image[0] == image[2]).all()) else F.rgb_to_grayscale(image)
+    return image.contiguous()
 
 
 def _write_shard(job: _Job, plan: ShardPlan, report: Callable[[int], None]) -> ShardInfo:
@@ -181,9 +190,9 @@ def _write_shard(job: _Job, plan: ShardPlan, report: Callable[[int], None]) -> S
 
     rows = job.rows[plan.split]
     pending = 0
-    with ShardWriter(job.out / plan.name, plan.split, job.store, job.size) as writer:
+    with ShardWriter(job.out / plan.name, plan.split, job.store, job.size, channels=job.channels) as writer:
         for i in plan.rows.tolist():
-            image = rows.read_encoded(i) if job.store == "encoded" else _pixels(rows, i, job.size)  # type: ignore[arg-type]
+            image = rows.read_encoded(i) if job.store == "encoded" else _pixels(rows, i, job.size, job.channels)  # type: ignore[arg-type]
             writer.write(str(rows.keys[i]), int(rows.labels[i]), str(rows.source_names[i]), str(rows.files[i]), image)
             pending += 1
             if pending == _PROGRESS_EVERY:
@@ -265,6 +274,7 @@ def write_shards(
     engine: str = "local",
     storage_options: dict[str, Any] | None = None,
     cache_dir: PathLike | None = None,
+    channels: int = 3,
 ) -> Manifest:
     """Pack a data set into shuffled, checksummed Arrow shards plus ``manifest.json``.
 
@@ -289,6 +299,8 @@ def write_shards(
         workers: processes writing shards (default: the CPU count; 0 or 1 writes here).
         overwrite: replace a shard set (or other stoker files) already in ``out``.
         progress: show a progress bar on stderr.
+        channels: ``pixels`` only: 3 (RGB) or 1 (gray: one channel, a third of the bytes;
+            colour images become their luma). Readers then return ``1 x H x W`` images.
         origin: what the manifest records as the source (default: the sources' roots).
         engine: ``"local"`` (worker processes on this machine) or ``"ray"`` (one Ray
             task per shard on the cluster ``ray.init()`` finds, or a local one; the same bytes).
@@ -314,6 +326,7 @@ def write_shards(
     remote = RemoteOut(place, os.fspath(cache_dir) if cache_dir is not None else None) if isinstance(place, Location) else None
     out = remote.staging if remote is not None else Path(place)  # type: ignore[arg-type]
     _check_args(store, size, shard_samples, shard_bytes, valid, workers)
+    channels = check_channels(channels, store)
     if engine not in ENGINES:
         raise ConfigError(f"engine must be one of {', '.join(ENGINES)}, got {engine!r}")
     if engine == "ray":
@@ -346,9 +359,11 @@ def write_shards(
     }
     if not shuffle:  # recorded only when off, so default packs keep their bytes
         settings["shuffle"] = False
+    if channels != 3:  # likewise
+        settings["channels"] = channels
     plan: PackPlan = make_plan(
         rows, store=store, image_size=size, seed=seed, shard_samples=shard_samples, shard_bytes=shard_bytes,
-        settings=settings, shuffle=shuffle,
+        settings=settings, shuffle=shuffle, channels=channels,
     )
     made_by = {
         "tool": "stoker",
@@ -361,7 +376,7 @@ def write_shards(
         "plan": plan.fingerprint,
         **({} if shuffle else {"shuffle": False}),
     }
-    write = _Writing(plan, rows, store, size, workers, progress, classes, sources, made_by, engine, place.name)
+    write = _Writing(plan, rows, store, size, workers, progress, classes, sources, made_by, engine, place.name, channels)
     if remote is not None:
         finished, known = remote.claim(sources, plan.fingerprint, overwrite)
         if finished is not None:
@@ -379,7 +394,7 @@ def write_shards(
             manifest = write.into(target, known)
         except OSError as exc:
             if exc.errno in (errno.ENOSPC, errno.EDQUOT):
-                raise ShardError(_disk_full(target, plan, rows, store, size)) from None
+                raise ShardError(_disk_full(target, plan, rows, store, size, channels)) from None
             raise
         if target != out:
             swap_in(target, out)  # the new set is complete: only now does the old one go
@@ -419,6 +434,7 @@ class _Writing:
     made_by: dict[str, Any]
     engine: str
     name: str
+    channels: int = 3
 
     def into(self, out: Path, known: dict[str, str], remote: Any = None) -> Manifest:
         """Write every shard not already finished into ``out`` (a remote pack's staging folder), then the manifest."""
@@ -430,7 +446,7 @@ class _Writing:
         todo: list[ShardPlan] = []
         for shard in plan.shards:
             if remote is None:
-                reused = reuse_finished(out, shard, rows[shard.split], store, size, known.get(shard.name))
+                reused = reuse_finished(out, shard, rows[shard.split], store, size, known.get(shard.name), self.channels)
             else:
                 reused = remote.reuse(shard, known.get(shard.name), remote_sizes)
             if reused is not None:
@@ -440,7 +456,7 @@ class _Writing:
         workers = self.workers
         if workers is None:
             workers = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-        job = _Job(out, store, size, rows, remote.place if remote is not None else None)
+        job = _Job(out, store, size, rows, remote.place if remote is not None else None, self.channels)
         with tqdm(
             total=sum(len(p.rows) for p in plan.shards),
             initial=sum(i.samples for i in infos.values()),
@@ -462,6 +478,7 @@ class _Writing:
             sources=self.sources,
             shards=tuple(infos[s.name] for s in plan.shards),
             made_by=self.made_by,
+            channels=self.channels,
         )
         if remote is None:
             manifest.save(out)
@@ -469,10 +486,12 @@ class _Writing:
         return manifest
 
 
-def _disk_full(out: Path, plan: PackPlan, rows: dict[str, RowSource], store: str, size: tuple[int, int] | None) -> str:
+def _disk_full(
+    out: Path, plan: PackPlan, rows: dict[str, RowSource], store: str, size: tuple[int, int] | None, channels: int = 3
+) -> str:
     """The message for a full disk: how much the pack needs, and how much is free."""
     if store == "pixels":
-        needed = sum(len(p.rows) for p in plan.shards) * image_row_bytes(size)  # type: ignore[arg-type]
+        needed = sum(len(p.rows) for p in plan.shards) * image_row_bytes(size, channels)  # type: ignore[arg-type]
     else:
         needed = int(sum(int(r.encoded_sizes().sum()) for r in rows.values()))
     written = sum(f.stat().st_size for f in out.iterdir() if f.is_file() and is_ours(f.name))

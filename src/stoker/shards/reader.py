@@ -272,10 +272,13 @@ class ShardSet:
         self._stamp = _manifest_stamp(place) if isinstance(place, Path) else None
         self.manifest = Manifest.load(place)
         self.infos = self.manifest.shards_of(split)
-        self.schema = shard_schema(self.manifest.store, self.manifest.image_size)
+        self.schema = shard_schema(self.manifest.store, self.manifest.image_size, self.manifest.channels)
         self.starts = np.cumsum([0] + [info.samples for info in self.infos])
         self.crops = {s.name: s.crop for s in self.manifest.sources}
-        self.row_bytes = image_row_bytes(self.manifest.image_size) if self.manifest.store == "pixels" else 0  # type: ignore[arg-type]
+        self.channels = self.manifest.channels
+        self.row_bytes = (
+            image_row_bytes(self.manifest.image_size, self.channels) if self.manifest.store == "pixels" else 0  # type: ignore[arg-type]
+        )
         self._lock = threading.Lock()
         self._reset()
         self.check_sizes()

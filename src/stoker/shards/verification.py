@@ -118,7 +118,7 @@ def _verify_shard(root: Path, manifest: Manifest, info: ShardInfo, decode: bool,
     except OSError as exc:
         return [Fault(info.name, None, f"cannot read ({exc.strerror})")]
     try:
-        opened = ShardFile(root, info, shard_schema(manifest.store, manifest.image_size), len(manifest.classes), path=path)
+        opened = ShardFile(root, info, shard_schema(manifest.store, manifest.image_size, manifest.channels), len(manifest.classes), path=path)
     except ShardError as exc:
         return faults + [Fault(info.name, None, str(exc).split("; run `stoker verify")[0])]
     try:
@@ -246,7 +246,7 @@ def verify(
 def _duplicate_keys(root: Path, manifest: Manifest, paths: dict[str, Path]) -> list[Fault]:
     """A fault for the first repeated key of each split (keys trace samples back to files)."""
     faults = []
-    schema = shard_schema(manifest.store, manifest.image_size)
+    schema = shard_schema(manifest.store, manifest.image_size, manifest.channels)
     for split, infos in manifest.splits.items():
         seen: dict[str, str] = {}
         for info in infos:
