@@ -33,6 +33,7 @@ from __future__ import annotations
 import csv
 import dataclasses
 import functools
+import io
 import json
 import logging
 import os
@@ -46,6 +47,7 @@ from torch.utils.data import Dataset
 
 from stoker.decode import Box, resize
 from stoker.errors import ConfigError, DataError, MissingFileError
+from stoker.fs import Location, where
 from stoker.loading.skips import OnError, check_on_error
 from stoker.shards.dataset import ShardDataset
 from stoker.shards.manifest import Manifest
@@ -60,7 +62,8 @@ log = logging.getLogger("stoker")
 
 __all__ = ["SPLIT_NAMES", "DataSplits", "LabelOrder", "Layout", "canonical_split", "detect_layout", "open_data"]
 
-PathLike = str | os.PathLike[str]
+PathLike = str | os.PathLike[str] | Location
+Where = Path | Location  # a local path, or a folder or file at a URL (stoker.fs)
 Paths = PathLike | Sequence[PathLike]
 # {split: paths}: each split from its own sources, one label mapping for all (matched by class name).
 SplitPaths = Mapping[str, Paths]
@@ -82,14 +85,16 @@ def canonical_split(name: str) -> str:
 # -- what a path holds ------------------------------------------------------------------
 
 
-def _subfolders(p: Path) -> list[str]:
+def _subfolders(p: Where) -> list[str]:
+    if isinstance(p, Location):
+        return [name for name in p.list_dirs() if not name.startswith(".")]
     try:
         return sorted(e.name for e in os.scandir(p) if e.is_dir() and not e.name.startswith("."))
     except OSError as exc:
         raise DataError(f"{p}: cannot read the folder ({exc.strerror}); check its permissions") from None
 
 
-def _split_folders(p: Path) -> dict[str, Path] | None:
+def _split_folders(p: Where) -> dict[str, Where] | None:
     """``{split: folder}`` when ``p`` is a tree of split folders, ``None`` when it is not one.
 
     Raises:
@@ -111,7 +116,7 @@ def _split_folders(p: Path) -> dict[str, Path] | None:
             f"(--data {p / splits[0]} and --valid {p / (splits[1] if len(splits) > 1 else splits[0])}), "
             "or move the other folders out"
         )
-    found: dict[str, Path] = {}
+    found: dict[str, Where] = {}
     for f in splits:
         split = canonical_split(f)
         if split in found:
@@ -128,7 +133,7 @@ def detect_layout(path: PathLike) -> Layout:
         ConfigError: a file that is neither a label file nor an id file; a folder whose
             layout is ambiguous (the message says what was found and what to pass).
     """
-    p = Path(path)
+    p = where(path)  # a local Path, or a Location for a URL (same questions, asked through fsspec)
     if p.is_file():
         suffix = p.suffix.lower()
         if suffix == ".txt":
@@ -152,18 +157,18 @@ def detect_layout(path: PathLike) -> Layout:
 # -- opening one source -----------------------------------------------------------------
 
 
-def _label_file_parts(p: Path, labels: PathLike | None) -> tuple[Path, Path]:
+def _label_file_parts(p: Where, labels: PathLike | None) -> tuple[Where, Where]:
     """(image folder, label file) of a label-file source."""
     if p.is_file():
         label_file, folder = p, p.parent
     else:
         folder = p
         if labels is not None:
-            label_file = Path(labels)
+            label_file = where(labels)
         elif (p / _CELEBA_LABELS).is_file():
             label_file = p / _CELEBA_LABELS
         else:
-            found = sorted(p.glob("*.txt"))
+            found: list[Any] = sorted(p.glob("*.txt"), key=str)
             if len(found) != 1:
                 shown = ", ".join(f.name for f in found) or "none"
                 raise ConfigError(f"{p}: cannot tell which .txt file holds the labels ({shown}); pass labels=FILE (--labels)")
@@ -172,13 +177,14 @@ def _label_file_parts(p: Path, labels: PathLike | None) -> tuple[Path, Path]:
     return images, label_file
 
 
-def _id_partitions(id_file: Path) -> list[str]:
+def _id_partitions(id_file: Where) -> list[str]:
     """Partition names in an id file, in file order (the id readers report malformed files)."""
     try:
+        text = id_file.read_text(encoding="utf-8-sig")
         if id_file.suffix.lower() == ".json":
-            obj = json.loads(id_file.read_text(encoding="utf-8-sig"))
+            obj = json.loads(text)
             return [str(k) for k in obj["partition"]]
-        with open(id_file, newline="", encoding="utf-8-sig") as f:
+        with io.StringIO(text, newline="") as f:
             return list(dict.fromkeys(row["split"] for row in csv.DictReader(f)))
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return ["train"]  # let IdDataset raise its own, precise error
@@ -197,7 +203,7 @@ def _with_crop(dataset: FileDataset, crop: Box | None) -> FileDataset:
 def _relabel(index: SampleIndex, classes: Sequence[str]) -> SampleIndex:
     """The index with labels renumbered to positions in ``classes`` (matched by name)."""
     position = {name: i for i, name in enumerate(classes)}
-    mapping = [position[name] for name in index.classes]
+    mapping = [position.get(name, -1) for name in index.classes]  # -1: a class no sample has
     labels = np.asarray(mapping, dtype=np.int64)[index.labels] if len(index.labels) else index.labels
     return dataclasses.replace(index, labels=labels, classes=tuple(classes))
 
@@ -215,7 +221,7 @@ LabelOrder = Literal["auto", "sorted"]
 
 
 def _file_splits(
-    p: Path, layout: Layout, labels: PathLike | None, crop: Box | None, name: str, label_order: LabelOrder = "auto"
+    p: Where, layout: Layout, labels: PathLike | None, crop: Box | None, name: str, label_order: LabelOrder = "auto"
 ) -> dict[str, FileDataset]:
     """Every split of one file source (layouts without splits have only ``train``)."""
     if layout == "ids":
@@ -240,17 +246,27 @@ def _file_splits(
         out = {split: FileDataset(_relabel(ds.index, classes)) for split, ds in parts.items()}
     else:
         out = {"train": ClassFolderDataset(p, labels=label_order, name=name)}
+    if label_order == "sorted" and layout in ("ids", "label_file"):
+        out = _compact(out)
     return {split: _with_crop(ds, crop) for split, ds in out.items()}
 
 
-def _inner_layout(folder: Path) -> Layout:
+def _compact(splits: Mapping[str, FileDataset]) -> dict[str, FileDataset]:
+    """Number the labels that occur (in any split) 0..K-1 in sorted order: no empty classes."""
+    first = next(iter(splits.values())).index
+    used = sorted({int(label) for ds in splits.values() for label in np.unique(ds.index.labels)})
+    keep = [first.classes[label] for label in used]
+    return {split: FileDataset(_relabel(ds.index, keep)) for split, ds in splits.items()}
+
+
+def _inner_layout(folder: Where) -> Layout:
     layout = detect_layout(folder)
     if layout in ("shards", "split_folders"):
         raise ConfigError(f"{folder}: a split folder must hold images (class folders, a label file or ids), not {layout}")
     return layout
 
 
-def _source_names(paths: Sequence[Path]) -> list[str]:
+def _source_names(paths: Sequence[Where]) -> list[str]:
     names = [(p.parent.name if p.is_file() else p.name) or "data" for p in paths]
     return [n if names.count(n) == 1 else f"{n}-{i + 1}" for i, n in enumerate(names)]
 
@@ -367,7 +383,7 @@ class _Then:
         return self.second(self.first(image))
 
 
-def _open_shards(root: Path, image_size: Any, transform: Transform | None, on_error: OnError) -> dict[str, ShardDataset]:
+def _open_shards(root: Where, image_size: Any, transform: Transform | None, on_error: OnError) -> dict[str, ShardDataset]:
     manifest = Manifest.load(root)
     size = (image_size, image_size) if isinstance(image_size, int) else (tuple(image_size) if image_size else None)
     # Resize only what the shard set does not already store at this size.
@@ -380,26 +396,20 @@ def _apply(ds: FileDataset, transform: Transform | None, on_error: OnError) -> F
     return FileDataset(ds.index, transform, on_error)
 
 
-def _as_paths(paths: PathLike | Sequence[PathLike] | None, what: str) -> list[Path]:
+def _as_paths(paths: PathLike | Sequence[PathLike] | None, what: str) -> list[Where]:
     if paths is None:
         return []
-    items = [paths] if isinstance(paths, (str, os.PathLike)) else list(paths)
-    out = []
-    for item in items:
-        text = os.fspath(item)
-        if "://" in text and not text.startswith("file://"):
-            scheme = text.split("://", 1)[0]
-            raise ConfigError(
-                f"{text}: {scheme}:// URLs are not opened by this version of stoker; copy the data to a local folder"
-            )
-        out.append(Path(text.removeprefix("file://")))
+    items = [paths] if isinstance(paths, (str, os.PathLike, Location)) else list(paths)
+    # A URL (s3://, gs://, memory://, ...) becomes a Location, never a Path: pathlib would
+    # turn "s3://b/x" into a local folder "s3:/b/x". file:// URLs are local paths.
+    out = [where(item) for item in items]
     if not out and what == "paths":
         raise ConfigError("give at least one data path (a folder, a label file, an ids file or a shard set)")
     return out
 
 
 def _open_sources(
-    paths: Sequence[Path], labels: PathLike | None, crop: Box | None, label_order: LabelOrder = "auto"
+    paths: Sequence[Where], labels: PathLike | None, crop: Box | None, label_order: LabelOrder = "auto"
 ) -> tuple[dict[str, Dataset], tuple[str, ...], list[tuple[str, str]], bool]:
     """Open the sources at ``paths`` (no transforms yet): splits, classes, what was opened, is a shard set."""
     layouts = [detect_layout(p) for p in paths]
@@ -497,9 +507,9 @@ def open_data(
         transform: applied to each uint8 CHW image (after the resize).
         on_error: ``"raise"`` or ``"skip"`` bad samples (counted by stoker's loader).
         seed: the seed of a held-out validation share.
-        label_order: class folders with numeric names use the number as the label
-            (``"auto"``: folders ``1..10`` give labels 1..10 and an empty class 0);
-            ``"sorted"`` numbers the folder names in sorted order instead (no gaps).
+        label_order: ``"auto"``: numeric class folder names and the numbers of label and
+            ids files are the labels (folders ``1..10`` give labels 1..10 and an empty
+            class 0); ``"sorted"`` numbers the classes that occur 0..K-1 in sorted order.
 
     An empty class (a label no sample of any split has) is logged as a warning, and
     :attr:`DataSplits.empty_classes` lists it: it usually means a numbering that starts
@@ -565,7 +575,7 @@ def open_data(
         log.warning(
             "%s: %d of %d classes have no samples (%s%s)%s", result.where(), len(empty), result.num_classes,
             ", ".join(repr(result.classes[i]) for i in empty[:5]), " ..." if len(empty) > 5 else "",
-            "; numbered folders? label_order='sorted' (--label-order sorted) numbers them without gaps"
-            if any(name.isdigit() for name in result.classes) else "",
+            "; labels numbered from 1? label_order='sorted' (--label-order sorted) numbers the classes "
+            "that occur without gaps" if any(name.isdigit() for name in result.classes) else "",
         )
     return result if split is None else result[split]

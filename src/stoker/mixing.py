@@ -29,17 +29,22 @@ Example:
 from __future__ import annotations
 
 import random
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass
+from typing import TypeVar
 
 import numpy as np
 
 from stoker.errors import ConfigError
+
+T = TypeVar("T")
 
 __all__ = [
     "GOOD_SCORE",
     "POOR_SCORE",
     "ShuffleQuality",
     "shuffle_quality",
+    "buffer_shuffle",
     "simulate_buffer_shuffle",
     "suggest_buffer_size",
 ]
@@ -239,6 +244,25 @@ def shuffle_quality(
     )
 
 
+def buffer_shuffle(items: Iterator[T], buffer_size: int, rng: random.Random) -> Iterator[T]:
+    """Yield ``items`` in an order drawn from ``rng`` through a buffer of ``buffer_size``.
+
+    Example:
+        >>> sorted(buffer_shuffle(iter(range(5)), 3, random.Random(0)))
+        [0, 1, 2, 3, 4]
+    """
+    buffer: list[T] = []
+    for item in items:
+        if len(buffer) < buffer_size:
+            buffer.append(item)
+            continue
+        index = rng.randrange(buffer_size)
+        yield buffer[index]
+        buffer[index] = item
+    rng.shuffle(buffer)
+    yield from buffer
+
+
 def simulate_buffer_shuffle(labels: np.ndarray, buffer_size: int, seed: int = 0) -> np.ndarray:
     """The label stream a shuffle buffer of ``buffer_size`` makes of ``labels`` (labels only, no images).
 
@@ -253,7 +277,6 @@ def simulate_buffer_shuffle(labels: np.ndarray, buffer_size: int, seed: int = 0)
         >>> small.verdict, large.verdict
         ('poor', 'good')
     """
-    from stoker.pipes.shuffle import buffer_shuffle
 
     if isinstance(buffer_size, bool) or not isinstance(buffer_size, (int, np.integer)) or buffer_size < 1:
         raise ConfigError(f"simulate_buffer_shuffle: buffer_size must be a positive integer, got {buffer_size!r}")

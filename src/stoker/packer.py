@@ -15,6 +15,7 @@ from typing import Any
 from stoker.data import LabelOrder, open_data
 from stoker.decode import Box
 from stoker.errors import ConfigError
+from stoker.fs import is_url
 from stoker.shards.dataset import ShardDataset
 from stoker.shards.manifest import Manifest
 from stoker.shards.packing import write_shards
@@ -75,4 +76,5 @@ def pack(
     opened = open_data(paths, crop=crop, labels=labels, label_order=label_order)
     if opened.is_shards and (labels is not None or crop is not None):
         raise ConfigError("pack: a shard set has its labels and crop already; leave --labels and --crop out")
-    return write_shards(dict(opened), out, origin=[str(Path(p).resolve()) for p in paths], **options)
+    origin = [os.fspath(p) if is_url(p) else str(Path(p).resolve()) for p in paths]  # a URL stays a URL
+    return write_shards(dict(opened), out, origin=origin, **options)

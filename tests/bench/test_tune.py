@@ -13,7 +13,8 @@ from stoker.bench import LoaderSettings, load_settings, save_settings, search_se
 
 @pytest.fixture(scope="module")
 def tuned(tiny_root: Path):
-    return search_settings(ClassFolderDataset(tiny_root), budget_s=3, storages=["files"], batch_size=8,
+    # The budget is time on a shared machine: generous enough for two trials under load.
+    return search_settings(ClassFolderDataset(tiny_root), budget_s=8, storages=["files"], batch_size=8,
                            max_workers=1, device="cpu")
 
 

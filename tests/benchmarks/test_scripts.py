@@ -55,7 +55,15 @@ def test_bench_gpu_train_issue_cases_smoke_on_cpu(tmp_path: Path) -> None:
         ("bench_loading.py", ("--n", "100", "--workers", "0", "--methods", "files,shards-pixels", "--out", "out"),
          "shards-pixels"),
         ("bench_shuffle_quality.py", ("--n", "5000", "--classes", "50"), "packed class-sorted"),
+        ("bench_threads.py", ("--n", "64", "--workers", "1", "--repeats", "1"), "lowered / default"),
     ],
 )
 def test_small_benchmarks_run(tmp_path: Path, script: str, args: tuple[str, ...], expect: str) -> None:
     assert expect in _run(script, *args, cwd=tmp_path)
+
+
+def test_bench_remote_reports_cold_and_warm(tmp_path: Path) -> None:
+    pytest.importorskip("s3fs", reason="bench_remote needs s3fs: pip install 'stoker[test]'")
+    pytest.importorskip("moto.server", reason="bench_remote needs moto's server: pip install 'moto[server]'")
+    out = _run("bench_remote.py", "--n", "120", "--shard-samples", "40", "--size", "16", "--out", str(tmp_path / "r"), cwd=tmp_path)
+    assert "S3, cold cache" in out and "S3, warm cache" in out and "| local disk" in out

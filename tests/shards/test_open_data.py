@@ -120,8 +120,8 @@ def test_shard_sets_open_alone(digi: Path, packed: Callable[..., Path]) -> None:
         open_data([packed(store="encoded", shard_samples=7), digi])
     with pytest.raises(ConfigError, match="crop"):
         open_data(packed(store="encoded", shard_samples=7), crop=(0, 0, 4, 4))
-    with pytest.raises(ConfigError, match="URL"):
-        open_data("s3://bucket/data")
+    with pytest.raises(ConfigError, match="protocol"):  # URLs open through fsspec (tests/remote); unknown ones fail clearly
+        open_data("nosuchproto://bucket/data")
 
 
 def test_empty_classes_are_reported_and_sorted_order_removes_them(
@@ -144,3 +144,11 @@ def test_empty_classes_are_reported_and_sorted_order_removes_them(
     assert "1 classes have no samples" in result.output
     sorted_data = open_data(tmp_path / "one-based", label_order="sorted")
     assert sorted_data.classes == ("1", "2") and not sorted_data.empty_classes
+
+
+def test_label_files_numbered_from_one_can_be_compacted(celeb: Path) -> None:
+    auto = open_data(celeb)
+    assert auto.num_classes == 4 and auto.empty_classes == [0]  # identities 1..3, as in CelebA
+    compact = open_data(celeb, label_order="sorted")
+    assert compact.classes == ("1", "2", "3") and not compact.empty_classes
+    assert sorted(set(compact["train"].labels.tolist())) == [0, 1, 2]

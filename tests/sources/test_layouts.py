@@ -233,3 +233,22 @@ def test_corrupt_image_raises_or_is_skipped(tmp_path: Path) -> None:
 def test_every_error_is_a_stoker_error() -> None:
     for cls in (ConfigError, DataError, DecodeError, LabelError, MissingFileError):
         assert issubclass(cls, StokerError)
+
+
+def test_mixed_image_sizes_name_two_files_at_the_first_batch(tmp_path: Path) -> None:
+    from PIL import Image
+
+    import stoker
+    from stoker.errors import DataError
+
+    for label, size in (("0", (8, 8)), ("1", (12, 10))):
+        (tmp_path / label).mkdir()
+        Image.new("RGB", size).save(tmp_path / label / "a.png")
+    for workers in (0, 2):
+        loader = stoker.make_loader(stoker.open_data(tmp_path, "train"), batch_size=2, shuffle=False,
+                                    num_workers=workers, device="cpu")
+        with pytest.raises(DataError, match=r"0/a.png is 8x8.*1/a.png is 10x12.*--image-size"):
+            next(iter(loader))
+    resized = stoker.make_loader(stoker.open_data(tmp_path, "train", image_size=8), batch_size=2, num_workers=0, device="cpu")
+    images, _ = next(iter(resized))
+    assert tuple(images.shape) == (2, 3, 8, 8)

@@ -43,6 +43,7 @@ from stoker.bench.results import BenchResult
 from stoker.bench.runner import Expected, RunResult, Step, run_method
 from stoker.bench.settings import LoaderSettings
 from stoker.errors import ConfigError
+from stoker.fs import where
 from stoker.loading.backends import BACKENDS
 from stoker.sources.dataset import FileDataset
 
@@ -70,7 +71,7 @@ def open_data(data: str | os.PathLike[str] | FileDataset) -> tuple[FileDataset, 
         return data, ",".join(s.name for s in data.index.sources)
     from stoker.data import open_data as open_any  # the one way in
 
-    path = Path(data)
+    path = where(data)  # a local Path, or a Location for a URL (never a folder named "s3:")
     opened = open_any(path)
     dataset = opened["train"]
     if opened.is_shards or not isinstance(dataset, FileDataset):
@@ -78,7 +79,7 @@ def open_data(data: str | os.PathLike[str] | FileDataset) -> tuple[FileDataset, 
             f"{path}: is a shard set; benchmark the data it was packed from, and pass the shard sets "
             f"with --packed (packed=) to reuse them"
         )
-    return dataset, path.resolve().name or str(path)
+    return dataset, (path.resolve().name if isinstance(path, Path) else path.name) or str(path)
 
 
 def _settle_size(dataset: FileDataset, size: tuple[int, int] | None) -> tuple[int, int] | None:

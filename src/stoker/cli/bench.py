@@ -43,7 +43,7 @@ def parse_size(text: str | None) -> tuple[int, int] | None:
 
 
 @click.command("bench")
-@click.argument("data", type=click.Path(exists=True, path_type=Path))
+@click.argument("data")  # a path or a URL (a str: pathlib would mangle s3://)
 @click.option("--methods", default=_METHODS, show_default=True, help="Comma-separated loading methods to compare.")
 @click.option("--workers", "workers_text", default=",".join(map(str, DEFAULT_WORKERS)), show_default=True,
               help="Comma-separated worker counts.")
@@ -69,7 +69,7 @@ def parse_size(text: str | None) -> tuple[int, int] | None:
 @click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=Path("stoker-bench"), show_default=True,
               help="Folder for bench.md, bench.json and bench.png.")
 def bench(
-    data: Path,
+    data: str,
     methods: str,
     workers_text: str,
     backend_text: str,

@@ -8,7 +8,7 @@ import click
 
 
 @click.command("inspect")
-@click.argument("root", type=click.Path(path_type=Path), metavar="DATA")
+@click.argument("root", metavar="DATA")  # a str: a URL must not go through pathlib
 @click.option("--grid", type=click.Path(dir_okay=False, path_type=Path), help="Write a PNG grid of samples with their labels.")
 @click.option("--split", default="train", show_default=True, help="Split the grid draws from.")
 @click.option("--count", type=click.IntRange(min=1), default=32, show_default=True, help="Samples in the grid.")
@@ -19,7 +19,7 @@ import click
 @click.option("--classes", "max_classes", type=click.IntRange(min=0), default=20, show_default=True,
               help="Classes listed with their counts.")
 def inspect(
-    root: Path, grid: Path | None, split: str, count: int, batch_size: int, shuffle_buffer: int, max_classes: int
+    root: str, grid: Path | None, split: str, count: int, batch_size: int, shuffle_buffer: int, max_classes: int
 ) -> None:
     """Show what data holds: a shard set's counts per split and class, bytes, storage mode,
     image size and origin; for any other layout, what it is opened as, its splits and classes.
@@ -34,7 +34,12 @@ def inspect(
         _inspect_files(root, max_classes)
         return
     from stoker.shards import summarize, write_grid
+    from stoker.shards.cache import download_note
     from stoker.shards.quality import stream_quality
+
+    note = download_note(root)  # a URL: the manifest is read first, to say what will be downloaded
+    if note is not None:
+        click.echo(note)
 
     summary = summarize(root)
     click.echo(summary.format(max_classes=max_classes))
@@ -47,7 +52,7 @@ def inspect(
         click.echo(f"\nwrote a grid of {count} {split} samples with their labels to {grid}")
 
 
-def _inspect_files(root: Path, max_classes: int) -> None:
+def _inspect_files(root: str, max_classes: int) -> None:
     """Splits and class counts of data that is not packed (any layout open_data reads)."""
     import numpy as np
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import re
 import time
-from pathlib import Path
 
 import click
 
@@ -85,15 +84,18 @@ def parse_sources(sources: list[str]) -> list[str] | dict[str, list[str]]:
 @click.option("--no-shuffle", is_flag=True,
               help="Keep the source order (only to measure what an unshuffled pack does; training wants shuffled).")
 @click.option("--overwrite", is_flag=True, help="Replace the shard set already in OUT.")
-@click.option("--labels", type=click.Path(dir_okay=False, path_type=Path),
+@click.option("--labels", metavar="FILE",
               help="Label file ('<file> <label>' lines) of a single SRC folder that holds several .txt files.")
 @click.option("--crop", metavar="T,L,H,W", help="Crop box (top,left,height,width) for every image of every SRC.")
 @click.option("--label-order", type=click.Choice(["auto", "sorted"]), default="auto", show_default=True,
               help="auto: numeric class folder names are the labels; sorted: folder names numbered in sorted order.")
+@click.option("--engine", type=click.Choice(["local", "ray"]), default="local", show_default=True,
+              help="local: worker processes here; ray: one Ray task per shard on the cluster ray.init() finds "
+                   "(or a local one); needs pip install 'stoker[ray]'.")
 @click.option("--quiet", is_flag=True, help="No progress bar.")
 def pack(paths: tuple[str, ...], store: str, size: str | None, shard_samples: int, shard_bytes: str,
-         split_spec: str | None, workers: int | None, seed: int, no_shuffle: bool, overwrite: bool, labels: Path | None,
-         crop: str | None, label_order: str, quiet: bool) -> None:
+         split_spec: str | None, workers: int | None, seed: int, no_shuffle: bool, overwrite: bool, labels: str | None,
+         crop: str | None, label_order: str, engine: str, quiet: bool) -> None:
     """Pack SRC... into shuffled, checksummed Arrow shards in OUT.
 
     SRC is a folder of class folders, a folder with a label file (identity_CelebA.txt or
@@ -128,6 +130,7 @@ def pack(paths: tuple[str, ...], store: str, size: str | None, shard_samples: in
         workers=workers,
         overwrite=overwrite,
         progress=not quiet,
+        engine=engine,
         labels=labels,
         crop=parse_crop(crop),
         label_order="sorted" if label_order == "sorted" else "auto",

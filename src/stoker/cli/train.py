@@ -13,12 +13,14 @@ Examples:
   stoker train train.toml
   stoker train train.toml --epochs 3 --set optim.lr=0.01 --tag category=shards
   stoker train --data data/digiface --model small_cnn --epochs 5 --image-size 64
-  stoker train train.toml --name my-run --resume      # continue runs/my-run from last.pt
+  stoker train --name my-run --resume                 # continue runs/my-run from last.pt, its own config
   stoker train --keys                                 # every key, its default and values
 
 \b
 The run folder (run.log_dir/run.name) gets metrics.csv, run.json, TensorBoard events,
-last.pt (every epoch), best.pt (best valid accuracy) and curves.png.
+last.pt (every epoch; --checkpoint-every-steps N also mid-epoch), best.pt (best
+valid accuracy) and curves.png. Ctrl-C finishes the step, saves last.pt there and
+stops; --resume continues with the next batch (a second Ctrl-C stops at once).
 """
 
 
@@ -42,7 +44,10 @@ last.pt (every epoch), best.pt (best valid accuracy) and curves.png.
 @click.option("--tag", "tags", multiple=True, metavar="KEY=VALUE", help="Add to run.tags (repeatable), e.g. category=shards.")
 @click.option("--seed", type=int, help="run.seed.")
 @click.option("--patience", type=int, help="run.patience: epochs without a better valid accuracy before stopping.")
-@click.option("--resume", is_flag=True, default=None, help="run.resume: continue the run --name from its last.pt.")
+@click.option("--resume", is_flag=True, default=None,
+              help="run.resume: continue the run --name from its last.pt, with the config in its run.json.")
+@click.option("--checkpoint-every-steps", type=int, metavar="N",
+              help="run.checkpoint_every_steps: also write last.pt every N optimizer steps.")
 @click.option("--no-progress", is_flag=True, help="Hide progress bars (run.progress = false).")
 @click.option("--loader-config", "--loader", "loader_file", type=click.Path(dir_okay=False, path_type=Path), metavar="FILE",
               help="Loader settings from `stoker tune --out FILE` (its [data] table); flags still win.")
@@ -52,7 +57,8 @@ last.pt (every epoch), best.pt (best valid accuracy) and curves.png.
 def train(config: Path | None, data: tuple[str, ...], valid: tuple[str, ...], model: str | None, optimizer: str | None, lr: float | None,
           epochs: int | None, batch_size: int | None, workers: int | None, image_size: int | None,
           device: str | None, amp: str | None, compile_: bool | None, log_dir: str | None, name: str | None,
-          tags: tuple[str, ...], seed: int | None, patience: int | None, resume: bool | None, no_progress: bool,
+          tags: tuple[str, ...], seed: int | None, patience: int | None, resume: bool | None,
+          checkpoint_every_steps: int | None, no_progress: bool,
           loader_file: Path | None, assignments: tuple[str, ...], keys: bool) -> None:
     """Train a model on image data, as CONFIG (a TOML file) says; flags override its keys.
 
@@ -85,6 +91,7 @@ def train(config: Path | None, data: tuple[str, ...], valid: tuple[str, ...], mo
         "run.seed": seed,
         "run.patience": patience,
         "run.resume": resume,
+        "run.checkpoint_every_steps": checkpoint_every_steps,
         "run.progress": False if no_progress else None,
     }
     values = _loader_settings(loader_file) if loader_file is not None else {}
@@ -101,7 +108,9 @@ def train(config: Path | None, data: tuple[str, ...], valid: tuple[str, ...], mo
     try:
         result = train_from_config(cfg, echo=click.echo)
     except KeyboardInterrupt:
-        click.echo("\ninterrupted; last.pt holds the last finished epoch: continue with --resume --name <run name>", err=True)
+        where = Path(cfg.run.log_dir) / str(cfg.run.name) if cfg.run.name else Path(cfg.run.log_dir)
+        click.echo(f"\ninterrupted; {where}/last.pt holds the last point saved: continue with "
+                   f"stoker train --log-dir {cfg.run.log_dir} --name {cfg.run.name or '<run name>'} --resume", err=True)
         sys.exit(130)
     click.echo(result.where())
 

@@ -3,22 +3,26 @@
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 
 import click
 
 
 @click.command("verify")
-@click.argument("root", type=click.Path(path_type=Path), metavar="OUT")
+@click.argument("root", metavar="OUT")
 @click.option("--no-decode", is_flag=True, help="Check checksums and structure only; do not decode images.")
 @click.option("--workers", type=click.IntRange(min=0), default=None, help="Processes checking shards [default: CPU count].")
 @click.option("--quiet", is_flag=True, help="No progress bar.")
-def verify(root: Path, no_decode: bool, workers: int | None, quiet: bool) -> None:
+def verify(root: str, no_decode: bool, workers: int | None, quiet: bool) -> None:
     """Check a shard set: the manifest, every shard's SHA-256, and that every sample decodes.
 
     Prints the first bad shard and row; the exit status is 1 on any fault.
     """
     from stoker.shards import verify as run_verify
+    from stoker.shards.cache import download_note
+
+    note = download_note(root)  # a URL: the manifest is read first, to say what will be downloaded
+    if note is not None:
+        click.echo(note, err=True)
 
     report = run_verify(root, decode=not no_decode, workers=workers, progress=not quiet)
     for fault in report.faults[:20]:

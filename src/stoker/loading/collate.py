@@ -9,6 +9,7 @@ from typing import Any
 import torch
 from torch.utils.data import default_collate
 
+from stoker.errors import DataError
 from stoker.loading.skips import Skipped
 
 __all__ = ["Batch", "collate", "to_device"]
@@ -33,8 +34,20 @@ def collate(samples: Sequence[Any]) -> Batch:
     """torch's ``default_collate`` over the good samples; :class:`Skipped` markers are counted."""
     good = [s for s in samples if not isinstance(s, Skipped)]
     skipped = [s for s in samples if isinstance(s, Skipped)]
+    _check_sizes(good)
     data = default_collate(good) if good else None
     return Batch(data, len(good), skipped)
+
+
+def _check_sizes(samples: Sequence[Any]) -> None:
+    """Images that cannot be stacked are a clear error, not torch's "resize storage" one."""
+    shapes = {tuple(s[0].shape) for s in samples if isinstance(s, (tuple, list)) and s and isinstance(s[0], torch.Tensor)}
+    if len(shapes) > 1:
+        shown = " and ".join("x".join(map(str, shape)) for shape in sorted(shapes)[:2])
+        raise DataError(
+            f"images of one batch differ in size ({shown}); resize them all with --image-size N "
+            "(image_size=N for open_data, or a transform)"
+        )
 
 
 def to_device(data: Any, device: torch.device, non_blocking: bool = True) -> Any:

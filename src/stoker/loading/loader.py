@@ -5,9 +5,12 @@ from __future__ import annotations
 import logging
 import os
 import random
-from collections.abc import Callable, Iterator
+import signal
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Any, Literal, cast
+from itertools import islice
+from typing import Any, cast
 
 import numpy as np
 import torch
@@ -20,18 +23,19 @@ from torch.utils.data import (
     RandomSampler,
     Sampler,
     SequentialSampler,
+    get_worker_info,
 )
 
 from stoker.errors import ConfigError, StokerError
+from stoker.loading.backends import BACKENDS, Backend
 from stoker.loading.collate import Batch, collate, to_device
 from stoker.loading.skips import Skipped
 
-__all__ = ["BACKENDS", "Backend", "Loader", "make_loader", "resolve_device"]
+__all__ = ["BACKENDS", "LOADER_STATE_FORMAT", "Backend", "Loader", "iter_from", "make_loader", "resolve_device"]
 
 log = logging.getLogger("stoker")
 
-Backend = Literal["process", "thread"]
-BACKENDS: tuple[Backend, ...] = ("process", "thread")  # the one list of loader backends
+LOADER_STATE_FORMAT = "stoker-loader/1"
 
 
 def resolve_device(device: str | torch.device | None) -> torch.device:
@@ -45,10 +49,146 @@ def resolve_device(device: str | torch.device | None) -> torch.device:
 
 
 def _seed_worker(worker_id: int) -> None:
-    """Seed Python's and numpy's RNGs from the seed torch gave this worker (distinct per worker)."""
+    """Seed Python's and numpy's RNGs from the seed torch gave this worker (distinct per worker).
+
+    A worker also ignores Ctrl-C: the terminal sends it to the whole process group, and
+    the training process, not its workers, decides how to stop (``fit`` finishes the
+    step and saves where it is).
+    """
     seed = torch.initial_seed() % 2**32
     random.seed(seed)
     np.random.seed(seed)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+def iter_from(dataset: Iterable[Any], start: int) -> Iterator[Any]:
+    """Iterate ``dataset`` from its item ``start`` on, as cheaply as it allows.
+
+    A data set with an ``iter_from(start)`` method (``Pipe``, ``ShardStream``) passes
+    over the first items without reading or decoding them; any other iterable is read
+    from the beginning and the first ``start`` items are thrown away (logged, since it
+    costs as much as reading them).
+
+    Args:
+        dataset: an iterable data set.
+        start: how many items to leave out.
+
+    Returns:
+        The iterator of the remaining items.
+
+    Example:
+        >>> list(iter_from(range(5), 3))
+        [3, 4]
+    """
+    if start <= 0:
+        return iter(dataset)
+    method = getattr(dataset, "iter_from", None)
+    if callable(method):
+        return cast(Iterator[Any], method(start))
+    log.info("resuming %s: it has no iter_from(start), so its first %d items are read and discarded",
+             type(dataset).__name__, start)
+    return islice(iter(dataset), start, None)
+
+
+class _ResumeSampler(Sampler[int]):
+    """The loader's sampler; its next pass leaves out the first ``skip`` indices (read no data for them)."""
+
+    def __init__(self, base: Sampler[int]) -> None:
+        self.base = base
+        self.skip = 0
+
+    def __iter__(self) -> Iterator[int]:
+        skip, self.skip = self.skip, 0
+        return islice(iter(self.base), skip, None)
+
+    def __len__(self) -> int:
+        return len(self.base)  # type: ignore[arg-type]
+
+
+class _Positioned(IterableDataset):
+    """An iterable data set as the loader's workers run it: in the loader's epoch, from the loader's position.
+
+    The epoch and each worker's first item sit in a shared-memory tensor, so persistent
+    worker processes, which never see an attribute set in the main process after they
+    started, read the values of the epoch that is starting.
+    """
+
+    def __init__(self, dataset: IterableDataset, workers: int) -> None:
+        self.dataset = dataset
+        self.control = torch.zeros(1 + workers, dtype=torch.int64).share_memory_()  # [epoch, start of worker 0, ...]
+
+    def __iter__(self) -> Iterator[Any]:
+        info = get_worker_info()
+        worker = info.id if info is not None else 0
+        epoch, start = int(self.control[0]), int(self.control[1 + worker])
+        if hasattr(self.dataset, "set_epoch"):
+            self.dataset.set_epoch(epoch)
+        return iter_from(self.dataset, start)
+
+    def __len__(self) -> int:
+        return len(self.dataset)  # type: ignore[arg-type]
+
+
+class _FromWorker:
+    """A batch and the id of the worker that made it (an iterable data set's batches come from one worker each)."""
+
+    __slots__ = ("batch", "worker")
+
+    def __init__(self, worker: int, batch: Any) -> None:
+        self.worker, self.batch = worker, batch
+
+    def pin_memory(self) -> _FromWorker:
+        """Called by the DataLoader's pin-memory thread when the device is CUDA."""
+        from torch.utils.data._utils.pin_memory import pin_memory
+
+        return _FromWorker(self.worker, pin_memory(self.batch))
+
+
+class _TagWorker:
+    """A collate function that also says which worker made the batch."""
+
+    def __init__(self, collate_fn: Callable[[Any], Any]) -> None:
+        self.collate_fn = collate_fn
+
+    def __call__(self, samples: Any) -> _FromWorker:
+        info = get_worker_info()
+        return _FromWorker(info.id if info is not None else 0, self.collate_fn(samples))
+
+
+def _in_worker_order(batches: Iterator[_FromWorker], workers: int, first: int) -> Iterator[_FromWorker]:
+    """Batches of an iterable data set in the order an uninterrupted epoch gives them.
+
+    A DataLoader takes the workers' batches round robin, starting at worker 0, and
+    leaves a worker out once its stream ends. A resumed epoch must continue the
+    round at ``first``, the worker after the one that gave the last batch: the batches
+    are held (at most one per worker) until it is their turn. A worker is known to be
+    done when the DataLoader passes it over, or when the DataLoader ends.
+    """
+    queues: list[deque[_FromWorker]] = [deque() for _ in range(workers)]
+    done = [False] * workers
+    expect, turn = first, 0  # our next worker; the DataLoader's next worker
+
+    def ready(final: bool) -> Iterator[_FromWorker]:
+        nonlocal expect
+        while True:
+            if queues[expect]:
+                yield queues[expect].popleft()
+                expect = (expect + 1) % workers
+            elif done[expect] or final:
+                if all(not q for q in queues):
+                    return
+                expect = (expect + 1) % workers
+            else:
+                return
+
+    for batch in batches:
+        while turn != batch.worker:  # the DataLoader passed these workers over: their streams ended
+            done[turn] = True
+            turn = (turn + 1) % workers
+        turn = (batch.worker + 1) % workers
+        queues[batch.worker].append(batch)
+        yield from ready(final=False)
+    yield from ready(final=True)
 
 
 class Loader:
@@ -58,6 +198,23 @@ class Loader:
     pass (or is set with :meth:`set_epoch`), and it fixes the shuffle order and the
     worker seeds: the same ``seed`` and epoch always give the same batches, which is
     what makes a resumed training run equal an uninterrupted one.
+
+    Between two batches, :meth:`state_dict` says where the loader stands, and a new
+    loader given it with :meth:`load_state_dict` yields exactly the next batch of that
+    epoch, then the following epochs, whatever it wraps (file data sets, shard sets,
+    a ``ShardStream``, a ``Pipe``), with any number of workers, on either backend.
+    Passing over the batches already seen reads no data: a map-style sampler leaves
+    their indices out; an iterable data set's workers start their streams further on
+    (``Pipe.iter_from``, ``ShardStream.iter_from``; other iterables read and discard).
+    Persistent workers keep running: the epoch and each worker's start reach them
+    through a small shared-memory tensor, so neither an epoch nor a resume restarts
+    them, and a ``Pipe`` or ``ShardStream`` reads the order of ``(seed, epoch)`` alone.
+
+    What it cannot restore: random draws made inside worker processes (a random
+    augmentation in a transform) come from per-worker generators seeded when the
+    workers start, so a resumed epoch draws other numbers there. Shuffle orders,
+    batches and labels are exact; with ``num_workers=0`` the transforms draw from the
+    process's global generators, which ``fit`` saves, and are exact too.
 
     Attributes:
         skipped: bad samples skipped in the last epoch (``on_error="skip"``).
@@ -103,15 +260,24 @@ class Loader:
             self._sampler = RandomSampler(dataset, generator=self._sampler_generator)  # type: ignore[arg-type]
         else:
             self._sampler = SequentialSampler(dataset)  # type: ignore[arg-type]
+        # Where this epoch stands (see state_dict): batches handed out, and for an
+        # iterable data set, per worker, with the worker whose turn is next.
+        self._slots = max(num_workers, 1)
+        self._batches_done = 0
+        self._worker_batches = [0] * self._slots
+        self._next_worker = 0
+        self._pending: dict[str, Any] | None = None  # a loaded state, for the epoch it names
+        self._resume_sampler = _ResumeSampler(self._sampler) if self._sampler is not None else None
+        self._positioned = _Positioned(dataset, self._slots) if self._iterable else None  # type: ignore[arg-type]
         self._pin = device.type == "cuda"
         self._dataloader: DataLoader | None = None
         if backend == "process":
             self._dataloader = DataLoader(
-                dataset,
+                self._positioned if self._positioned is not None else dataset,
                 batch_size=batch_size,
-                sampler=self._sampler,
+                sampler=self._resume_sampler,
                 num_workers=num_workers,
-                collate_fn=collate_fn,
+                collate_fn=_TagWorker(collate_fn) if self._iterable else collate_fn,
                 pin_memory=self._pin,
                 drop_last=drop_last,
                 prefetch_factor=prefetch_factor if num_workers > 0 else None,
@@ -122,7 +288,7 @@ class Loader:
         else:
             if self._sampler is None:
                 raise ConfigError("backend='thread' needs a map-style data set; use backend='process' for a Pipe")
-            self._batches = BatchSampler(self._sampler, batch_size, drop_last)
+            self._batches = BatchSampler(self._resume_sampler, batch_size, drop_last)  # type: ignore[arg-type]
             self._pool = ThreadPoolExecutor(max(num_workers, 1), thread_name_prefix="stoker-loader")
         self.drop_last = drop_last
 
@@ -133,19 +299,124 @@ class Loader:
         return len(self._batches)
 
     def set_epoch(self, epoch: int) -> None:
-        """Fix the epoch number the next iteration uses (shuffle order and worker seeds)."""
+        """Fix the epoch number the next iteration uses (shuffle order and worker seeds).
+
+        A state loaded with :meth:`load_state_dict` for this same epoch is kept (the
+        next iteration resumes it); for another epoch it is dropped.
+        """
+        if epoch != self.epoch:
+            self._restart_epoch()
+            if self._pending is not None and self._pending["epoch"] != epoch:
+                self._pending = None
         self.epoch = epoch
 
+    def state_dict(self) -> dict[str, Any]:
+        """Where the loader stands, as a plain dict; :meth:`load_state_dict` continues from it.
+
+        Taken between two batches, it names the batch that comes next: a new loader over
+        the same data set, with the same settings, given this state yields exactly the
+        rest of that epoch, then the following epochs as if nothing had happened.
+
+        Returns:
+            ``{"format", "epoch", "seed", "batch_size", "batches", "worker_batches",
+            "next_worker", "skipped"}``: the epoch in progress (or next), the batches
+            handed out in it (empty ones included), per worker for an iterable data
+            set, whose turn is next, and the bad samples skipped so far as
+            ``[key, reason]`` pairs.
+
+        Example:
+            >>> state = loader.state_dict()  # doctest: +SKIP
+            >>> fresh = make_loader(dataset, batch_size=64, seed=0); fresh.load_state_dict(state)  # doctest: +SKIP
+        """
+        if self._pending is not None:
+            return {**self._pending, "worker_batches": list(self._pending["worker_batches"]),
+                    "skipped": [list(s) for s in self._pending["skipped"]]}
+        return {
+            "format": LOADER_STATE_FORMAT,
+            "epoch": self.epoch,
+            "seed": self.seed,
+            "batch_size": self.batch_size,
+            "batches": self._batches_done,
+            "worker_batches": list(self._worker_batches) if self._iterable else [],
+            "next_worker": self._next_worker,
+            "skipped": [[s.key, s.reason] for s in self.skipped] if self._batches_done else [],
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Continue from a :meth:`state_dict`: the next iteration resumes its epoch at its next batch.
+
+        No data is read for the batches passed over: a map-style data set's sampler
+        leaves out their indices; an iterable data set's workers each start their
+        stream after the items they had already batched (``iter_from``).
+
+        Args:
+            state: what :meth:`state_dict` returned (possibly through a checkpoint).
+
+        Raises:
+            ConfigError: the state is not a loader state, or was taken from a loader
+                with another seed, batch size or (iterable data sets) worker count.
+        """
+        keys = ("format", "epoch", "seed", "batch_size", "batches", "worker_batches", "next_worker", "skipped")
+        if not isinstance(state, dict) or state.get("format") != LOADER_STATE_FORMAT or any(k not in state for k in keys):
+            missing = [k for k in keys if k not in state] if isinstance(state, dict) else list(keys)
+            raise ConfigError(f"not a {LOADER_STATE_FORMAT} loader state (missing {missing}); pass what Loader.state_dict() returned")
+        for key, mine in (("seed", self.seed), ("batch_size", self.batch_size)):
+            if state[key] != mine:
+                raise ConfigError(
+                    f"the loader state was taken with {key}={state[key]!r} but this loader has {key}={mine!r}; "
+                    "resume with the same loader settings"
+                )
+        workers = list(state["worker_batches"])
+        if self._iterable and len(workers) != self._slots:
+            raise ConfigError(
+                f"the loader state was taken with {len(workers)} worker(s) but this loader has {self._slots}; an "
+                "iterable data set splits its stream by worker, so resume with the same num_workers"
+            )
+        batches, epoch, turn = int(state["batches"]), int(state["epoch"]), int(state["next_worker"])
+        if batches < 0 or epoch < 0 or not 0 <= turn < self._slots or any(int(b) < 0 for b in workers):
+            raise ConfigError(f"the loader state holds negative or out-of-range positions: {state!r}")
+        self.epoch = epoch
+        self._restart_epoch()
+        self._pending = {
+            "format": LOADER_STATE_FORMAT, "epoch": epoch, "seed": self.seed, "batch_size": self.batch_size,
+            "batches": batches, "worker_batches": [int(b) for b in workers] if self._iterable else [],
+            "next_worker": turn, "skipped": [[str(k), str(r)] for k, r in state["skipped"]],
+        }
+
+    def _restart_epoch(self) -> None:
+        self._batches_done = 0
+        self._worker_batches = [0] * self._slots
+        self._next_worker = 0
+
     def __iter__(self) -> Iterator[Any]:
+        resume, self._pending = (self._pending if self._pending is not None and self._pending["epoch"] == self.epoch else None), None
         self._generator.manual_seed(self.seed * 1_000_003 + self.epoch)
         self._sampler_generator.manual_seed(self.seed * 1_000_003 + self.epoch)
         if self._distributed:
             self._sampler.set_epoch(self.epoch)  # type: ignore[union-attr]
         if hasattr(self.dataset, "set_epoch"):
             self.dataset.set_epoch(self.epoch)
+        self._restart_epoch()
         self.skipped = []
-        batches = self._iter_process(self._dataloader) if self._dataloader is not None else self._iter_threads()
+        if resume is not None:
+            self._batches_done = resume["batches"]
+            self._worker_batches = list(resume["worker_batches"]) or [0] * self._slots
+            self._next_worker = resume["next_worker"]
+            self.skipped = [Skipped(key, reason) for key, reason in resume["skipped"]]
+        if self._positioned is not None:
+            self._positioned.control[0] = self.epoch
+            self._positioned.control[1:] = torch.tensor(self._worker_batches, dtype=torch.int64) * self.batch_size
+        elif self._resume_sampler is not None:
+            self._resume_sampler.skip = self._batches_done * self.batch_size
+        batches: Iterator[Any] = self._iter_process(self._dataloader) if self._dataloader is not None else self._iter_threads()
+        if self._iterable and self._slots > 1:
+            batches = _in_worker_order(batches, self._slots, self._next_worker)
         for item in batches:
+            self._batches_done += 1
+            if isinstance(item, _FromWorker):
+                self._worker_batches[item.worker] += 1
+                self._next_worker = (item.worker + 1) % self._slots
+                item = item.batch
             if isinstance(item, Batch):
                 self.skipped.extend(item.skipped)
                 if item.size == 0:
@@ -159,6 +430,7 @@ class Loader:
                 len(self.skipped), self.epoch, shown, " ..." if len(self.skipped) > 3 else "",
             )
         self.epoch += 1
+        self._restart_epoch()
 
     def _iter_process(self, dataloader: DataLoader) -> Iterator[Any]:
         try:

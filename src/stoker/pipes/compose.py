@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from itertools import islice
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -35,6 +36,9 @@ class Step:
         needs_context: pass the iteration's :class:`Context` as ``context=``.
         length: the pipe's length after this step from its length before (a source:
             from nothing), or ``None`` where it is not known without iterating.
+        one_to_one: the stage yields exactly one item for each item it reads, in order
+            (map, load_image): a resumed iteration can pass items over before it, so
+            they are never computed (see :func:`compose`).
     """
 
     name: str
@@ -43,6 +47,7 @@ class Step:
     kwargs: Mapping[str, Any] = field(default_factory=dict)
     needs_context: bool = False
     length: Callable[..., int] | None = None
+    one_to_one: bool = False
 
     def start(self, *upstream: Iterator[Any], context: Context) -> Iterator[Any]:
         """Call the function on the upstream items (none for a source)."""
@@ -50,8 +55,21 @@ class Step:
         return self.fn(*upstream, *self.args, **self.kwargs, **extra)
 
 
-def compose(steps: Sequence[Step], context: Context) -> Iterator[Any]:
+def compose(steps: Sequence[Step], context: Context, skip: int = 0) -> Iterator[Any]:
     """Chain a source and its stages into one iterator; nothing runs until it is read.
+
+    With ``skip``, the first ``skip`` items of the result are left out, as cheaply as
+    the recipe allows: they are dropped before the trailing run of one-to-one stages
+    (``map``, ``load_image``), so a resumed epoch does not decode the images it passes
+    over. The stages before them (source, shuffle, shard, filter) still run.
+
+    Args:
+        steps: the source, then the stages.
+        context: the iteration's epoch and placement.
+        skip: how many items of the result to leave out.
+
+    Returns:
+        The iterator of items.
 
     Example:
         >>> from stoker.pipes.context import Context
@@ -61,7 +79,14 @@ def compose(steps: Sequence[Step], context: Context) -> Iterator[Any]:
         [0, 2, 4]
     """
     source, *stages = steps
+    cut = len(stages)
+    while skip and cut > 0 and stages[cut - 1].one_to_one:
+        cut -= 1
     items = source.start(context=context)
-    for stage in stages:
+    for stage in stages[:cut]:
+        items = stage.start(items, context=context)
+    if skip:
+        items = islice(items, skip, None)
+    for stage in stages[cut:]:
         items = stage.start(items, context=context)
     return items

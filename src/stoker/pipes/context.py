@@ -18,8 +18,10 @@ loader_seed)``, where
 * ``loader_seed`` is the DataLoader's base seed of this epoch,
   ``get_worker_info().seed - get_worker_info().id``: the same in every worker of one
   epoch, new each epoch for non-persistent workers. It is left out (``None``) outside
-  DataLoader workers and under torch.distributed with more than one rank, because each
-  rank draws its own base seed and the ranks must agree.
+  DataLoader workers, under torch.distributed with more than one rank (each rank draws
+  its own base seed and the ranks must agree), and once an epoch was set: then the
+  order is a function of ``seed`` and ``epoch`` alone, whenever and wherever the
+  workers started, which is what lets a resumed run read exactly the same stream.
 
 Every input of the rule is the same in every worker and rank of one epoch, so a shuffle
 placed before ``shard()`` gives each of them the same permutation, and each keeps a
@@ -33,7 +35,7 @@ from dataclasses import dataclass
 
 from torch.utils.data import get_worker_info
 
-from stoker.pipes.sharding import distributed_placement
+from stoker.loading.placement import distributed_placement
 
 __all__ = ["Context", "mix_seed"]
 
@@ -92,4 +94,5 @@ class Context:
 
     def epoch_seed(self, seed: int) -> int:
         """The seed a shuffle with ``seed`` uses in this epoch (see the module docs)."""
-        return mix_seed(seed, self.epoch, self.iteration, self.loader_seed)
+        loader_seed = self.loader_seed if self.epoch is None else None
+        return mix_seed(seed, self.epoch, self.iteration, loader_seed)

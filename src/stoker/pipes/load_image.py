@@ -9,12 +9,13 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Iterator
-from pathlib import Path
 
 import torch
 
 from stoker.decode import decode_sample
-from stoker.errors import ConfigError, DataError, MissingFileError
+from stoker.errors import DataError, MissingFileError
+from stoker.fs import where
+from stoker.loading.skips import Skipped, check_on_error
 from stoker.pipes.registry import register_stage
 
 __all__ = ["load_image"]
@@ -22,10 +23,10 @@ __all__ = ["load_image"]
 log = logging.getLogger("stoker")
 
 
-@register_stage("load_image")
+@register_stage("load_image", one_to_one=True)
 def load_image(
-    paths: Iterator[str | os.PathLike[str]], keep_path: bool = True, on_error: str = "raise"
-) -> Iterator[tuple[str | os.PathLike[str], torch.Tensor] | torch.Tensor]:
+    paths: Iterator[str | os.PathLike[str] | Skipped], keep_path: bool = True, on_error: str = "raise"
+) -> Iterator[tuple[str | os.PathLike[str], torch.Tensor] | torch.Tensor | Skipped]:
     """Read and decode each file: ``path -> (path, image)``, or ``image`` alone.
 
     The image is a uint8 RGB CHW tensor, decoded by :func:`stoker.decode.decode_sample`
@@ -34,13 +35,19 @@ def load_image(
     Args:
         paths: the file paths, for example from ``Pipe.list_files``.
         keep_path: yield ``(path, image)`` pairs (default) or the images alone.
-        on_error: ``"raise"`` (default) stops at the first bad file; ``"skip"`` drops
-            missing or undecodable files and logs how many (and the first few) when
-            the pass ends — per worker process, never silently.
+        on_error: ``"raise"`` (default) stops at the first bad file; ``"skip"`` yields
+            a :class:`~stoker.loading.skips.Skipped` marker in place of a missing or
+            undecodable file. stoker's collate (which ``make_loader`` uses for a Pipe)
+            drops the markers and counts them, the loader reports them at the end of
+            the epoch (``Loader.skipped``, ``EpochStats.skipped``), and the stage logs
+            how many it skipped when its pass ends. With torch's own DataLoader, pass
+            ``collate_fn=stoker.loading.collate``. Stages after this one see the
+            markers (``map`` and ``filter`` pass them on unchanged).
 
     Raises:
         MissingFileError: a listed file is gone.
         DecodeError: a file cannot be decoded.
+        ConfigError: ``on_error`` is not ``"raise"`` or ``"skip"``.
 
     Example:
         >>> from stoker.pipes import Pipe
@@ -49,13 +56,15 @@ def load_image(
         >>> image.dtype, image.shape[0]  # doctest: +SKIP
         (torch.uint8, 3)
     """
-    if on_error not in ("raise", "skip"):
-        raise ConfigError(f"load_image: on_error must be 'raise' or 'skip', got {on_error!r}")
+    check_on_error(on_error, "load_image: on_error")
     skipped: list[str] = []
     for path in paths:
+        if isinstance(path, Skipped):
+            yield path
+            continue
         try:
             try:
-                data = Path(path).read_bytes()
+                data = where(path).read_bytes()  # a local file or a URL
             except FileNotFoundError:
                 raise MissingFileError(f"{path}: file not found; it was listed but is gone, list again") from None
             image = decode_sample(data, os.fspath(path))
@@ -63,6 +72,7 @@ def load_image(
             if on_error == "raise":
                 raise
             skipped.append(str(exc))
+            yield Skipped(os.fspath(path), str(exc))
             continue
         yield (path, image) if keep_path else image
     if skipped:

@@ -27,10 +27,12 @@ from typing import Any, TypeVar
 from torch.utils.data import IterableDataset
 
 from stoker.errors import ConfigError
+from stoker.loading.collate import collate
+from stoker.loading.placement import distributed_placement
 from stoker.pipes.compose import Step, compose
 from stoker.pipes.context import Context
-from stoker.pipes.registry import registered_stage
-from stoker.pipes.sharding import distributed_placement, shard_step
+from stoker.pipes.registry import is_one_to_one, registered_stage
+from stoker.pipes.sharding import shard_step
 from stoker.pipes.shuffle import shuffle_step
 from stoker.pipes.sources import iterable_step, list_files_step
 from stoker.pipes.stages import batch_step, concat_step, filter_step, map_step
@@ -209,7 +211,7 @@ class Pipe(IterableDataset[T]):
             )
 
         def add_stage(*args: Any, **kwargs: Any) -> Pipe[Any]:
-            return self._then(Step(name, stage, args, kwargs))
+            return self._then(Step(name, stage, args, kwargs, one_to_one=is_one_to_one(name)))
 
         return add_stage
 
@@ -222,8 +224,11 @@ class Pipe(IterableDataset[T]):
         """Seed this pipe's shuffles for ``epoch`` (as ``DistributedSampler.set_epoch``).
 
         Iterating after ``set_epoch(n)`` gives the same order every time it is called
-        with ``n``. Not needed for a new order each epoch; useful to repeat or resume one.
-        Persistent DataLoader workers keep the epoch they started with and count on.
+        with ``n``, in any process and whatever DataLoader runs it: the order is a
+        function of the shuffle seeds and ``n`` alone. Not needed for a new order each
+        epoch; useful to repeat or resume one. Persistent workers of torch's own
+        DataLoader keep the epoch they started with and count on; stoker's loader
+        passes each epoch to its workers.
         """
         if isinstance(epoch, bool) or not isinstance(epoch, int):
             raise ConfigError(f"set_epoch: expected an integer epoch, got {epoch!r}")
@@ -231,14 +236,37 @@ class Pipe(IterableDataset[T]):
         self._iterations = 0
 
     def __iter__(self) -> Iterator[T]:
+        return self.iter_from(0)
+
+    def iter_from(self, start: int) -> Iterator[T]:
+        """Iterate this process's items from position ``start`` on, as ``iter(pipe)`` does.
+
+        The first ``start`` items are passed over before the trailing one-to-one
+        stages (``map``, ``load_image``, stages registered ``one_to_one``), so they are
+        never decoded or mapped; the stages before those still run. stoker's loader
+        uses this to resume an epoch in the middle.
+
+        Args:
+            start: how many items to leave out (0: all of them).
+
+        Returns:
+            The iterator of the remaining items.
+
+        Example:
+            >>> list(Pipe.from_iterable(range(5)).map(str).iter_from(3))
+            ['3', '4']
+        """
         context = Context.current(self._epoch, self._iterations, self._placement)
         self._iterations += 1
-        return self.iterate(context)
+        return compose(self._steps, context, skip=start)
 
     def iterate(self, context: Context) -> Iterator[T]:
         """Run the recipe in a given context (which epoch, rank and worker) without
         counting an iteration; ``iter(pipe)`` works the context out itself."""
         return compose(self._steps, context)
+
+    # stoker's make_loader picks this up: it drops and counts load_image's Skipped markers.
+    collate_fn = staticmethod(collate)
 
     def __len__(self) -> int:
         """The number of items of an epoch over all shards, where known without iterating.

@@ -14,15 +14,16 @@ from typing import Any, TypeVar
 
 from stoker.errors import ConfigError
 
-__all__ = ["StageFn", "register_stage", "registered_stage", "registered_stages"]
+__all__ = ["StageFn", "is_one_to_one", "register_stage", "registered_stage", "registered_stages"]
 
 StageFn = Callable[..., Iterator[Any]]
 F = TypeVar("F", bound=StageFn)
 
 _STAGES: dict[str, StageFn] = {}
+_ONE_TO_ONE: set[str] = set()
 
 
-def register_stage(name: str, *, replace: bool = False) -> Callable[[F], F]:
+def register_stage(name: str, *, replace: bool = False, one_to_one: bool = False) -> Callable[[F], F]:
     """Register a generator function as the pipe stage ``name``.
 
     Args:
@@ -30,6 +31,10 @@ def register_stage(name: str, *, replace: bool = False) -> Callable[[F], F]:
         replace: allow replacing another function registered earlier under this name
             (the same function defined again, as when a module is reloaded, always
             may); a ``Pipe`` method can never be replaced.
+        one_to_one: the stage yields one item per item it reads, in order (as ``map``
+            does); a resumed epoch then drops the items it passes over before the stage
+            runs, so they are not computed. It must let
+            :class:`~stoker.loading.skips.Skipped` markers through unchanged.
 
     Returns:
         A decorator that registers the function and returns it unchanged.
@@ -67,6 +72,10 @@ def register_stage(name: str, *, replace: bool = False) -> Callable[[F], F]:
                 f"({_describe(_STAGES[name])}); choose another name, or pass replace=True"
             )
         _STAGES[name] = fn
+        if one_to_one:
+            _ONE_TO_ONE.add(name)
+        else:
+            _ONE_TO_ONE.discard(name)
         return fn
 
     return register
@@ -75,6 +84,11 @@ def register_stage(name: str, *, replace: bool = False) -> Callable[[F], F]:
 def registered_stage(name: str) -> StageFn | None:
     """The stage function registered as ``name``, or ``None``."""
     return _STAGES.get(name)
+
+
+def is_one_to_one(name: str) -> bool:
+    """Whether the stage ``name`` was registered with ``one_to_one=True``."""
+    return name in _ONE_TO_ONE
 
 
 def registered_stages() -> dict[str, StageFn]:

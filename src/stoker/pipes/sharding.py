@@ -12,24 +12,15 @@ from collections.abc import Iterable, Iterator
 from itertools import islice
 from typing import TYPE_CHECKING, TypeVar
 
-import torch.distributed as dist
-
 from stoker.errors import ConfigError
 from stoker.pipes.compose import Step, same_length
 
 if TYPE_CHECKING:
     from stoker.pipes.context import Context
 
-__all__ = ["distributed_placement", "shard_items", "shard_position", "shard_step", "take_shard"]
+__all__ = ["shard_items", "shard_position", "shard_step", "take_shard"]
 
 T = TypeVar("T")
-
-
-def distributed_placement() -> tuple[int, int] | None:
-    """``(rank, world_size)`` from torch.distributed, or ``None`` when it is not initialised."""
-    if dist.is_available() and dist.is_initialized():
-        return dist.get_rank(), dist.get_world_size()
-    return None
 
 
 def shard_position(rank: int, world_size: int, worker: int, num_workers: int) -> tuple[int, int]:

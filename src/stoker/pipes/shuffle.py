@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, TypeVar
 import torch
 
 from stoker.errors import ConfigError
+from stoker.mixing import buffer_shuffle
 from stoker.pipes.compose import Step, same_length
 
 if TYPE_CHECKING:
@@ -23,25 +24,6 @@ if TYPE_CHECKING:
 __all__ = ["buffer_shuffle", "shuffle_items", "shuffle_step"]
 
 T = TypeVar("T")
-
-
-def buffer_shuffle(items: Iterator[T], buffer_size: int, rng: random.Random) -> Iterator[T]:
-    """Yield ``items`` in an order drawn from ``rng`` through a buffer of ``buffer_size``.
-
-    Example:
-        >>> sorted(buffer_shuffle(iter(range(5)), 3, random.Random(0)))
-        [0, 1, 2, 3, 4]
-    """
-    buffer: list[T] = []
-    for item in items:
-        if len(buffer) < buffer_size:
-            buffer.append(item)
-            continue
-        index = rng.randrange(buffer_size)
-        yield buffer[index]
-        buffer[index] = item
-    rng.shuffle(buffer)
-    yield from buffer
 
 
 def shuffle_items(items: Iterator[T], buffer_size: int, seed: int, *, context: Context) -> Iterator[T]:

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any, TypeVar, cast
 
 from stoker.errors import ConfigError, MissingFileError
+from stoker.fs import Location, is_url, where
 from stoker.pipes.compose import Step
 
 __all__ = ["iterable_step", "iterate", "list_files", "list_files_step", "matching_files"]
@@ -49,8 +50,12 @@ def matching_files(folder: str, masks: Sequence[str], recursive: bool) -> Iterat
     then (``recursive``) those of each subfolder in name order, depth first.
 
     The order is fixed by the names alone, and only one folder is held in memory at a
-    time. Symbolic links to folders are not followed (they could loop).
+    time. Symbolic links to folders are not followed (they could loop). A URL
+    (``s3://bucket/images``) is listed through fsspec, in the same order.
     """
+    if is_url(folder) and not folder.startswith("file://"):
+        yield from _remote_matching_files(Location(folder), masks, recursive)
+        return
     with os.scandir(folder) as scan:
         entries = sorted(scan, key=lambda entry: entry.name)
     subfolders = []
@@ -64,7 +69,21 @@ def matching_files(folder: str, masks: Sequence[str], recursive: bool) -> Iterat
         yield from matching_files(subfolder, masks, recursive)
 
 
-def _no_files_error(root: Path, masks: Sequence[str], recursive: bool) -> MissingFileError:
+def _remote_matching_files(place: Location, masks: Sequence[str], recursive: bool) -> Iterator[str]:
+    for name in sorted(place.sizes()):
+        if any(fnmatch.fnmatch(name, mask) for mask in masks):
+            yield place.url_of(name)
+    if recursive:
+        for sub in place.list_dirs():
+            yield from _remote_matching_files(place.child(sub), masks, recursive)
+
+
+def _is_folder(root: str) -> bool:
+    place = where(root)
+    return place.is_dir() if isinstance(place, Location) else os.path.isdir(place)
+
+
+def _no_files_error(root: str | Path, masks: Sequence[str], recursive: bool) -> MissingFileError:
     where = "in or below" if recursive else "in"
     also = "" if recursive else ", or pass recursive=True to look in subfolders"
     return MissingFileError(
@@ -79,14 +98,14 @@ def list_files(root: str, masks: tuple[str, ...], recursive: bool) -> Iterator[s
     Raises:
         MissingFileError: the folder is gone or holds no matching file.
     """
-    if not os.path.isdir(root):
+    if not _is_folder(root):
         raise MissingFileError(f"{root}: folder not found; check the path (it is read on every epoch)")
     found = False
     for path in matching_files(root, masks, recursive):
         found = True
         yield path
     if not found:
-        raise _no_files_error(Path(root), masks, recursive)
+        raise _no_files_error(root, masks, recursive)
 
 
 def list_files_step(root: str | os.PathLike[str], masks: str | Sequence[str] = "*", recursive: bool = False) -> Step:
@@ -102,10 +121,11 @@ def list_files_step(root: str | os.PathLike[str], masks: str | Sequence[str] = "
     mask_tuple = (masks,) if isinstance(masks, str) else tuple(masks)
     if not mask_tuple or not all(isinstance(mask, str) for mask in mask_tuple):
         raise ConfigError(f"list_files: masks must be a glob pattern or a list of them, like '*.jpg'; got {masks!r}")
-    folder = Path(root)
-    if not folder.is_dir():
-        what = "is a file, not a folder" if folder.exists() else "folder not found"
+    place = where(root)
+    folder = place.url if isinstance(place, Location) else str(place)
+    if not _is_folder(folder):
+        what = "is a file, not a folder" if place.exists() else "folder not found"
         raise MissingFileError(f"{folder}: {what}; pass the folder that holds the files")
-    if next(matching_files(str(folder), mask_tuple, recursive), None) is None:
+    if next(matching_files(folder, mask_tuple, recursive), None) is None:
         raise _no_files_error(folder, mask_tuple, recursive)
-    return Step("list_files", list_files, (str(folder), mask_tuple, bool(recursive)))
+    return Step("list_files", list_files, (folder, mask_tuple, bool(recursive)))

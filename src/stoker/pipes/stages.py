@@ -12,6 +12,7 @@ from functools import partial
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from stoker.errors import ConfigError
+from stoker.loading.skips import Skipped
 from stoker.pipes.compose import Step, same_length
 
 if TYPE_CHECKING:
@@ -34,16 +35,16 @@ T = TypeVar("T")
 U = TypeVar("U")
 
 
-def map_items(items: Iterator[T], fn: Callable[[T], U]) -> Iterator[U]:
-    """Yield ``fn(item)`` for every item."""
+def map_items(items: Iterator[T], fn: Callable[[T], U]) -> Iterator[U | Skipped]:
+    """Yield ``fn(item)`` for every item; a :class:`Skipped` marker passes through as it is."""
     for item in items:
-        yield fn(item)
+        yield item if isinstance(item, Skipped) else fn(item)
 
 
 def filter_items(items: Iterator[T], fn: Callable[[T], Any]) -> Iterator[T]:
-    """Yield the items for which ``fn(item)`` is true."""
+    """Yield the items for which ``fn(item)`` is true; :class:`Skipped` markers pass (they are counted later)."""
     for item in items:
-        if fn(item):
+        if isinstance(item, Skipped) or fn(item):
             yield item
 
 
@@ -87,7 +88,7 @@ def _check_callable(stage: str, fn: object) -> None:
 def map_step(fn: Callable[[Any], Any]) -> Step:
     """Check the argument of ``Pipe.map`` and make its step."""
     _check_callable("map", fn)
-    return Step("map", map_items, (fn,), length=same_length)
+    return Step("map", map_items, (fn,), length=same_length, one_to_one=True)
 
 
 def filter_step(fn: Callable[[Any], Any]) -> Step:

@@ -13,6 +13,7 @@ Example:
 
 from __future__ import annotations
 
+from stoker.shards.cache import ShardCache
 from stoker.shards.dataset import ShardBatch, ShardDataset, collate_shard_batch
 from stoker.shards.manifest import Manifest, ShardInfo
 from stoker.shards.packing import write_shards
@@ -25,6 +26,7 @@ __all__ = [
     "Fault",
     "Manifest",
     "ShardBatch",
+    "ShardCache",
     "ShardDataset",
     "ShardInfo",
     "ShardSetSummary",

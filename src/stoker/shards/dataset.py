@@ -13,6 +13,7 @@ import torch
 from torch.utils.data import Dataset, default_collate, get_worker_info
 
 from stoker.errors import ConfigError, DataError
+from stoker.fs import PathOrURL
 from stoker.jpeg import decode_batch_on_device, decode_jpegs_into
 from stoker.loading.collate import Batch, collate
 from stoker.loading.skips import OnError, Skipped
@@ -120,10 +121,14 @@ class ShardDataset(Dataset):
             for the fastest path and transform whole batches on the device instead.
         on_error: ``"raise"`` (default) or ``"skip"`` samples that fail to decode
             (skips are counted by stoker's loader and reported after the epoch).
+        cache_dir, cache_limit, storage_options: for a shard set at a URL
+            (``s3://bucket/packed``): the local cache its shards are downloaded to and
+            verified in, its size limit (``"50GB"``), and the fsspec filesystem's options
+            (see :class:`~stoker.shards.reader.ShardSet`).
         decoder: how encoded images are decoded when the set has an image size and there
             is no transform. ``"auto"`` (default): JPEGs at a reduced DCT scale where the
             output allows, cropped, and resized a batch at a time (:mod:`stoker.jpeg`),
-            within rounding of the full path; ``"full"``: every image decoded at full size
+            within 2 grey levels of the full path; ``"full"``: every image decoded at full size
             (the reference); ``"nvjpeg"``: whole batches decoded, cropped and resized on
             ``decode_device`` by nvJPEG, batches come back there (falls back to the CPU
             image by image, and for every image without CUDA). Pixel shards ignore it.
@@ -141,18 +146,24 @@ class ShardDataset(Dataset):
 
     def __init__(
         self,
-        root: str | os.PathLike[str],
+        root: PathOrURL,
         split: str = "train",
         transform: Transform | None = None,
         on_error: OnError = "raise",
+        *,
         decoder: Decoder = "auto",
         decode_device: str | torch.device = "cuda",
+        cache_dir: str | os.PathLike[str] | None = None,
+        cache_limit: int | str | None = None,
+        storage_options: dict[str, Any] | None = None,
     ) -> None:
         if on_error not in ("raise", "skip"):
             raise ConfigError(f"on_error must be 'raise' or 'skip', got {on_error!r}")
         if decoder not in DECODERS:
             raise ConfigError(f"decoder must be one of {', '.join(DECODERS)}, got {decoder!r}")
-        self.shards = ShardSet(root, split)
+        self.shards = ShardSet(
+            root, split, cache_dir=cache_dir, cache_limit=cache_limit, storage_options=storage_options
+        )
         self.shards.reduced_jpeg = decoder != "full"
         self.transform = transform
         self.on_error: OnError = on_error

@@ -37,7 +37,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from stoker.errors import ConfigError, ShardError
+from stoker.errors import ConfigError, MissingFileError, ShardError
+from stoker.fs import Location, where
 from stoker.shards.format import (
     FORMAT_NAME,
     FORMAT_VERSION,
@@ -180,13 +181,17 @@ class Manifest:
         return write_json_atomic(Path(root) / MANIFEST_NAME, self.to_bytes())
 
     @classmethod
-    def load(cls, root: str | os.PathLike[str]) -> Manifest:
-        """Read and check ``root/manifest.json``.
+    def load(cls, root: str | os.PathLike[str] | Location, storage_options: dict[str, Any] | None = None) -> Manifest:
+        """Read and check ``root/manifest.json`` (``root`` a folder, or a URL such as ``s3://bucket/packed``).
 
         Raises:
             ShardError: the manifest is missing, unreadable, edited or malformed.
+            ConfigError: the URL's filesystem is not installed.
         """
-        root = Path(root)
+        place = root if isinstance(root, Location) else where(root, storage_options)
+        if isinstance(place, Location):
+            return _load_remote(place)
+        root = place
         path = root / MANIFEST_NAME
         try:
             if path.stat().st_size > _MAX_MANIFEST_BYTES:
@@ -207,6 +212,26 @@ class Manifest:
 
 
 _REPACK_HINT = "the manifest was edited or damaged; restore it or re-pack with `stoker pack`"
+
+
+def _load_remote(place: Location) -> Manifest:
+    """``Manifest.load`` for a shard set at a URL (the manifest is read first, nothing else)."""
+    try:
+        data = place.read_bytes(MANIFEST_NAME, max_bytes=_MAX_MANIFEST_BYTES)
+    except MissingFileError:
+        if place.exists(PLAN_NAME):
+            raise ShardError(
+                f"{place.url}: the pack did not finish (no {MANIFEST_NAME}, a {PLAN_NAME} is there); "
+                "re-run the same `stoker pack` command to resume it"
+            ) from None
+        if not place.exists():
+            raise ShardError(f"{place.url}: not found; pass the URL `stoker pack` wrote to") from None
+        raise ShardError(f"{place.url}: no {MANIFEST_NAME}, so this is not a shard set; make one with `stoker pack`") from None
+    except ConfigError as exc:
+        raise ShardError(f"{exc}; this is not a stoker manifest") from None
+    except OSError as exc:
+        raise ShardError(f"{place.url_of(MANIFEST_NAME)}: cannot read ({exc})") from None
+    return Manifest.from_bytes(data, place.url_of(MANIFEST_NAME))
 
 
 def write_json_atomic(path: Path, data: bytes) -> Path:

@@ -33,12 +33,15 @@ from tqdm import tqdm
 
 from stoker.decode import resize
 from stoker.errors import ConfigError, DataError
+from stoker.fs import Location, where
 from stoker.shards.claim import claim, reuse_finished
 from stoker.shards.dataset import ShardDataset
 from stoker.shards.format import PLAN_NAME, STORES, check_split_name, shard_schema
 from stoker.shards.manifest import Manifest, ShardInfo
 from stoker.shards.plan import PackPlan, ShardPlan, make_plan
+from stoker.shards.ray_engine import ENGINES, import_ray, write_on_ray
 from stoker.shards.rows import RowSource, as_rows
+from stoker.shards.upload import RemoteOut, upload_shard
 from stoker.sources.dataset import FileDataset
 from stoker.sources.index import Source
 
@@ -152,6 +155,7 @@ class _Job:
     store: str
     size: tuple[int, int] | None
     rows: dict[str, RowSource]
+    remote: Location | None = None  # packing to a URL: out is the staging folder, shards go here
 
 
 def _pixels(rows: RowSource, i: int, size: tuple[int, int]) -> torch.Tensor:
@@ -178,7 +182,10 @@ def _write_shard(job: _Job, plan: ShardPlan, report: Callable[[int], None]) -> S
                 report(pending)
                 pending = 0
     report(pending)
-    return writer.close()
+    info = writer.close()
+    if job.remote is not None:
+        upload_shard(job.remote, job.out, info)
+    return info
 
 
 _WORKER: dict[str, Any] = {}
@@ -246,13 +253,17 @@ def write_shards(
     overwrite: bool = False,
     progress: bool = True,
     origin: Sequence[str] | None = None,
+    engine: str = "local",
+    storage_options: dict[str, Any] | None = None,
+    cache_dir: PathLike | None = None,
 ) -> Manifest:
     """Pack a data set into shuffled, checksummed Arrow shards plus ``manifest.json``.
 
     Args:
         source: a stoker data set (file data set or shard set) or a ``{split: data set}``
             mapping such as :func:`stoker.open_data` returns; :func:`stoker.pack` takes paths.
-        out: the output folder (new, empty, or this same pack half done).
+        out: the output folder (new, empty, or this same pack half done), or a URL
+            (``s3://bucket/packed``): each shard is uploaded when complete, the manifest last.
         store: ``"encoded"`` keeps each file's bytes (compact, decoded when read);
             ``"pixels"`` stores decoded uint8 RGB pixels after the crop, at ``size``
             (no decoding when read; larger).
@@ -270,6 +281,10 @@ def write_shards(
         overwrite: replace a shard set (or other stoker files) already in ``out``.
         progress: show a progress bar on stderr.
         origin: what the manifest records as the source (default: the sources' roots).
+        engine: ``"local"`` (worker processes on this machine) or ``"ray"`` (one Ray
+            task per shard on the cluster ``ray.init()`` finds, or a local one; the same bytes).
+        storage_options: fsspec options for a URL ``out``.
+        cache_dir: the local cache folder; a remote ``out`` is staged in it, a shard at a time.
 
     Returns:
         The :class:`Manifest` written.
@@ -286,8 +301,14 @@ def write_shards(
         >>> manifest.split_samples("valid")  # doctest: +SKIP
         2000
     """
-    out = Path(out)
+    place = where(out, storage_options)
+    remote = RemoteOut(place, os.fspath(cache_dir) if cache_dir is not None else None) if isinstance(place, Location) else None
+    out = remote.staging if remote is not None else Path(place)  # type: ignore[arg-type]
     _check_args(store, size, shard_samples, shard_bytes, valid, workers)
+    if engine not in ENGINES:
+        raise ConfigError(f"engine must be one of {', '.join(ENGINES)}, got {engine!r}")
+    if engine == "ray":
+        import_ray()  # before a byte is written
     size = (int(size[0]), int(size[1])) if size is not None else None
     datasets, described = _open(source)
     if origin is not None:
@@ -320,34 +341,47 @@ def write_shards(
         rows, store=store, image_size=size, seed=seed, shard_samples=shard_samples, shard_bytes=shard_bytes,
         settings=settings, shuffle=shuffle,
     )
-    finished, known = claim(out, sources, plan.fingerprint, overwrite)
-    if finished is not None:
-        return finished
-    plan.save(out)
+    if remote is None:
+        finished, known = claim(out, sources, plan.fingerprint, overwrite)
+        if finished is not None:
+            return finished
+        plan.save(out)
+    else:
+        finished, known = remote.claim(sources, plan.fingerprint, overwrite)
+        if finished is not None:
+            return finished
+        remote.start(plan)
+        remote_sizes = remote.place.sizes()
 
     total = sum(len(p.rows) for p in plan.shards)
     infos: dict[str, ShardInfo] = {}
     todo: list[ShardPlan] = []
     for shard in plan.shards:
-        reused = reuse_finished(out, shard, rows[shard.split], store, size, known.get(shard.name))
+        if remote is None:
+            reused = reuse_finished(out, shard, rows[shard.split], store, size, known.get(shard.name))
+        else:
+            reused = remote.reuse(shard, known.get(shard.name), remote_sizes)
         if reused is not None:
             infos[shard.name] = reused
         else:
             todo.append(shard)
     if workers is None:
         workers = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-    job = _Job(out, store, size, rows)
+    job = _Job(out, store, size, rows, remote.place if remote is not None else None)
     with tqdm(
         total=total,
         initial=sum(i.samples for i in infos.values()),
         unit="img",
-        desc=f"pack {out.name}",
+        desc=f"pack {place.name}",
         disable=not progress,
         file=sys.stderr,
         dynamic_ncols=True,
         smoothing=0.1,
     ) as bar:
-        infos.update(_write_all(job, todo, workers, bar))
+        if engine == "ray" and todo:
+            infos.update(write_on_ray(job, todo, bar))
+        else:
+            infos.update(_write_all(job, todo, workers, bar))
 
     manifest = Manifest(
         store=store,
@@ -367,6 +401,9 @@ def write_shards(
             **({} if shuffle else {"shuffle": False}),
         },
     )
+    if remote is not None:
+        remote.finish(manifest)
+        return manifest
     manifest.save(out)
     (out / PLAN_NAME).unlink(missing_ok=True)
     return manifest

@@ -26,7 +26,9 @@ import torch
 
 from stoker.decode import Box, decode_sample, resize
 from stoker.errors import ConfigError, DecodeError, ShardError
+from stoker.fs import Location, PathOrURL, where
 from stoker.jpeg import decode_jpeg_resized
+from stoker.shards.cache import ShardCache
 from stoker.shards.format import COLUMN_INDEX, image_row_bytes, shard_schema
 from stoker.shards.manifest import Manifest, ShardInfo
 
@@ -54,9 +56,12 @@ class ShardFile:
         labels: every row's label (``int64``).
     """
 
-    def __init__(self, root: Path, info: ShardInfo, schema: pa.Schema, num_classes: int) -> None:
+    def __init__(
+        self, root: Path | str, info: ShardInfo, schema: pa.Schema, num_classes: int, path: Path | None = None
+    ) -> None:
         self.info = info
-        self.path = root / info.name
+        # path: where the bytes are when not root/name (a remote set's verified cache copy).
+        self.path = path if path is not None else Path(root) / info.name
         where = f"shard {info.name}"
         hint = repair_hint(root)
         try:
@@ -281,19 +286,39 @@ class ShardSet:
     :class:`ShardError` at once. Shard files are memory-mapped on first use, in the
     process that uses them.
 
+    A remote set (an fsspec URL) is read through a verified local cache
+    (:mod:`stoker.shards.cache`): each shard is downloaded once, checked against the
+    manifest's SHA-256, and memory-mapped from there.
+
     Args:
-        root: the shard set folder.
+        root: the shard set folder, or its URL (``s3://bucket/packed``).
         split: which split to read.
+        cache_dir: the cache folder of a remote set (default: ``STOKER_CACHE``, else
+            ``~/.cache/stoker``).
+        cache_limit: the most bytes the cache keeps (``"50GB"``); least recently used
+            shards are evicted.
+        storage_options: passed to the fsspec filesystem (credentials, endpoint).
 
     Raises:
         ShardError: the manifest or a shard is missing, damaged or edited.
-        ConfigError: the set has no such split.
+        ConfigError: the set has no such split, or the URL's filesystem is not installed.
     """
 
-    def __init__(self, root: str | os.PathLike[str], split: str = "train") -> None:
-        self.root = Path(root)
+    def __init__(
+        self,
+        root: PathOrURL,
+        split: str = "train",
+        *,
+        cache_dir: str | os.PathLike[str] | None = None,
+        cache_limit: int | str | None = None,
+        storage_options: dict[str, Any] | None = None,
+    ) -> None:
+        place = where(root, storage_options)
+        self.remote: Location | None = place if isinstance(place, Location) else None
+        self.cache: ShardCache | None = ShardCache(cache_dir, cache_limit) if self.remote is not None else None
+        self.root: Path | str = place.url if isinstance(place, Location) else place
         self.split = split
-        self.manifest = Manifest.load(self.root)
+        self.manifest = Manifest.load(place)
         self.infos = self.manifest.shards_of(split)
         self.schema = shard_schema(self.manifest.store, self.manifest.image_size)
         self.starts = np.cumsum([0] + [info.samples for info in self.infos])
@@ -312,10 +337,25 @@ class ShardSet:
         self._labels: np.ndarray | None = None
 
     def check_sizes(self) -> None:
-        """Compare every shard's size on disk with the manifest (no data is read)."""
+        """Compare every shard's size on disk (or in the bucket: one listing) with the manifest (no data is read)."""
+        if self.remote is not None:
+            sizes = self.remote.sizes()
+            for info in self.infos:
+                if info.name not in sizes:  # not listed (an HTTP server may not list): ask for it alone
+                    size = self.remote.size(info.name)
+                    if size is not None:
+                        sizes[info.name] = size
+                if info.name not in sizes:
+                    raise ShardError(f"shard {info.name}: {self.remote.url_of(info.name)} is missing; {repair_hint(self.root)}")
+                if sizes[info.name] != info.bytes:
+                    raise ShardError(
+                        f"shard {info.name}: {sizes[info.name]} bytes in {self.remote.url}, the manifest says "
+                        f"{info.bytes} (truncated or changed); {repair_hint(self.root)}"
+                    )
+            return
         for info in self.infos:
             try:
-                size = (self.root / info.name).stat().st_size
+                size = (Path(self.root) / info.name).stat().st_size
             except FileNotFoundError:
                 raise ShardError(f"shard {info.name}: file is missing; {repair_hint(self.root)}") from None
             except OSError as exc:
@@ -336,9 +376,53 @@ class ShardSet:
             with self._lock:
                 opened = self._files[shard]
                 if opened is None:
-                    opened = ShardFile(self.root, self.infos[shard], self.schema, len(self.manifest.classes))
+                    opened = self._open(shard)
                     self._files[shard] = opened
         return opened
+
+    def _open(self, shard: int) -> ShardFile:
+        info = self.infos[shard]
+        if self.remote is None or self.cache is None:
+            return ShardFile(self.root, info, self.schema, len(self.manifest.classes))
+        with self.cache.holding(self.remote, info) as path:  # downloaded and verified first
+            return ShardFile(self.root, info, self.schema, len(self.manifest.classes), path=path)
+
+    def fetch(self, shard: int) -> Path:
+        """Make sure shard number ``shard`` is on local disk (a remote set: in the cache, verified); its path."""
+        info = self.infos[shard]
+        if self.remote is None or self.cache is None:
+            return Path(self.root) / info.name
+        return self.cache.fetch(self.remote, info)
+
+    def prefetch(self, shards: list[int] | None = None, workers: int = 4) -> None:
+        """Fetch several shards of a remote set into the cache at once (all of the split by default)."""
+        if self.remote is None or self.cache is None:
+            return
+        todo = list(range(len(self.infos))) if shards is None else shards
+        if self.cache.limit is not None and sum(self.infos[s].bytes for s in todo) > self.cache.limit:
+            return  # they would evict each other: each is fetched when first opened instead
+        if workers <= 1 or len(todo) <= 1:
+            for s in todo:
+                self.fetch(s)
+            return
+        with ThreadPoolExecutor(min(workers, len(todo)), thread_name_prefix="stoker-fetch") as pool:
+            for _ in pool.map(self.fetch, todo):
+                pass
+
+    def release(self, shard: int) -> None:
+        """Close shard number ``shard`` if it is open and not laid out for random reads (reopened on next use)."""
+        with self._lock:
+            opened = self._files[shard]
+            if opened is None or self._segment_starts is not None:
+                return
+            self._files[shard] = None
+        opened.close()
+
+    def download_bytes(self) -> int:
+        """Bytes reading this split would download (0 for a local set)."""
+        if self.cache is None:
+            return 0
+        return self.cache.missing_bytes(self.infos)
 
     def locate(self, indices: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(shard number, row within the shard) of each sample index.
@@ -364,6 +448,7 @@ class ShardSet:
         """Open every shard and lay their record batches end to end (for random reads)."""
         if self._segment_starts is not None:
             return
+        self.prefetch()  # a remote set: download the missing shards side by side
         starts, views, labels = [], [], []
         for s in range(len(self.infos)):
             opened = self.file(s)
@@ -383,6 +468,13 @@ class ShardSet:
             return self.file(one[0]).labels[one[1]]
         if len(indices) == 0:
             return np.zeros(0, dtype=np.int64)
+        if self.remote is not None and self._segment_starts is None:
+            shard, rows = self.locate(indices)  # a remote stream: open only the shards it reads
+            out = np.empty(len(indices), dtype=np.int64)
+            for s in np.unique(shard).tolist():
+                mask = shard == s
+                out[mask] = self.file(s).labels[rows[mask]]
+            return out
         self._open_all()
         return self._labels[indices]  # type: ignore[index]
 
@@ -409,6 +501,11 @@ class ShardSet:
             shard, rows = one
             opened = self.file(shard)
             _split(len(rows), threads, self.row_bytes, lambda lo, hi: opened.take_pixels(rows[lo:hi], out[lo:hi]))
+            return
+        if self.remote is not None and self._segment_starts is None:
+            shard_ids, shard_rows = self.locate(indices)  # a remote stream: open only the shards it reads
+            for j, (s, r) in enumerate(zip(shard_ids.tolist(), shard_rows.tolist(), strict=True)):
+                out[j] = self.file(s).pixel_row(r)
             return
         self._open_all()
         starts = cast(np.ndarray, self._segment_starts)  # set by _open_all

@@ -1,12 +1,16 @@
 """``ShardStream``: an iterable torch Dataset over a shard set — shard order shuffled, then a buffer.
 
 Each epoch, the shards of the split are put in a seeded random order and their rows laid
-end to end. That sequence is cut into ``world_size x num_workers`` contiguous, nearly
-equal pieces, one per (rank, worker): rank ``r``'s worker ``w`` reads piece
-``r * num_workers + w``. Every sample is in exactly one piece, so each is read exactly
-once per epoch, and the ranks' shares differ by at most one sample. Each reader then
-shuffles its piece through a buffer of ``shuffle_buffer`` rows, so its reads stay within
-a window of the files (good for a page cache or a disk that is larger than memory).
+end to end. Rank ``r`` of ``R`` takes every ``R``-th row of that sequence (so the ranks'
+shares differ by at most one sample), and deals its rows to its workers in blocks of
+``block_rows``: worker ``w`` of ``N`` reads blocks ``w, w + N, w + 2N, ...``. Every
+(rank, worker) therefore reads across the whole epoch — all of its shards, in step with
+the others — rather than one contiguous piece of it, so how well the batches are mixed
+does not depend on the number of workers or ranks (with contiguous pieces, two workers
+over a class-sorted pack each read half of the classes: every batch held half of them).
+Every sample is read exactly once per epoch. Each reader then shuffles its rows through
+a buffer of ``shuffle_buffer`` rows; its reads stay within a window of the files (good
+for a page cache, or a disk larger than memory).
 """
 
 from __future__ import annotations
@@ -21,16 +25,14 @@ from torch.utils.data import IterableDataset, get_worker_info
 
 from stoker.errors import ConfigError
 from stoker.loading.collate import collate
+from stoker.loading.placement import distributed_placement
 from stoker.loading.skips import OnError, Skipped
+from stoker.shards.cache import read_ahead
 from stoker.shards.dataset import ShardDataset
 
-__all__ = ["ShardStream", "stream_order"]
+__all__ = ["BLOCK_ROWS", "ShardStream", "stream_order"]
 
-
-def _placement_from_torch() -> tuple[int, int] | None:
-    if torch.distributed.is_available() and torch.distributed.is_initialized():
-        return torch.distributed.get_rank(), torch.distributed.get_world_size()
-    return None
+BLOCK_ROWS = 64  # rows a worker takes at a time: small enough to interleave, large enough to read in runs
 
 
 def _buffer_shuffle(rows: np.ndarray, buffer: int, rng: np.random.Generator) -> np.ndarray:
@@ -61,6 +63,7 @@ def stream_order(
     world_size: int,
     worker: int,
     num_workers: int,
+    block_rows: int = BLOCK_ROWS,
 ) -> np.ndarray:
     """The sample indices one (rank, worker) reads in one epoch, in the order it reads them.
 
@@ -69,7 +72,9 @@ def stream_order(
         seed, epoch: fix the shard order and the buffer's draws.
         shuffle: shuffle the shard order and run the buffer; False reads in order.
         shuffle_buffer: rows in the shuffle buffer.
-        rank, world_size, worker, num_workers: which piece of the epoch to read.
+        rank, world_size, worker, num_workers: which part of the epoch to read.
+        block_rows: rows of a rank's sequence dealt to one worker at a time (fewer
+            when the smallest shard would not give every worker a block).
 
     Returns:
         ``int64`` sample indices (into the split, as :class:`ShardDataset` numbers them).
@@ -83,27 +88,22 @@ def stream_order(
     for name, index, count in (("rank", rank, world_size), ("worker", worker, num_workers)):
         if not (0 <= index < count):
             raise ConfigError(f"{name}={index} is out of range for {count}; expected 0 <= {name} < {count}")
+    if block_rows < 1:
+        raise ConfigError(f"block_rows must be >= 1, got {block_rows}")
     sizes = np.asarray(shard_sizes, dtype=np.int64)
     starts = np.concatenate([[0], np.cumsum(sizes)])
-    total = int(starts[-1])
     rng = np.random.default_rng([seed & 0xFFFFFFFF, epoch & 0xFFFFFFFF, 0])
     shard_order = rng.permutation(len(sizes)) if shuffle else np.arange(len(sizes))
-    # Position of each shard's first row in this epoch's sequence.
-    ordered_starts = np.concatenate([[0], np.cumsum(sizes[shard_order])])
-    consumers = world_size * num_workers
+    sequence = np.concatenate(
+        [np.arange(starts[k], starts[k + 1], dtype=np.int64) for k in shard_order] or [np.zeros(0, dtype=np.int64)]
+    )
+    ranks_rows = sequence[rank::world_size]  # every R-th row: shares within one sample
+    # Each shard must give every worker a block, or a worker would miss that shard.
+    smallest = int(sizes[sizes > 0].min()) if (sizes > 0).any() else 1
+    block_rows = max(1, min(block_rows, smallest // (world_size * num_workers)))
+    block = np.arange(len(ranks_rows), dtype=np.int64) // block_rows
+    mine = ranks_rows[block % num_workers == worker]  # blocks dealt round robin to the workers
     me = rank * num_workers + worker
-    lo, hi = total * me // consumers, total * (me + 1) // consumers
-    pieces = []
-    first = int(np.searchsorted(ordered_starts, lo, side="right")) - 1
-    for k in range(max(first, 0), len(shard_order)):
-        begin, end = int(ordered_starts[k]), int(ordered_starts[k + 1])
-        if begin >= hi:
-            break
-        a, b = max(begin, lo), min(end, hi)
-        if a < b:
-            shard = int(shard_order[k])
-            pieces.append(np.arange(starts[shard] + a - begin, starts[shard] + b - begin, dtype=np.int64))
-    mine = np.concatenate(pieces) if pieces else np.zeros(0, dtype=np.int64)
     if not shuffle:
         return mine
     return _buffer_shuffle(mine, shuffle_buffer, np.random.default_rng([seed & 0xFFFFFFFF, epoch & 0xFFFFFFFF, me + 1]))
@@ -129,6 +129,9 @@ class ShardStream(IterableDataset):
             ``torch.distributed`` when it is initialised, else one rank.
         on_error: ``"raise"`` or ``"skip"`` samples that fail to decode.
         read_rows: rows gathered per read (one call per this many samples).
+        cache_dir, cache_limit, storage_options: for a shard set at a URL: the verified
+            local cache, its size limit and the filesystem's options (see :class:`ShardDataset`).
+        fetch_ahead: shards of a remote set downloaded ahead of the one being read.
 
     Example:
         >>> stream = ShardStream("packed", split="train", shuffle_buffer=10_000)  # doctest: +SKIP
@@ -148,6 +151,10 @@ class ShardStream(IterableDataset):
         world_size: int | None = None,
         on_error: OnError = "raise",
         read_rows: int = 256,
+        cache_dir: str | os.PathLike[str] | None = None,
+        cache_limit: int | str | None = None,
+        storage_options: dict[str, Any] | None = None,
+        fetch_ahead: int = 2,
     ) -> None:
         if shuffle_buffer < 1 or read_rows < 1:
             raise ConfigError(f"shuffle_buffer and read_rows must be >= 1, got {shuffle_buffer} and {read_rows}")
@@ -155,7 +162,11 @@ class ShardStream(IterableDataset):
             raise ConfigError("give rank and world_size together, or neither")
         if rank is not None and world_size is not None and not 0 <= rank < world_size:
             raise ConfigError(f"rank={rank} is out of range for world_size={world_size}")
-        self.dataset = ShardDataset(root, split, transform, on_error)
+        self.dataset = ShardDataset(
+            root, split, transform, on_error,
+            cache_dir=cache_dir, cache_limit=cache_limit, storage_options=storage_options,
+        )
+        self.fetch_ahead = fetch_ahead
         self.shuffle = shuffle
         self.shuffle_buffer = shuffle_buffer
         self.seed = seed
@@ -174,7 +185,7 @@ class ShardStream(IterableDataset):
 
     def placement(self) -> tuple[int, int, int, int]:
         """``(rank, world_size, worker, num_workers)`` of the current process."""
-        rank, world_size = self._placement or _placement_from_torch() or (0, 1)
+        rank, world_size = self._placement or distributed_placement() or (0, 1)
         info = get_worker_info()
         return (rank, world_size, 0, 1) if info is None else (rank, world_size, info.id, info.num_workers)
 
@@ -193,17 +204,40 @@ class ShardStream(IterableDataset):
         )
 
     def __iter__(self) -> Iterator[tuple[Any, int] | Skipped]:
+        return self.iter_from(0)
+
+    def iter_from(self, start: int) -> Iterator[tuple[Any, int] | Skipped]:
+        """This reader's items of the epoch from position ``start`` on (what stoker's loader resumes with).
+
+        The rows before ``start`` are not read: the read that holds row ``start`` is
+        made as in an uninterrupted pass and its first items are dropped, so the items
+        that follow (and the bad-sample markers among them) are exactly the same.
+
+        Args:
+            start: how many of this reader's items to leave out.
+
+        Returns:
+            The iterator of the remaining samples and :class:`Skipped` markers.
+        """
         rows = self.order(*self.placement())
-        for start in range(0, len(rows), self.read_rows):
-            batch = self.dataset.__getitems__(rows[start : start + self.read_rows])
-            yield from batch.skipped
-            yield from batch
+        first = start // self.read_rows * self.read_rows
+        return self._read(rows, first, start - first)
+
+    def _read(self, rows: np.ndarray, first: int, drop: int) -> Iterator[tuple[Any, int] | Skipped]:
+        for chunk in self._reads(rows[first:]):  # first is a multiple of read_rows: the same reads
+            batch = self.dataset.__getitems__(chunk)
+            items: list[Any] = [*batch.skipped, *batch]
+            yield from items[drop:] if drop else items
+            drop = 0
+
+    def _reads(self, rows: np.ndarray) -> Iterator[np.ndarray]:
+        """``rows`` cut into reads of ``read_rows``; a remote set's next shards are fetched ahead meanwhile."""
+        return read_ahead(self.dataset.shards, rows, self.read_rows, self.fetch_ahead)
 
     def __len__(self) -> int:
         """Samples this rank reads per epoch (all its workers together)."""
         rank, world_size, _, _ = self.placement()
-        total = len(self.dataset)
-        return total * (rank + 1) // world_size - total * rank // world_size
+        return len(range(rank, len(self.dataset), world_size))
 
     collate_fn = staticmethod(collate)
 

@@ -9,12 +9,15 @@ import zlib
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import torch
 from tqdm import tqdm
 
 from stoker.decode import decode_sample
 from stoker.errors import ConfigError, DataError, ShardError, StokerError
+from stoker.fs import Location, where
+from stoker.shards.cache import ShardCache
 from stoker.shards.format import MANIFEST_NAME, shard_schema
 from stoker.shards.manifest import Manifest, ShardInfo
 from stoker.shards.reader import ShardFile
@@ -92,9 +95,9 @@ def _sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
-def _verify_shard(root: Path, manifest: Manifest, info: ShardInfo, decode: bool) -> list[Fault]:
-    """Every fault of one shard (file, checksum, structure, rows)."""
-    path = root / info.name
+def _verify_shard(root: Path, manifest: Manifest, info: ShardInfo, decode: bool, path: Path | None = None) -> list[Fault]:
+    """Every fault of one shard (file, checksum, structure, rows); ``path``: where its bytes are, if not root/name."""
+    path = path if path is not None else root / info.name
     faults: list[Fault] = []
     try:
         size = path.stat().st_size
@@ -110,7 +113,7 @@ def _verify_shard(root: Path, manifest: Manifest, info: ShardInfo, decode: bool)
     except OSError as exc:
         return [Fault(info.name, None, f"cannot read ({exc.strerror})")]
     try:
-        opened = ShardFile(root, info, shard_schema(manifest.store, manifest.image_size), len(manifest.classes))
+        opened = ShardFile(root, info, shard_schema(manifest.store, manifest.image_size), len(manifest.classes), path=path)
     except ShardError as exc:
         return faults + [Fault(info.name, None, str(exc).split("; run `stoker verify")[0])]
     try:
@@ -137,24 +140,49 @@ def _verify_shard(root: Path, manifest: Manifest, info: ShardInfo, decode: bool)
     return faults
 
 
-def _verify_in_worker(root: Path, manifest: Manifest, info: ShardInfo, decode: bool) -> list[Fault]:
+def _verify_in_worker(root: Path, manifest: Manifest, info: ShardInfo, decode: bool, path: Path | None) -> list[Fault]:
     torch.set_num_threads(1)
-    return _verify_shard(root, manifest, info, decode)
+    return _verify_shard(root, manifest, info, decode, path)
+
+
+def _fetch_all(place: Location, manifest: Manifest, cache: ShardCache, progress: bool) -> tuple[dict[str, Path], list[Fault]]:
+    """Download a remote set's shards into the cache (each checked against its SHA-256 there)."""
+    paths: dict[str, Path] = {}
+    faults: list[Fault] = []
+    with tqdm(total=manifest.bytes, unit="B", unit_scale=True, desc="download", disable=not progress, file=sys.stderr) as bar:
+        for info in manifest.shards:
+            try:
+                paths[info.name] = cache.fetch(place, info)
+            except ShardError as exc:
+                faults.append(Fault(info.name, None, str(exc).removeprefix(f"shard {info.name}: ")))
+            bar.update(info.bytes)
+    return paths, faults
 
 
 def verify(
-    root: str | os.PathLike[str], *, decode: bool = True, workers: int | None = None, progress: bool = False
+    root: str | os.PathLike[str],
+    *,
+    decode: bool = True,
+    workers: int | None = None,
+    progress: bool = False,
+    cache_dir: str | os.PathLike[str] | None = None,
+    storage_options: dict[str, Any] | None = None,
 ) -> VerifyReport:
     """Check a shard set end to end: manifest, every shard's SHA-256 and structure, every sample.
 
     Unlike opening a :class:`ShardDataset` (which only compares sizes), this reads every
     byte. It never raises for damaged data: every problem becomes a :class:`Fault`.
 
+    A shard set at a URL is downloaded into the verified cache first (see
+    :mod:`stoker.shards.cache`; a shard whose SHA-256 does not match is a fault and is
+    not kept), then checked like a local one.
+
     Args:
-        root: the shard set folder.
+        root: the shard set folder, or its URL.
         decode: decode every encoded image (pixel shards have nothing to decode).
         workers: processes checking shards in parallel (default: CPU count; 0 or 1: here).
         progress: show a progress bar on stderr.
+        cache_dir, storage_options: a remote set's cache folder and fsspec options.
 
     Returns:
         A :class:`VerifyReport`; ``report.ok`` is False on any fault, and
@@ -167,39 +195,50 @@ def verify(
     """
     if workers is not None and workers < 0:
         raise ConfigError(f"workers must be >= 0, got {workers}")
-    root = Path(root)
-    report = VerifyReport(str(root))
+    place = where(root, storage_options)
+    report = VerifyReport(place.url if isinstance(place, Location) else str(place))
     try:
-        manifest = Manifest.load(root)
+        manifest = Manifest.load(place)
     except StokerError as exc:
         report.faults.append(Fault(MANIFEST_NAME, None, str(exc)))
         return report
+    paths: dict[str, Path] = {}
+    fetch_faults: list[Fault] = []
+    if isinstance(place, Location):
+        paths, fetch_faults = _fetch_all(place, manifest, ShardCache(cache_dir), progress)
+        root = Path(".")  # unused: every shard's path is given
+    else:
+        root = place
     if workers is None:
         workers = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-    infos = list(manifest.shards)
+    failed = {f.shard for f in fetch_faults}
+    infos = [info for info in manifest.shards if info.name not in failed]
     with tqdm(total=len(infos), unit="shard", desc="verify", disable=not progress, file=sys.stderr) as bar:
         if workers <= 1 or len(infos) <= 1:
             results = []
             for info in infos:
-                results.append(_verify_shard(root, manifest, info, decode))
+                results.append(_verify_shard(root, manifest, info, decode, paths.get(info.name)))
                 bar.update()
         else:
             with ProcessPoolExecutor(min(workers, len(infos))) as pool:
-                futures = [pool.submit(_verify_in_worker, root, manifest, info, decode) for info in infos]
+                futures = [
+                    pool.submit(_verify_in_worker, root, manifest, info, decode, paths.get(info.name)) for info in infos
+                ]
                 results = []
                 for future in futures:
                     results.append(future.result())
                     bar.update()
-    for info, faults in zip(infos, results, strict=True):
-        report.faults.extend(faults)
+    by_name = dict(zip((i.name for i in infos), results, strict=True))
+    for info in manifest.shards:
+        report.faults.extend(by_name.get(info.name, [f for f in fetch_faults if f.shard == info.name]))
         report.shards += 1
         report.samples += info.samples
     # Keys must be unique within a split, so that every sample traces back to one file.
-    report.faults.extend(_duplicate_keys(root, manifest))
+    report.faults.extend(_duplicate_keys(root, manifest, paths))
     return report
 
 
-def _duplicate_keys(root: Path, manifest: Manifest) -> list[Fault]:
+def _duplicate_keys(root: Path, manifest: Manifest, paths: dict[str, Path]) -> list[Fault]:
     """A fault for the first repeated key of each split (keys trace samples back to files)."""
     faults = []
     schema = shard_schema(manifest.store, manifest.image_size)
@@ -207,7 +246,9 @@ def _duplicate_keys(root: Path, manifest: Manifest) -> list[Fault]:
         seen: dict[str, str] = {}
         for info in infos:
             try:
-                opened = ShardFile(root, info, schema, len(manifest.classes))
+                if paths and info.name not in paths:
+                    continue  # a remote shard that did not download: already reported
+                opened = ShardFile(root, info, schema, len(manifest.classes), path=paths.get(info.name))
             except ShardError:
                 continue  # already reported
             try:

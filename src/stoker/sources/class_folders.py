@@ -8,6 +8,7 @@ from typing import Literal
 
 from stoker.decode import SAMPLE_SUFFIXES
 from stoker.errors import ConfigError, DataError, MissingFileError
+from stoker.fs import Location, PathOrURL, join, where
 from stoker.loading.skips import OnError
 from stoker.sources.dataset import FileDataset, Transform
 from stoker.sources.index import SampleIndex, Source
@@ -15,6 +16,16 @@ from stoker.sources.index import SampleIndex, Source
 __all__ = ["ClassFolderDataset"]
 
 LabelMode = Literal["auto", "numeric", "sorted"]
+
+
+def _remote_listing(place: Location) -> tuple[list[str], dict[str, list[str]]]:
+    """Class folders of a folder at a URL and the sample files under each (one recursive listing)."""
+    files: dict[str, list[str]] = {f: [] for f in place.list_dirs() if not f.startswith(".")}
+    for rel in place.walk_files():
+        folder, _, rest = rel.partition("/")
+        if rest and folder in files and os.path.splitext(rest)[1].lower() in SAMPLE_SUFFIXES:
+            files[folder].append(rest)
+    return sorted(files), files
 
 
 def _list_files(folder: Path) -> list[str]:
@@ -54,7 +65,7 @@ class ClassFolderDataset(FileDataset):
 
     def __init__(
         self,
-        root: str | os.PathLike[str],
+        root: PathOrURL,
         labels: LabelMode = "auto",
         label_offset: int = 0,
         transform: Transform | None = None,
@@ -62,12 +73,19 @@ class ClassFolderDataset(FileDataset):
         allow_empty: bool = False,
         name: str | None = None,
     ) -> None:
-        root = Path(root)
         if labels not in ("auto", "numeric", "sorted"):
             raise ConfigError(f"labels must be 'auto', 'numeric' or 'sorted', got {labels!r}")
-        if not root.is_dir():
-            raise MissingFileError(f"{root}: folder not found; pass the folder that holds one folder per class")
-        folders = sorted(e.name for e in os.scandir(root) if e.is_dir() and not e.name.startswith("."))
+        place = where(root)
+        local = place if isinstance(place, Path) else Path()  # used only when local
+        remote_files: dict[str, list[str]] | None = None
+        if isinstance(place, Location):  # a bucket: list it once (stoker.fs)
+            folders, remote_files = _remote_listing(place)
+            if not folders and not place.exists():
+                raise MissingFileError(f"{place.url}: folder not found; pass the folder that holds one folder per class")
+        else:
+            if not local.is_dir():
+                raise MissingFileError(f"{local}: folder not found; pass the folder that holds one folder per class")
+            folders = sorted(e.name for e in os.scandir(local) if e.is_dir() and not e.name.startswith("."))
         if not folders:
             raise MissingFileError(f"{root}: no class folders found; expected {root}/<class>/<image files>")
         numeric = all(f.isdigit() for f in folders)
@@ -82,20 +100,20 @@ class ClassFolderDataset(FileDataset):
         else:
             label_of = {f: i for i, f in enumerate(folders)}
             classes = list(folders)
-        resolved = root.resolve()
+        resolved = place.url if isinstance(place, Location) else str(local.resolve())
         keys, paths, sample_labels, empty = [], [], [], []
         for folder in folders:
-            files = _list_files(root / folder)
+            files = remote_files[folder] if remote_files is not None else _list_files(local / folder)
             if not files:
                 empty.append(folder)
             for rel in files:
                 keys.append(f"{folder}/{rel}")
-                paths.append(str(resolved / folder / rel))
+                paths.append(join(resolved, folder, rel))
                 sample_labels.append(label_of[folder])
         if empty and not allow_empty:
             shown = ", ".join(empty[:5]) + (" ..." if len(empty) > 5 else "")
             raise DataError(f"{root}: {len(empty)} class folder(s) hold no images ({shown}); remove them or pass allow_empty=True")
         if not keys:
             raise MissingFileError(f"{root}: no image files found in the class folders")
-        index = SampleIndex.build(keys, paths, sample_labels, Source(name or root.name, str(resolved)), classes)
+        index = SampleIndex.build(keys, paths, sample_labels, Source(name or place.name, resolved), classes)
         super().__init__(index.with_label_offset(label_offset), transform, on_error)

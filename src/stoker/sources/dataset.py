@@ -27,8 +27,11 @@ def read_file_bytes(path: str) -> bytes:
             import fsspec
         except ImportError:
             raise ConfigError(f"{path}: reading remote files needs fsspec; pip install 'stoker[remote]'") from None
-        with fsspec.open(path, "rb") as f:
-            return f.read()
+        try:
+            with fsspec.open(path, "rb") as f:
+                return f.read()
+        except FileNotFoundError:
+            raise MissingFileError(f"{path}: file not found (moved or deleted since the index was built?)") from None
     try:
         with open(path.removeprefix("file://"), "rb") as f:
             return f.read()
@@ -36,6 +39,10 @@ def read_file_bytes(path: str) -> bytes:
         raise MissingFileError(f"{path}: file not found (moved or deleted since the index was built?)") from None
     except OSError as exc:
         raise DataError(f"{path}: cannot read file ({exc.strerror})") from None
+
+
+def _size(shape: torch.Size) -> str:
+    return "x".join(str(v) for v in shape[-2:]) + (f" ({shape[0]} channels)" if len(shape) == 3 else "")
 
 
 class FileDataset(Dataset):
@@ -76,6 +83,28 @@ class FileDataset(Dataset):
             return Skipped(str(self.index.keys[i]), str(exc))
         label = int(self.index.labels[i])
         return (self.transform(image) if self.transform is not None else image), label
+
+    def __getitems__(self, indices: list[int]) -> list[tuple[Any, int] | Skipped]:
+        """A batch's samples (torch's DataLoader and the thread backend call this).
+
+        Raises:
+            DataError: two images of the batch differ in size (they cannot be stacked);
+                the message names both files and says to resize.
+        """
+        samples = [self[i] for i in indices]
+        first: tuple[int, torch.Size] | None = None
+        for i, sample in zip(indices, samples, strict=True):
+            if isinstance(sample, Skipped) or not isinstance(sample[0], torch.Tensor):
+                continue
+            if first is None:
+                first = (i, sample[0].shape)
+            elif sample[0].shape != first[1]:
+                raise DataError(
+                    f"{self.index.paths[first[0]]} is {_size(first[1])} but {self.index.paths[i]} is "
+                    f"{_size(sample[0].shape)}: images of a batch must share one size; resize them all "
+                    "with --image-size N (image_size=N for open_data, or a transform)"
+                )
+        return samples
 
     # -- building blocks other readers (packer, benchmark) use ----------------------
     def read_bytes(self, i: int) -> bytes:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import io
 import json
 import os
 from collections.abc import Mapping, Sequence
@@ -11,6 +12,8 @@ from typing import Any
 
 from stoker.decode import SAMPLE_SUFFIXES
 from stoker.errors import ConfigError, DataError, LabelError, MissingFileError
+from stoker.fs import Location, PathOrURL, is_url, join, parent, read_text
+from stoker.fs import where as locate
 from stoker.loading.skips import OnError
 from stoker.sources.dataset import FileDataset, Transform
 from stoker.sources.index import SampleIndex, Source
@@ -18,20 +21,28 @@ from stoker.sources.index import SampleIndex, Source
 __all__ = ["IdDataset"]
 
 
-def _files_by_stem(root: Path, suffixes: Sequence[str]) -> dict[str, str]:
-    """Map each file stem under ``root`` to its file name (one directory scan)."""
+def _entry_names(root: Path | Location) -> list[str]:
+    """The file names directly in ``root`` (one directory scan, or one listing of a bucket)."""
+    if isinstance(root, Location):
+        names = list(root.sizes())
+        if not names and not root.exists():
+            raise MissingFileError(f"{root.url}: data folder not found; pass the folder that holds the <id> files as root")
+        return names
     if not root.is_dir():
         raise MissingFileError(f"{root}: data folder not found; pass the folder that holds the <id> files as root")
-    found: dict[str, str] = {}
     with os.scandir(root) as entries:
-        for entry in entries:
-            stem, suffix = os.path.splitext(entry.name)
-            if suffix.lower() in suffixes:
-                if stem in found:
-                    raise DataError(
-                        f"{root}: id {stem!r} has two files ({found[stem]}, {entry.name}); keep one of them"
-                    )
-                found[stem] = entry.name
+        return [entry.name for entry in entries]
+
+
+def _files_by_stem(root: Path | Location, suffixes: Sequence[str]) -> dict[str, str]:
+    """Map each file stem under ``root`` to its file name (one directory scan)."""
+    found: dict[str, str] = {}
+    for entry in _entry_names(root):
+        stem, suffix = os.path.splitext(entry)
+        if suffix.lower() in suffixes:
+            if stem in found:
+                raise DataError(f"{root}: id {stem!r} has two files ({found[stem]}, {entry}); keep one of them")
+            found[stem] = entry
     return found
 
 
@@ -62,7 +73,7 @@ class IdDataset(FileDataset):
 
     def __init__(
         self,
-        root: str | os.PathLike[str],
+        root: PathOrURL,
         partition: Mapping[str, Sequence[str]],
         labels: Mapping[str, Any],
         split: str = "train",
@@ -71,43 +82,44 @@ class IdDataset(FileDataset):
         name: str = "ids",
         where: str = "labels",
     ) -> None:
-        root = Path(root)
+        place = locate(root)  # a folder or a URL
         if split not in partition:
             raise ConfigError(f"split {split!r} is not in the partition; it has: {', '.join(sorted(partition))}")
         ids = [str(i) for i in partition[split]]
         _check_partition(partition, where)
         int_labels = {str(k): _as_label(v, f"{where}: id {k!r}") for k, v in labels.items()}
-        files = _files_by_stem(root, SAMPLE_SUFFIXES)
+        files = _files_by_stem(place, SAMPLE_SUFFIXES)
+        resolved = place.url if isinstance(place, Location) else str(place.resolve())
         paths, sample_labels = [], []
         for sample_id in ids:
             if sample_id not in int_labels:
                 raise LabelError(f"{where}: id {sample_id!r} (split {split!r}) has no label; add it to the labels")
             if sample_id not in files:
                 raise MissingFileError(
-                    f"{root}: no file for id {sample_id!r} (looked for {sample_id}{{{','.join(SAMPLE_SUFFIXES)}}}); "
+                    f"{resolved}: no file for id {sample_id!r} (looked for {sample_id}{{{','.join(SAMPLE_SUFFIXES)}}}); "
                     "add the file or remove the id from the partition"
                 )
-            paths.append(str(root.resolve() / files[sample_id]))
+            paths.append(join(resolved, files[sample_id]))
             sample_labels.append(int_labels[sample_id])
         num_classes = max(int_labels.values(), default=-1) + 1  # all splits agree on the class count
         index = SampleIndex.build(
-            ids, paths, sample_labels, Source(name, str(root.resolve())), classes=[str(i) for i in range(num_classes)]
+            ids, paths, sample_labels, Source(name, resolved), classes=[str(i) for i in range(num_classes)]
         )
         super().__init__(index, transform, on_error)
         self.split_name = split
 
     @classmethod
     def from_json(
-        cls, path: str | os.PathLike[str], root: str | os.PathLike[str] | None = None, split: str = "train", **kwargs: Any
+        cls, path: PathOrURL, root: PathOrURL | None = None, split: str = "train", **kwargs: Any
     ) -> IdDataset:
         """Load from a JSON file ``{"partition": {...}, "labels": {...}}``.
 
         ``root`` defaults to the ``data`` folder beside the JSON file, or the JSON file's
         own folder when there is no ``data`` folder.
         """
-        path = Path(path)
+        path = _as_path(path)
         try:
-            text = path.read_text()
+            text = read_text(path)
         except FileNotFoundError:
             raise MissingFileError(f"{path}: id file not found") from None
         try:
@@ -120,14 +132,14 @@ class IdDataset(FileDataset):
 
     @classmethod
     def from_csv(
-        cls, path: str | os.PathLike[str], root: str | os.PathLike[str] | None = None, split: str = "train", **kwargs: Any
+        cls, path: PathOrURL, root: PathOrURL | None = None, split: str = "train", **kwargs: Any
     ) -> IdDataset:
         """Load from a CSV file with header ``id,label,split`` (one row per id)."""
-        path = Path(path)
+        path = _as_path(path)
         partition: dict[str, list[str]] = {}
         labels: dict[str, Any] = {}
         try:
-            with open(path, newline="") as f:
+            with io.StringIO(read_text(path), newline="") as f:
                 reader = csv.DictReader(f)
                 missing = {"id", "label", "split"} - set(reader.fieldnames or [])
                 if missing:
@@ -146,13 +158,22 @@ class IdDataset(FileDataset):
         return cls(_default_root(path, root), partition, labels, split, where=str(path), **kwargs)
 
 
-def _default_root(path: Path, root: str | os.PathLike[str] | None) -> Path:
+def _as_path(path: PathOrURL) -> Path | str:
+    """A local path as a Path; a URL stays a string (pathlib would eat its ``//``)."""
+    place = locate(path)
+    return place.url if isinstance(place, Location) else place
+
+
+def _default_root(path: Path | str, root: PathOrURL | None) -> PathOrURL:
     if root is not None:
-        return Path(root)
+        return root if isinstance(root, Location) or (isinstance(root, str) and is_url(root)) else Path(root)
+    if isinstance(path, str):  # a URL
+        folder = parent(path)
+        return join(folder, "data") if Location(join(folder, "data")).is_dir() else folder
     return path.parent / "data" if (path.parent / "data").is_dir() else path.parent
 
 
-def _no_duplicate_keys(pairs: list[tuple[str, Any]], path: Path) -> dict[str, Any]:
+def _no_duplicate_keys(pairs: list[tuple[str, Any]], path: Path | str) -> dict[str, Any]:
     seen: dict[str, Any] = {}
     for key, value in pairs:
         if key in seen:

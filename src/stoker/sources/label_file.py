@@ -7,6 +7,7 @@ from pathlib import Path
 
 from stoker.decode import Box
 from stoker.errors import ConfigError, LabelError, MissingFileError
+from stoker.fs import Location, PathOrURL, join, read_text, where
 from stoker.loading.skips import OnError
 from stoker.sources.dataset import FileDataset, Transform
 from stoker.sources.index import SampleIndex, Source
@@ -14,7 +15,7 @@ from stoker.sources.index import SampleIndex, Source
 __all__ = ["LabelFileDataset", "read_label_file"]
 
 
-def read_label_file(path: Path) -> tuple[list[str], list[int]]:
+def read_label_file(path: PathOrURL) -> tuple[list[str], list[int]]:
     """Parse ``<file name> <label>`` lines; blank lines and ``#`` comments are skipped.
 
     Raises:
@@ -24,7 +25,7 @@ def read_label_file(path: Path) -> tuple[list[str], list[int]]:
     labels: list[int] = []
     seen: dict[str, int] = {}
     try:
-        text = path.read_text()
+        text = read_text(path)  # a local path or a URL
     except FileNotFoundError:
         raise MissingFileError(f"{path}: label file not found") from None
     except UnicodeDecodeError:
@@ -77,28 +78,35 @@ class LabelFileDataset(FileDataset):
 
     def __init__(
         self,
-        root: str | os.PathLike[str],
-        label_file: str | os.PathLike[str],
+        root: PathOrURL,
+        label_file: PathOrURL,
         crop: Box | None = None,
         transform: Transform | None = None,
         on_error: OnError = "raise",
         name: str = "labels",
     ) -> None:
-        root, label_file = Path(root), Path(label_file)
-        if not root.is_dir():
-            raise MissingFileError(f"{root}: image folder not found")
+        place = where(root)
+        local = place if isinstance(place, Path) else Path()  # used only when local
+        if not isinstance(place, Location):
+            label_file = where(label_file)
+            if not local.is_dir():
+                raise MissingFileError(f"{local}: image folder not found")
         if crop is not None and (len(crop) != 4 or any(int(v) != v for v in crop)):
             raise ConfigError(f"crop must be four integers (top, left, height, width), got {crop!r}")
         names, labels = read_label_file(label_file)
-        present = set(os.listdir(root))
+        present = set(place.sizes()) if isinstance(place, Location) else set(os.listdir(local))
+        if isinstance(place, Location) and not present:
+            raise MissingFileError(f"{place.url}: image folder not found (or empty)")
         for name_ in names:
-            if name_ not in present and not (root / name_).is_file():
+            if name_ not in present and not (
+                place.exists(name_) if isinstance(place, Location) else (local / name_).is_file()
+            ):
                 raise MissingFileError(
-                    f"{label_file}: lists {name_!r} but {root / name_} does not exist; "
+                    f"{label_file}: lists {name_!r} but {join(str(place), name_)} does not exist; "
                     "restore the image or remove its line"
                 )
-        resolved = root.resolve()
-        paths = [str(resolved / n) for n in names]
+        resolved = place.url if isinstance(place, Location) else str(local.resolve())
+        paths = [join(resolved, n) for n in names]
         box = tuple(int(v) for v in crop) if crop is not None else None
-        index = SampleIndex.build(names, paths, labels, Source(name, str(resolved), box))  # type: ignore[arg-type]
+        index = SampleIndex.build(names, paths, labels, Source(name, resolved, box))  # type: ignore[arg-type]
         super().__init__(index, transform, on_error)

@@ -35,6 +35,7 @@ the checks, so they get the same messages.
 from __future__ import annotations
 
 import difflib
+import json
 import os
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import MISSING, asdict, dataclass, field, fields
@@ -51,6 +52,7 @@ __all__ = [
     "ModelConfig",
     "OPTIMIZERS",
     "OptimConfig",
+    "RESUME_MAY_CHANGE",
     "RunConfig",
     "SCHEDULERS",
     "TrainConfig",
@@ -255,12 +257,26 @@ class RunConfig:
     tags: dict[str, str] = _key(_tags, factory=dict, doc='labels to group runs by, e.g. { category = "shards" }')
     seed: int = _key(_int(0), 0, doc="seeds weights, split and shuffle order")
     patience: int | None = _key(_optional(_int(1)), None, doc="stop after this many epochs without a better valid accuracy")
-    resume: bool = _key(_bool, False, doc="continue the run `name` from its last.pt")
+    resume: bool = _key(_bool, False, doc="continue the run `name` from its last.pt, with the config in its run.json")
+    cpu_threads: int | None = _key(
+        _optional(_int(1)), None, doc="torch compute threads on the CPU; default: the cores the loader workers leave"
+    )
+    checkpoint_every_steps: int | None = _key(
+        _optional(_int(1)), None, doc="also write last.pt every this many optimizer steps (mid-epoch resume)"
+    )
     progress: bool = _key(_bool, True, doc="show progress bars")
     loader_bound_share: float = _key(_float(0.0, 1.0), 0.3, doc="data-wait share that counts as loader-bound")
 
 
 _TABLES: dict[str, type] = {"data": DataConfig, "model": ModelConfig, "optim": OptimConfig, "run": RunConfig}
+
+# Keys a resumed run may set to other values than its run.json holds: where it runs, how
+# fast it loads, how long it goes on, what it shows. Every other key is the run itself.
+RESUME_MAY_CHANGE: frozenset[str] = frozenset({
+    "run.epochs", "run.device", "run.progress", "run.patience", "run.resume", "run.log_dir", "run.name",
+    "run.loader_bound_share", "run.checkpoint_every_steps", "run.cpu_threads", "data.workers", "data.prefetch_factor", "data.backend",
+})
+_PATH_KEYS = ("data.path", "data.valid_path", "data.labels")
 
 
 @dataclass
@@ -357,9 +373,14 @@ def load_config(
         values: ``{"table.key": value}`` with typed values (command-line flags), applied
             last; a dict value adds to the table already there (``run.tags``).
 
+    With ``run.resume`` the run's own config comes from its ``run.json``
+    (``run.log_dir/run.name``), so nothing needs repeating: the keys given must equal
+    it, except those in :data:`RESUME_MAY_CHANGE` (epochs, device, workers...).
+
     Raises:
         MissingFileError: the file does not exist.
-        ConfigError: the TOML is malformed (with its line), or a key or value is bad.
+        ConfigError: the TOML is malformed (with its line), or a key or value is bad,
+            or (resuming) a given key differs from the run's own config.
 
     Example:
         >>> cfg = load_config("train.toml", ["optim.lr=0.01", "run.epochs=3"])  # doctest: +SKIP
@@ -384,7 +405,65 @@ def load_config(
         if isinstance(value, dict) and isinstance(section.get(name), dict):
             value = {**section[name], **value}  # a table (run.tags) adds to the one there
         section[name] = value
-    return parse_config(raw, source)
+    config = parse_config(raw, source)
+    if config.run.resume:
+        return _with_the_runs_config(raw, config, source)
+    return config
+
+
+def _with_the_runs_config(given: dict[str, Any], config: TrainConfig, source: str) -> TrainConfig:
+    """The config a resumed run continues with: its own, from ``run.json``, plus what was given.
+
+    A key given (in the file, by a flag or ``--set``) must equal the run's own value,
+    unless it is one of :data:`RESUME_MAY_CHANGE`; ``run.tags`` may add tags.
+
+    Raises:
+        ConfigError: given keys differ from the run's own config (names each, both values).
+    """
+    record_path = Path(config.run.log_dir) / str(config.run.name) / "run.json"
+    try:
+        record = json.loads(record_path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return config  # no record to follow: the given config it is (fit says if there is nothing to resume)
+    stored_raw = record.get("config") if isinstance(record, dict) else None
+    if not isinstance(stored_raw, dict) or not set(stored_raw) <= set(_TABLES) or not stored_raw:
+        return config  # a run made by fit() directly: it recorded no stoker train config
+    stored_raw = {t: {k: v for k, v in table.items() if not (t == "data" and k == "opened")}
+                  for t, table in stored_raw.items() if isinstance(table, dict)}
+    stored = parse_config(stored_raw, source=str(record_path))
+    conflicts = []
+    for table, section in given.items():
+        for key in section:
+            name = f"{table}.{key}"
+            mine, theirs = getattr(getattr(config, table), key), getattr(getattr(stored, table), key)
+            if name in RESUME_MAY_CHANGE or mine == theirs:
+                continue
+            if name == "run.tags" and all(theirs.get(k, v) == v for k, v in mine.items()):
+                continue
+            if name in _PATH_KEYS and _resolved(mine) == _resolved(theirs):
+                continue
+            conflicts.append(f"{name} = {mine!r} (the run has {theirs!r})")
+    if conflicts:
+        raise ConfigError(
+            f"{source}: resuming {config.run.name!r}, but {'; '.join(conflicts)} differ from the run's own config in "
+            f"{record_path}; leave them out (a resumed run takes its config from run.json) or start a new run under "
+            "another name"
+        )
+    merged = {t: dict(table) for t, table in stored_raw.items()}
+    for table, section in given.items():
+        for key, value in section.items():
+            if table == "run" and key == "tags" and isinstance(value, dict):
+                value = {**merged.get("run", {}).get("tags", {}), **value}
+            merged.setdefault(table, {})[key] = value
+    return parse_config(merged, source)
+
+
+def _resolved(value: Any) -> Any:
+    if isinstance(value, str):
+        return str(Path(value).resolve())
+    if isinstance(value, list):
+        return [_resolved(v) for v in value]
+    return value
 
 
 def _toml(value: Any) -> str:

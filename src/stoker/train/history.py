@@ -7,6 +7,8 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from stoker.errors import ConfigError
+
 __all__ = ["EpochStats", "History", "METRIC_COLUMNS"]
 
 # Column name (CSV, TensorBoard tag, ``stoker compare --metric``) -> EpochStats field.
@@ -114,3 +116,34 @@ class History:
     def last(self) -> EpochStats | None:
         """The latest epoch, or ``None`` before the first."""
         return self.epochs[-1] if self.epochs else None
+
+    def state_dict(self) -> dict[str, Any]:
+        """The finished epochs and the best so far, as plain data (what ``last.pt`` holds).
+
+        Returns:
+            ``{"epochs": [EpochStats.to_dict(), ...], "best_acc": float, "best_epoch": int}``.
+
+        Example:
+            >>> History().state_dict()
+            {'epochs': [], 'best_acc': -inf, 'best_epoch': 0}
+        """
+        return {"epochs": [e.to_dict() for e in self.epochs], "best_acc": self.best_acc, "best_epoch": self.best_epoch}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Continue from a :meth:`state_dict` (``run_dir`` and ``stopped`` stay as they are).
+
+        Args:
+            state: what :meth:`state_dict` returned.
+
+        Raises:
+            ConfigError: the state lacks a key or holds an epoch that is not a dict of figures.
+        """
+        missing = [k for k in ("epochs", "best_acc", "best_epoch") if not isinstance(state, dict) or k not in state]
+        if missing:
+            raise ConfigError(f"not a History state (missing {missing}); pass what History.state_dict() returned")
+        try:
+            epochs = [EpochStats.from_dict(e) for e in state["epochs"]]
+            best_acc, best_epoch = float(state["best_acc"]), int(state["best_epoch"])
+        except (TypeError, ValueError, AttributeError) as exc:
+            raise ConfigError(f"not a History state: {exc}") from None
+        self.epochs, self.best_acc, self.best_epoch = epochs, best_acc, best_epoch

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import platform
+import socket
 import time
 from collections.abc import Mapping
 from pathlib import Path
@@ -54,9 +55,13 @@ def prepare_run_dir(log_dir: str | os.PathLike[str], name: str | None, resume: b
     Without a name, the run is named after the time it starts (``20250101-120000``,
     with ``-2``, ``-3``... when that folder exists).
 
+    A folder that holds only the ``run.json`` of a run that ended (or was killed)
+    before its first ``last.pt`` holds no run: it is started again. It still counts
+    as a run while that run is alive (``run.json`` records its pid and host).
+
     Raises:
         ConfigError: resuming without a name or without ``last.pt``; or starting a new
-            run in a folder that already holds one.
+            run in a folder that already holds one, or where a run is going on now.
     """
     log_dir = Path(log_dir)
     if name is not None and (not name or name in (".", "..") or "/" in name or os.sep in name):
@@ -75,15 +80,44 @@ def prepare_run_dir(log_dir: str | os.PathLike[str], name: str | None, resume: b
             suffix += 1
             name = f"{base}-{suffix}"
     run_dir = log_dir / name
-    if (run_dir / LAST_FILE).exists() or (run_dir / RUN_FILE).exists():
+    if (run_dir / LAST_FILE).exists() or (run_dir / RUN_FILE).exists() and _holds_a_run(run_dir):
         raise ConfigError(
             f"{run_dir}: already holds a run; resume it (resume=True, --resume) or choose another name"
         )
+    for stale in run_dir.glob("events.out.tfevents.*"):  # a run that never finished an epoch: start afresh
+        stale.unlink()
     try:
         run_dir.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise ConfigError(f"{run_dir}: cannot create the run folder ({exc.strerror}); check log_dir") from None
     return name, run_dir
+
+
+def _holds_a_run(run_dir: Path) -> bool:
+    """Whether ``run_dir``'s ``run.json`` (there is no ``last.pt``) belongs to a run worth keeping:
+    one that finished an epoch, or one that is running now."""
+    try:
+        record = json.loads((run_dir / RUN_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return True  # unreadable: leave it to a person
+    if not isinstance(record, dict) or (record.get("summary") or {}).get("epochs_done", 0):
+        return True
+    return record.get("status") == "running" and _alive(record.get("pid"), record.get("host"))
+
+
+def _alive(pid: object, host: object) -> bool:
+    """Whether process ``pid`` runs on this machine now (a record from another host counts as alive)."""
+    if not isinstance(pid, int) or not isinstance(host, str):
+        return False  # a record from before pids were kept
+    if host != socket.gethostname():
+        return True  # cannot tell from here
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def write_run_json(run_dir: Path, record: Mapping[str, Any], history: History | None = None) -> Path:

@@ -121,8 +121,8 @@ def train_from_config(
 ) -> RunResult:
     """Open the data, build model, optimizer and schedule, and :func:`fit` as ``config`` says.
 
-    On the CPU, torch's compute threads are lowered to leave one core per loader worker
-    (oversubscribed cores make both sides crawl); the setting is restored afterwards.
+    On the CPU, ``fit`` lowers torch's compute threads to leave one core per loader
+    worker (:mod:`stoker.train.threads`); ``run.cpu_threads`` sets them.
 
     Args:
         config: a checked configuration (:func:`~stoker.train.config.load_config`).
@@ -182,19 +182,15 @@ def train_from_config(
         compile=config.run.compile,
         patience=config.run.patience,
         resume=config.run.resume,
+        checkpoint_every_steps=config.run.checkpoint_every_steps,
+        cpu_threads=config.run.cpu_threads,
         loader_bound_share=config.run.loader_bound_share,
         progress=config.run.progress,
         config=record,
     )
 
-    # 3. Train, with CPU threads left for the loader workers.
-    threads = torch.get_num_threads()
-    if device.type == "cpu" and train_loader.num_workers > 0:
-        torch.set_num_threads(max(1, min(threads, (os.cpu_count() or 1) - train_loader.num_workers)))
-    try:
-        history = fit(scenario, callbacks)
-    finally:
-        torch.set_num_threads(threads)
+    # 3. Train (fit leaves the loader workers their cores on the CPU).
+    history = fit(scenario, callbacks)
     return RunResult(Path(history.run_dir or config.run.log_dir), history, data.description)
 
 

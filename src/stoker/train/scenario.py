@@ -80,7 +80,13 @@ class Scenario:
             default :class:`Preprocess` (uint8 -> float, ImageNet normalisation).
         patience: stop after this many epochs without a better validation accuracy (``None``: never).
         resume: continue from ``last.pt`` in the run folder: weights, optimizer, scaler,
-            scheduler, epoch, RNG states, best so far, history.
+            scheduler, epoch, RNG states, best so far, history; mid-epoch, from the
+            very next batch.
+        cpu_threads: torch's compute threads during a CPU run; default: the cores the
+            loader workers leave (:mod:`stoker.train.threads`).
+        checkpoint_every_steps: also write ``last.pt`` every this many optimizer steps
+            of an epoch, with the train loader's position (``None``: after every epoch
+            only). Needs a loader with ``state_dict`` (stoker's ``make_loader``).
         loader_bound_share: an epoch that waits for data longer than this share of its
             time is reported as loader-bound.
         loggers: built-in loggers by name (``"console"``, ``"csv"``, ``"tensorboard"``)
@@ -113,6 +119,8 @@ class Scenario:
     preprocess: Callable[[torch.Tensor], torch.Tensor] | None = field(default_factory=Preprocess)
     patience: int | None = None
     resume: bool = False
+    checkpoint_every_steps: int | None = None
+    cpu_threads: int | None = None
     loader_bound_share: float = 0.3
     loggers: tuple[Any, ...] = ("console", "csv", "tensorboard")
     progress: bool = True
@@ -132,6 +140,14 @@ class Scenario:
             raise ConfigError(f"Scenario: patience must be None or a whole number >= 1, got {self.patience!r}")
         if self.patience is not None and self.valid_loader is None:
             raise ConfigError("Scenario: patience watches validation accuracy; give a valid_loader or drop patience")
+        if self.checkpoint_every_steps is not None and (
+            isinstance(self.checkpoint_every_steps, bool)
+            or not isinstance(self.checkpoint_every_steps, int)
+            or self.checkpoint_every_steps < 1
+        ):
+            raise ConfigError(
+                f"Scenario: checkpoint_every_steps must be None or a whole number >= 1, got {self.checkpoint_every_steps!r}"
+            )
         if not 0.0 <= self.loader_bound_share <= 1.0:
             raise ConfigError(f"Scenario: loader_bound_share must be in [0, 1], got {self.loader_bound_share!r}")
         for key, value in self.tags.items():

@@ -33,6 +33,11 @@ class PhaseTimer:
     Wrap the loader with :meth:`iterate`; every ``next`` is counted as data wait, the
     rest of the phase as compute.
 
+    Args:
+        device: synchronised with when the phase starts and ends.
+        wall_s, data_wait_s: seconds carried over from the part of the phase that ran
+            before a mid-epoch resume, so the epoch's figures cover all of it.
+
     Example:
         >>> timer = PhaseTimer(torch.device("cpu"))
         >>> for batch in timer.iterate(range(3)):
@@ -41,11 +46,12 @@ class PhaseTimer:
         True
     """
 
-    def __init__(self, device: torch.device) -> None:
+    def __init__(self, device: torch.device, wall_s: float = 0.0, data_wait_s: float = 0.0) -> None:
         self.device = device
-        self.data_wait_s = 0.0
-        self.wall_s = 0.0
+        self.data_wait_s = float(data_wait_s)
+        self.wall_s = float(wall_s)
         self._start = 0.0
+        self._carried_s = float(wall_s)
 
     @property
     def compute_s(self) -> float:
@@ -55,7 +61,7 @@ class PhaseTimer:
     @property
     def elapsed_s(self) -> float:
         """Seconds since the phase started (while it runs; afterwards :attr:`wall_s`)."""
-        return time.perf_counter() - self._start if self._start else self.wall_s
+        return self._carried_s + time.perf_counter() - self._start if self._start else self.wall_s
 
     def iterate(self, loader: Iterable[T]) -> Generator[T, None, None]:
         """Yield the loader's batches, adding the time each one took to arrive to the data wait."""
@@ -74,7 +80,8 @@ class PhaseTimer:
                 yield batch
         finally:
             synchronize(self.device)
-            self.wall_s = time.perf_counter() - self._start
+            self.wall_s = self._carried_s + time.perf_counter() - self._start
+            self._carried_s = self.wall_s
             self._start = 0.0
             close = getattr(batches, "close", None)
             if close is not None:

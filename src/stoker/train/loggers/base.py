@@ -26,6 +26,8 @@ class RunInfo:
         config: the run's configuration, for the record.
         resumed: whether the run continues from a checkpoint.
         loader_bound_share: the data-wait share above which an epoch is loader-bound.
+        compute: how the CPU is shared, e.g. "torch threads 1 (of 2 cores, 1 left to the
+            loader workers)"; empty on a GPU.
     """
 
     name: str
@@ -37,6 +39,7 @@ class RunInfo:
     config: Mapping[str, Any] = field(default_factory=dict)
     resumed: bool = False
     loader_bound_share: float = 0.3
+    compute: str = ""
 
 
 @dataclass(frozen=True)

@@ -54,7 +54,8 @@ class ConsoleLogger(Logger):
     def start(self, run: RunInfo, history: History) -> None:
         self._run = run
         resumed = f", resuming after epoch {run.start_epoch}" if run.resumed else ""
-        self._write(f"run {run.name} in {run.run_dir} ({run.device}, {run.epochs} epochs{resumed})")
+        compute = f", {run.compute}" if run.compute else ""
+        self._write(f"run {run.name} in {run.run_dir} ({run.device}{compute}, {run.epochs} epochs{resumed})")
 
     def epoch_start(self, epoch: int, batches: int | None) -> None:
         epochs = self._run.epochs if self._run else "?"

@@ -1,0 +1,180 @@
+"""A shard set read from an S3 API server with a cold and a warm cache, next to local disk.
+
+Generates DigiFace-like images (class folders of 112x112 PNGs), packs them into
+``pixels`` shards at ``--size``, starts moto's S3 server on 127.0.0.1 (a child process on
+a free port), uploads the shard set to a bucket there, and reads one epoch of it, batch
+256, in the training process (0 workers), in these ways:
+
+* local disk: ``ShardStream`` over the local folder (in the page cache: just written);
+* S3, cold cache: ``ShardStream`` over ``s3://...`` with an empty cache folder — every
+  shard is downloaded, SHA-256-checked and memory-mapped; ``fetch_ahead`` shards are
+  downloaded while one is read (also shown with ``fetch_ahead=0``: one request at a time);
+* S3, warm cache: the same, again — nothing is downloaded;
+* S3, cold cache, map-style: ``ShardDataset`` with a shuffled sampler (the first batch
+  needs every shard, so they are fetched side by side).
+
+For each: samples per second, MB per second of shard bytes, and the time to the first
+batch (from opening the data set). moto is a Python server sharing this machine's cores,
+so the S3 numbers are a floor, not what a real object store gives.
+
+Run::
+
+    python benchmarks/bench_remote.py --n 4000
+    python benchmarks/bench_remote.py --quick
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+warnings.filterwarnings("ignore", message="The image decoding and encoding capabilities of TorchVision")
+
+from stoker.fs import Location  # noqa: E402
+from stoker.loading import make_loader  # noqa: E402
+from stoker.packer import pack  # noqa: E402
+from stoker.shards import ShardDataset, ShardStream  # noqa: E402
+from stoker.sources.synthetic import make_digiface  # noqa: E402
+
+BATCH = 256
+
+
+@dataclass
+class Row:
+    """One way of reading, timed."""
+
+    name: str
+    samples: int
+    seconds: float
+    first_batch_s: float
+    shard_bytes: int
+    downloaded: int
+
+    def cells(self) -> list[str]:
+        return [
+            self.name,
+            f"{self.samples / self.seconds:,.0f}",
+            f"{self.shard_bytes / self.seconds / 1e6:,.1f}",
+            f"{self.first_batch_s * 1000:,.0f}",
+            f"{self.downloaded / 1e6:,.1f}",
+        ]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def start_server() -> tuple[subprocess.Popen[bytes], str]:
+    """moto's S3 server on 127.0.0.1, and the environment pointing s3fs at it."""
+    port = _free_port()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=1):
+                break
+        except OSError:
+            if time.monotonic() > deadline or proc.poll() is not None:
+                proc.kill()
+                raise SystemExit("the moto server did not start; pip install 'moto[server]'") from None
+            time.sleep(0.1)
+    os.environ.update(
+        AWS_ENDPOINT_URL=f"http://127.0.0.1:{port}", AWS_ACCESS_KEY_ID="bench", AWS_SECRET_ACCESS_KEY="bench",
+        AWS_DEFAULT_REGION="us-east-1", AWS_EC2_METADATA_DISABLED="true",
+    )
+    return proc, f"http://127.0.0.1:{port}"
+
+
+def time_epoch(name: str, make: Callable[[], ShardDataset | ShardStream], shuffle: bool) -> Row:
+    """Open the data set, read one epoch at batch 256, report."""
+    start = time.perf_counter()
+    dataset = make()
+    loader = make_loader(dataset, batch_size=BATCH, shuffle=shuffle, num_workers=0, device="cpu")
+    first = None
+    samples = 0
+    for images, _labels in loader:
+        if first is None:
+            first = time.perf_counter() - start
+        samples += len(images)
+    seconds = time.perf_counter() - start
+    shards = dataset.dataset.shards if isinstance(dataset, ShardStream) else dataset.shards
+    downloaded = shards.cache.downloaded_bytes if shards.cache is not None else 0
+    return Row(name, samples, seconds, first or seconds, shards.manifest.bytes, downloaded)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--n", type=int, default=4000, help="images")
+    parser.add_argument("--size", type=int, default=64, help="stored image size (pixels shards)")
+    parser.add_argument("--shard-samples", type=int, default=250)
+    parser.add_argument("--out", type=Path, help="work folder (default: a temporary one)")
+    parser.add_argument("--quick", action="store_true", help="1,000 images")
+    args = parser.parse_args()
+    n = 1000 if args.quick else args.n
+    work = args.out or Path(tempfile.mkdtemp(prefix="stoker-bench-remote-"))
+    data, local = work / "data", work / "packed"
+    if not data.exists():
+        make_digiface(data, n, progress=False)
+    if not (local / "manifest.json").exists():
+        pack(data, local, store="pixels", size=(args.size, args.size), shard_samples=args.shard_samples, progress=False)
+
+    proc, endpoint = start_server()
+    try:
+        bucket = Location("s3://bench")
+        bucket.fs.mkdir("bench")
+        url = "s3://bench/packed"
+        place = Location(url)
+        for path in sorted(local.iterdir()):
+            place.upload(path, path.name)
+        caches = work / "caches"
+        shutil.rmtree(caches, ignore_errors=True)
+
+        def stream(root: str, cache: str, ahead: int = 2) -> Callable[[], ShardStream]:
+            return lambda: ShardStream(root, cache_dir=caches / cache, shuffle_buffer=2048, fetch_ahead=ahead)
+
+        time_epoch("warm-up (not shown)", stream(str(local), "unused"), shuffle=False)  # imports, first calls
+        rows = [
+            time_epoch("local disk, ShardStream", stream(str(local), "unused"), shuffle=False),
+            time_epoch("S3, cold cache, ShardStream, fetch_ahead=0", stream(url, "serial", 0), shuffle=False),
+            time_epoch("S3, cold cache, ShardStream, fetch_ahead=2", stream(url, "stream"), shuffle=False),
+            time_epoch("S3, warm cache, ShardStream", stream(url, "stream"), shuffle=False),
+            time_epoch("local disk, ShardDataset (shuffled)", lambda: ShardDataset(local), shuffle=True),
+            time_epoch("S3, cold cache, ShardDataset (shuffled)",
+                       lambda: ShardDataset(url, cache_dir=caches / "map"), shuffle=True),
+            time_epoch("S3, warm cache, ShardDataset (shuffled)",
+                       lambda: ShardDataset(url, cache_dir=caches / "map"), shuffle=True),
+        ]
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+    manifest = ShardDataset(local).manifest
+    print(
+        f"\n{manifest.samples:,} samples, {len(manifest.shards)} pixel shards of {args.size}x{args.size}, "
+        f"{manifest.bytes / 1e6:,.1f} MB; S3 = moto server on {endpoint}; batch {BATCH}, 0 workers\n"
+    )
+    header = ["reading", "img/s", "MB/s", "first batch (ms)", "downloaded (MB)"]
+    print("| " + " | ".join(header) + " |")
+    print("|" + "|".join("---" if i == 0 else "---:" for i in range(len(header))) + "|")
+    for row in rows:
+        print("| " + " | ".join(row.cells()) + " |")
+    if args.out is None:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

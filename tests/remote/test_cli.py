@@ -1,0 +1,53 @@
+"""``stoker verify`` and ``stoker inspect`` on a URL: the manifest first, then what would be downloaded."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from stoker.cli.main import main as cli
+from stoker.fs import Location
+from stoker.shards import verify
+
+from .conftest import upload_folder
+
+
+@pytest.fixture
+def cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.setenv("STOKER_CACHE", str(tmp_path / "cache"))
+    return tmp_path / "cache"
+
+
+def test_verify_a_bucket(s3_server: str, bucket: str, small_pack: Path, cache: Path) -> None:
+    url = upload_folder(small_pack, f"{bucket}/packed")
+    result = CliRunner().invoke(cli, ["verify", url, "--quiet", "--workers", "0"])
+    assert result.exit_code == 0, result.output
+    assert "5 shards" in result.output and "to download into" in result.output
+    assert f"ok: 5 shards, 40 samples verified in {url}" in result.output
+    again = CliRunner().invoke(cli, ["verify", url, "--quiet", "--workers", "0"])
+    assert " 0.0 MiB to download" in again.output
+
+
+def test_verify_names_a_damaged_object(s3_server: str, bucket: str, small_pack: Path, cache: Path) -> None:
+    url = upload_folder(small_pack, f"{bucket}/packed")
+    place = Location(url)
+    data = bytearray(place.read_bytes("train-00004.arrow"))
+    data[-100] ^= 1
+    place.write_bytes("train-00004.arrow", bytes(data))
+    report = verify(url, workers=0)
+    assert not report.ok and report.first_fault is not None
+    assert report.first_fault.shard == "train-00004.arrow" and "SHA-256 does not match" in report.first_fault.problem
+    assert report.shards == 5
+    result = CliRunner().invoke(cli, ["verify", url, "--quiet", "--workers", "0"])
+    assert result.exit_code == 1 and "FAULTY" in result.output
+
+
+def test_inspect_a_bucket(s3_server: str, bucket: str, small_pack: Path, cache: Path) -> None:
+    url = upload_folder(small_pack, f"{bucket}/packed")
+    result = CliRunner().invoke(cli, ["inspect", url])
+    assert result.exit_code == 0, result.output
+    first = result.output.splitlines()[0]
+    assert first.startswith(f"{url}: 5 shards") and "to download" in first
+    assert "shuffle quality" in result.output

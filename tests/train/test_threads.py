@@ -1,0 +1,46 @@
+"""stoker.train.threads: a CPU run leaves the loader workers their cores, from Python as from the CLI."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from stoker import Scenario, fit, make_loader, open_data
+from stoker.train import SmallCNN
+from stoker.train.loggers import Logger
+from stoker.train.threads import ComputeThreads, usable_cores
+
+
+class _SeesThreads(Logger):
+    def __init__(self) -> None:
+        self.during: list[int] = []
+
+    def batch_end(self, progress: object) -> None:
+        self.during.append(torch.get_num_threads())
+
+
+def test_fit_lowers_compute_threads_beside_loader_workers(tmp_path: Path, folders: Path) -> None:
+    data = open_data(folders, valid=0.25, image_size=16)
+    train = make_loader(data["train"], batch_size=40, num_workers=1, device="cpu")
+    valid = make_loader(data["valid"], batch_size=40, shuffle=False, num_workers=0, device="cpu")
+    model = SmallCNN(num_classes=data.num_classes)
+    seen = _SeesThreads()
+    torch.set_num_threads(2)  # what torch would pick on this machine's two cores
+    fit(Scenario(model, torch.optim.SGD(model.parameters(), 0.01), nn.CrossEntropyLoss(), train, valid, epochs=1,
+                 device="cpu", log_dir=tmp_path, name="t", loggers=(), plot=False), callbacks=[seen])
+    assert set(seen.during) == {max(1, min(2, usable_cores() - 1))}
+    assert torch.get_num_threads() == 2  # restored after the run
+
+
+def test_the_rule_and_its_override() -> None:
+    class L:
+        num_workers = 3
+
+    cpu = torch.device("cpu")
+    torch.set_num_threads(2)
+    assert ComputeThreads(cpu, [L()], requested=2).threads == 2
+    assert ComputeThreads(cpu, [L()]).threads == max(1, min(2, usable_cores() - 3))
+    assert ComputeThreads(cpu, []).threads == 2  # no workers: nothing to leave
+    assert "left to the loader workers" in ComputeThreads(cpu, [L()]).reason
