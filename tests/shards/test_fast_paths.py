@@ -170,6 +170,14 @@ def test_the_batched_jpeg_path_is_within_two_grey_levels_of_full_decode(
             assert torch.equal(a.images[j], fast[i][0])
 
 
+def test_encoded_shards_default_to_loader_threads_unless_a_python_transform_runs(
+    jpeg_shards: Callable[..., Path],
+) -> None:
+    root = jpeg_shards((24, 20))
+    assert ShardDataset(root).loader_defaults["backend"] == "thread"
+    assert ShardDataset(root, transform=lambda image: image).loader_defaults["backend"] == "process"
+
+
 def test_decoder_full_is_the_reference_path(jpeg_shards: Callable[..., Path], monkeypatch: pytest.MonkeyPatch) -> None:
     root = jpeg_shards((24, 20))
     calls: list[int] = []

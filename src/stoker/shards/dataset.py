@@ -235,7 +235,9 @@ class ShardDataset(Dataset):
         four cores or more: :attr:`ShardSet.gather_threads`), and shipping it from a
         worker process costs several times more than reading it. Encoded shards are decoded fastest by loader
         threads, one per core (up to 4): libjpeg-turbo, libpng and the resize release the
-        GIL, and a batch made in a thread is not copied again between processes.
+        GIL, and a batch made in a thread is not copied again between processes (JPEG
+        2.1x, PNG 1.2x worker processes in ``benchmarks/bench_decode.py``); with a
+        per-sample ``transform``, which holds the GIL, worker processes.
         ``decoder="nvjpeg"`` decodes on the GPU from one loader thread.
 
         Example:
@@ -246,7 +248,9 @@ class ShardDataset(Dataset):
         if self.decoder == "nvjpeg":
             return {"backend": "thread", "num_workers": 1}
         cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-        return {"backend": "thread", "num_workers": min(4, cores)}
+        # A per-sample Python transform holds the GIL: then worker processes, as before.
+        backend = "process" if self.transform is not None else "thread"
+        return {"backend": backend, "num_workers": min(4, cores)}
 
     def trace(self, i: int) -> dict[str, Any]:
         """Where sample ``i`` lives and came from: shard, row, key, source, file, label."""
