@@ -27,6 +27,8 @@ LAYERS: dict[str, int] = {
     "_tomllib": 0,
     "mixing": 0,
     "fs": 0,  # paths and URLs (stoker.fs): every reader of a folder or file, above only errors
+    "lifetime": 0,  # workers die with their parent (pack, verify)
+    "fuzz": 0,  # crafted inputs and a guarded runner (decode, errors)
     "loading": 1,
     "sources": 2,
     "pipes": 3,

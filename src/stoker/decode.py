@@ -9,6 +9,8 @@ Grayscale, grayscale+alpha and RGBA all become RGB here and nowhere else.
 from __future__ import annotations
 
 import io
+import os
+import re
 import zlib
 from collections.abc import Sequence
 from pathlib import PurePath
@@ -18,7 +20,7 @@ import torch
 from torchvision.io import ImageReadMode
 from torchvision.io import decode_image as _tv_decode_image
 
-from stoker.errors import DecodeError
+from stoker.errors import ConfigError, DecodeError
 
 __all__ = [
     "ARRAY_SUFFIXES",
@@ -28,11 +30,15 @@ __all__ = [
     "decode_array",
     "decode_image",
     "decode_sample",
+    "get_max_pixels",
     "resize",
+    "set_max_pixels",
     "to_rgb",
 ]
 
-IMAGE_SUFFIXES: tuple[str, ...] = (".jpg", ".jpeg", ".png", ".webp", ".gif", ".bmp", ".tif", ".tiff")
+IMAGE_SUFFIXES: tuple[str, ...] = (
+    ".jpg", ".jpeg", ".png", ".webp", ".gif", ".bmp", ".tif", ".tiff", ".ppm", ".pgm", ".pbm", ".pnm",  # ImageFolder's and more
+)
 ARRAY_SUFFIXES: tuple[str, ...] = (".pt", ".npy")
 SAMPLE_SUFFIXES: tuple[str, ...] = ARRAY_SUFFIXES + IMAGE_SUFFIXES
 
@@ -58,44 +64,153 @@ def to_rgb(image: torch.Tensor, name: str = "<tensor>") -> torch.Tensor:
     raise DecodeError(f"{name}: expected 1, 2, 3 or 4 channels first (CHW), got shape {tuple(image.shape)}")
 
 
-def decode_image(data: bytes | bytearray | memoryview | np.ndarray, name: str = "<bytes>") -> torch.Tensor:
+def decode_image(
+    data: bytes | bytearray | memoryview | np.ndarray, name: str = "<bytes>", max_pixels: int | None = None
+) -> torch.Tensor:
     """Decode an encoded image (JPEG, PNG, WEBP, GIF, BMP, TIFF) to a uint8 RGB CHW tensor.
+
+    The bytes are checked before a decoder sees them: a PNG's chunks, CRCs and whole
+    compressed stream (so that libpng never fails half way, where torchvision crashes),
+    and the width and height a header declares against ``max_pixels``. A multi-frame
+    image (an animated GIF) gives its first frame; 16-bit samples are scaled to 8 bits.
 
     Args:
         data: the encoded bytes of the file.
         name: the file name, used in error messages only.
+        max_pixels: refuse images with more pixels than this (default:
+            :func:`get_max_pixels`, set with :func:`set_max_pixels` or ``STOKER_MAX_PIXELS``).
 
     Raises:
-        DecodeError: the bytes are not a readable image.
+        DecodeError: the bytes are not a readable image, or it has too many pixels.
 
     Example:
         >>> from stoker.decode import decode_image
         >>> decode_image(open("cat.jpg", "rb").read(), "cat.jpg").shape  # doctest: +SKIP
         torch.Size([3, 218, 178])
     """
+    limit = get_max_pixels() if max_pixels is None else max_pixels
     buffer = np.frombuffer(data, dtype=np.uint8) if not isinstance(data, np.ndarray) else data.reshape(-1)
     if buffer.size == 0:
         raise DecodeError(f"{name}: the file is empty; {_BAD_SAMPLE_HINT}")
-    if buffer[:8].tobytes() == _PNG_SIGNATURE:
-        _check_png_chunks(memoryview(buffer), name)  # type: ignore[arg-type]  # ndarray is a buffer (stubs < 3.12 disagree)
+    view = memoryview(buffer)  # type: ignore[arg-type]  # ndarray is a buffer (stubs < 3.12 disagree)
+    head = view[:8].tobytes()
+    size = _declared_size(view, head)
+    if size is not None:
+        _check_pixels(size, limit, name)
+    if head == _PNG_SIGNATURE:
+        # Never libpng through torchvision: it crashes the process on some damaged PNGs.
+        _check_png_chunks(view, name)
+        return _decode_with_pil(view, name, limit)
     encoded = torch.from_numpy(buffer.copy())  # torchvision wants a writable tensor
     try:
-        return _tv_decode_image(encoded, mode=ImageReadMode.RGB)
+        image = _tv_decode_image(encoded, mode=ImageReadMode.RGB)
     except (RuntimeError, ValueError):
-        pass  # not a format torchvision reads, or corrupt: let PIL have a go
-    return _decode_with_pil(buffer.tobytes(), name)
+        # not a format torchvision reads, or corrupt: let PIL have a go
+        return _decode_with_pil(view, name, limit)
+    if image.ndim == 4:  # an animated GIF or WEBP: frames x C x H x W
+        image = image[0]
+    return image
 
 
 _PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+_DEFAULT_MAX_PIXELS = 89_478_485  # PIL's Image.MAX_IMAGE_PIXELS: about 9459 x 9459
+_MAX_PIXELS_ENV = "STOKER_MAX_PIXELS"
+_max_pixels: int | None = None  # set_max_pixels; None reads the environment
+
+
+def get_max_pixels() -> int:
+    """The most pixels (width x height) an image may declare before it is refused."""
+    if _max_pixels is not None:
+        return _max_pixels
+    text = os.environ.get(_MAX_PIXELS_ENV)
+    if text is None:
+        return _DEFAULT_MAX_PIXELS
+    if not re.fullmatch(r"[0-9]+", text.strip()) or int(text) < 1:
+        raise ConfigError(f"{_MAX_PIXELS_ENV}={text!r}: expected a positive whole number of pixels")
+    return int(text)
+
+
+def set_max_pixels(pixels: int | None) -> None:
+    """Refuse images with more than ``pixels`` pixels (``None``: back to the default, about 89.5 megapixels).
+
+    The limit is also put in the environment (``STOKER_MAX_PIXELS``), so worker
+    processes started afterwards use it too.
+
+    Raises:
+        ConfigError: ``pixels`` is not a positive integer.
+    """
+    global _max_pixels
+    if pixels is None:
+        _max_pixels = None
+        os.environ.pop(_MAX_PIXELS_ENV, None)
+        return
+    if isinstance(pixels, bool) or not isinstance(pixels, int) or pixels < 1:
+        raise ConfigError(f"max_pixels must be a positive integer, got {pixels!r}")
+    _max_pixels = pixels
+    os.environ[_MAX_PIXELS_ENV] = str(pixels)
+
+
+def _check_pixels(size: tuple[int, int], limit: int, name: str) -> None:
+    width, height = size
+    if width * height > limit:
+        raise DecodeError(
+            f"{name}: the image declares {width}x{height} = {width * height:,} pixels, more than the limit of "
+            f"{limit:,} (a decompression bomb, or a very large image); {_BAD_SAMPLE_HINT}, "
+            "or raise the limit with stoker.decode.set_max_pixels / STOKER_MAX_PIXELS"
+        )
+
+
+def _declared_size(data: memoryview, head: bytes) -> tuple[int, int] | None:
+    """``(width, height)`` a PNG, JPEG, GIF or WEBP header declares, or None when not found (cheap)."""
+    if head == _PNG_SIGNATURE and len(data) >= 24 and data[12:16].tobytes() == b"IHDR":
+        return int.from_bytes(data[16:20], "big"), int.from_bytes(data[20:24], "big")
+    if head[:2] == b"\xff\xd8":
+        return _jpeg_size(data)
+    if head[:6] in (b"GIF87a", b"GIF89a") and len(data) >= 10:
+        return int.from_bytes(data[6:8], "little"), int.from_bytes(data[8:10], "little")
+    if head[:4] == b"RIFF" and data[8:12].tobytes() == b"WEBP" and len(data) >= 30:
+        kind = data[12:16].tobytes()
+        if kind == b"VP8X":
+            return int.from_bytes(data[24:27], "little") + 1, int.from_bytes(data[27:30], "little") + 1
+        if kind == b"VP8 ":
+            return int.from_bytes(data[26:28], "little") & 0x3FFF, int.from_bytes(data[28:30], "little") & 0x3FFF
+        if kind == b"VP8L":
+            bits = int.from_bytes(data[21:25], "little")
+            return (bits & 0x3FFF) + 1, ((bits >> 14) & 0x3FFF) + 1
+    return None
+
+
+# Start-of-frame markers: C0-CF except DHT (C4), JPG (C8) and DAC (CC).
+_JPEG_SOF = frozenset(range(0xC0, 0xD0)) - {0xC4, 0xC8, 0xCC}
+
+
+def _jpeg_size(data: memoryview) -> tuple[int, int] | None:
+    pos, end = 2, len(data)
+    while pos + 4 <= end:
+        if data[pos] != 0xFF:
+            return None  # not a marker: leave it to the decoder to complain
+        marker = data[pos + 1]
+        if marker == 0xFF:  # fill byte
+            pos += 1
+            continue
+        if marker in (0x01, *range(0xD0, 0xD8)):  # markers without a length
+            pos += 2
+            continue
+        if marker in _JPEG_SOF and pos + 9 <= end:
+            height = int.from_bytes(data[pos + 5 : pos + 7], "big")
+            width = int.from_bytes(data[pos + 7 : pos + 9], "big")
+            return width, height
+        if marker in (0xD9, 0xDA):  # end of image, start of scan: no frame header before
+            return None
+        pos += 2 + int.from_bytes(data[pos + 2 : pos + 4], "big")
+    return None
 
 
 def _check_png_chunks(data: memoryview, name: str) -> None:
-    """Check every PNG chunk's length and CRC before libpng sees the file.
+    """Check every PNG chunk's length and CRC, for a message that says what is wrong.
 
-    torchvision 0.29's PNG decoder kills the whole process (a segmentation fault) when
-    libpng reports an error inside the image data (a flipped byte in an IDAT chunk), where
-    it should raise. The CRC-32 of each chunk catches such damage first, for a few
-    microseconds per file, so a corrupt PNG becomes a :class:`DecodeError` instead.
+    It costs a few microseconds per file and names the damaged chunk; crafted files
+    with valid CRCs are Pillow's to refuse (it raises, where libpng crashes).
     """
     pos, end = 8, len(data)
     while pos + 12 <= end:
@@ -112,15 +227,40 @@ def _check_png_chunks(data: memoryview, name: str) -> None:
     raise DecodeError(f"{name}: PNG ends before its IEND chunk (truncated file); {_BAD_SAMPLE_HINT}")
 
 
-def _decode_with_pil(data: bytes, name: str) -> torch.Tensor:
+
+def _decode_with_pil(data: memoryview, name: str, max_pixels: int) -> torch.Tensor:
+    """Decode with Pillow: every PNG, and what torchvision cannot read.
+
+    Pillow raises on damaged data where torchvision's libpng path crashes; it is also
+    no slower for PNG (``benchmarks/bench_png_guard.py``). The declared size is checked
+    before any pixel is decoded; a multi-frame image gives its first frame; 16-bit
+    grayscale is scaled to 8 bits rather than clipped.
+    """
     from PIL import Image, UnidentifiedImageError
 
+    if Image.MAX_IMAGE_PIXELS is not None and Image.MAX_IMAGE_PIXELS < max_pixels:
+        Image.MAX_IMAGE_PIXELS = max_pixels  # PIL would refuse below stoker's own (raised) limit
     try:
-        with Image.open(io.BytesIO(data)) as img:
-            rgb = np.asarray(img.convert("RGB"))
-    except (UnidentifiedImageError, OSError, ValueError, SyntaxError) as exc:
+        img = Image.open(io.BytesIO(data))
+        with img:
+            _check_pixels(img.size, max_pixels, name)
+            if img.mode in ("I;16", "I;16B", "I;16L", "I"):
+                gray = np.asarray(img, dtype=np.uint32) >> 8  # the high byte, as libpng and PIL do for 16-bit RGB
+                return to_rgb(torch.from_numpy(gray.clip(0, 255).astype(np.uint8)), name)
+            if img.mode == "RGB":
+                rgb = np.array(img)
+            elif img.mode in ("P", "PA"):  # through RGBA: a palette's transparency would warn
+                rgb = np.array(img.convert("RGBA"))[:, :, :3]
+            else:
+                rgb = np.array(img.convert("RGB"))
+    except (Image.DecompressionBombError, Image.DecompressionBombWarning) as exc:  # the warning, when warnings are errors
+        raise DecodeError(
+            f"{name}: {exc} (more than the limit of {max_pixels:,} pixels); {_BAD_SAMPLE_HINT}, "
+            "or raise the limit with stoker.decode.set_max_pixels / STOKER_MAX_PIXELS"
+        ) from None
+    except (UnidentifiedImageError, OSError, ValueError, SyntaxError, EOFError) as exc:
         raise DecodeError(f"{name}: cannot decode image ({exc}); {_BAD_SAMPLE_HINT}") from None
-    return torch.from_numpy(rgb.copy()).permute(2, 0, 1).contiguous()
+    return torch.from_numpy(rgb).permute(2, 0, 1).contiguous()
 
 
 def decode_array(data: bytes | bytearray | memoryview | np.ndarray, name: str) -> torch.Tensor:

@@ -118,3 +118,29 @@ def test_quick_bench_echoes_the_table_for_the_demo(tiny: ClassFolderDataset) -> 
     text = "\n".join(lines)
     assert "| workers | files | pipe | shards-encoded | shards-pixels |" in text and "Limits on this machine" in text
     assert all(r.status == "ok" for r in result.runs)
+
+
+def test_every_run_of_a_method_is_measured_against_the_same_machine_limit(result) -> None:
+    for method in ("files", "shards-encoded", "shards-pixels"):
+        runs = [result.run(method, w) for w in (0, 1)]
+        limits = {r.extra["limit_img_per_s"] for r in runs}
+        sequential = method.startswith("shards")
+        work = "pixels" if method == "shards-pixels" else "decode"
+        assert limits == {result.limits.machine_limit(work, sequential=sequential)[0]}
+        # CPU time ticks in 10 ms steps: a tiny run may read 0, but is always reported
+        assert all(r.cpu_s_per_1k_img is not None and r.peak_memory_bytes > 0 for r in runs)
+    assert result.recommendation().startswith("Recommendation: use ")
+
+
+def test_a_stream_over_a_reused_unshuffled_pack_is_scored_per_workers_and_flagged(tiny_root: Path, tmp_path: Path) -> None:
+    from stoker.packer import pack
+
+    pack(tiny_root, tmp_path / "pixels", store="pixels", shuffle=False, progress=False, workers=0)
+    result = bench(ClassFolderDataset(tiny_root), methods=["shards-pixels"], workers=[0], batch_size=8, packed=tmp_path,
+                   shuffle_buffer=2, device="cpu", limits_time_s=0.05, progress=False)
+    assert result.run("shards-pixels", 0).status == "ok"
+    assert set(result.stream_quality) == {"pixels"} and result.stream_quality["pixels"][0].verdict == "poor"
+    text = render_markdown(result)
+    assert "Mixing of a ShardStream over these shards" in text and "pixels: 0 workers" in text
+    assert any("ShardStream over the pixels shards is not well mixed" in note for note in result.notes())
+    assert result.to_dict()["stream_quality"]["pixels"]["0"]["verdict"] == "poor"

@@ -29,7 +29,11 @@ def test_tune_writes_settings_the_loader_takes(tiny_root: Path, tmp_path: Path) 
                                        "--max-workers", "0", "--batch-size", "8", "--device", "cpu", "--out", str(path)])
     assert result.exit_code == 0, result.output
     assert "chose:" in result.output and f"wrote {path}" in result.output
-    assert load_settings(path).workers == 0
+    settings = load_settings(path)
+    assert settings.workers == 0
+    # the file records what it was tuned for: storage, data and layout
+    assert (settings.method, settings.data, settings.layout) == ("files", str(tiny_root.resolve()), "class_folders")
+    assert "[tuned_for]" in path.read_text() and 'storage = "files"' in path.read_text()
 
 
 @pytest.mark.parametrize(

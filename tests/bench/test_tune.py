@@ -53,3 +53,40 @@ def test_bad_settings_and_files_are_reported(tmp_path: Path) -> None:
         load_settings(tmp_path / "none.toml")
     with pytest.raises(ConfigError, match="too short"):
         tune(tmp_path, budget_s=1)
+
+
+def _tuned_for(path: Path, method: str, data: Path) -> Path:
+    settings = LoaderSettings(workers=0, method=method, img_per_s=2000.0, data=str(data.resolve()), layout="class_folders")
+    return save_settings(settings, path)
+
+
+def test_settings_tuned_for_pixel_shards_stop_a_run_on_the_raw_folder(tiny_root: Path, tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    from stoker.cli.main import main
+
+    path = _tuned_for(tmp_path / "loader.toml", "shards-pixels", tiny_root)
+    result = CliRunner().invoke(main, ["train", "--data", str(tiny_root), "--loader-config", str(path), "--epochs", "1",
+                                       "--model", "small_cnn", "--device", "cpu", "--log-dir", str(tmp_path / "runs")])
+    assert result.exit_code == 1, result.output
+    assert f"tuned for shards-pixels of {tiny_root.resolve()} (class_folders, 2,000 img/s)" in result.output
+    assert f"{tiny_root} is files" in result.output and "stoker tune" in result.output
+    assert not (tmp_path / "runs").exists()  # stopped before training
+
+
+def test_the_storage_must_match_and_other_data_of_that_storage_warns(tiny_root: Path, tmp_path: Path) -> None:
+    from stoker.bench.settings import check_tuned_for
+    from stoker.packer import pack
+
+    pack(tiny_root, tmp_path / "pixels", store="pixels", progress=False, workers=0)
+    pixels = load_settings(_tuned_for(tmp_path / "a.toml", "shards-pixels", tiny_root))
+    assert check_tuned_for(pixels, [tmp_path / "pixels"], "a.toml") == []  # the pack of the data it was tuned on
+    files = load_settings(_tuned_for(tmp_path / "b.toml", "files", tiny_root))
+    assert check_tuned_for(files, [tiny_root], "b.toml") == []
+    with pytest.raises(ConfigError, match=r"tuned for files .* is shards-pixels.*--storages shards-pixels"):
+        check_tuned_for(files, [tmp_path / "pixels"], "b.toml")
+    other = load_settings(_tuned_for(tmp_path / "c.toml", "files", tmp_path / "elsewhere"))
+    (warning,) = check_tuned_for(other, [tiny_root], "c.toml")
+    assert "other data of the same storage" in warning and f"stoker tune {tiny_root}" in warning
+    # settings that say nothing of what they were tuned for (hand-written) are not checked
+    assert check_tuned_for(LoaderSettings(workers=0), [tmp_path / "pixels"]) == []

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -12,9 +13,10 @@ BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
 
 
 def _run(script: str, *args: str, cwd: Path) -> str:
+    env = {**os.environ, "PYTHONPATH": str(BENCHMARKS.parent / "src")}  # this checkout's stoker, not an installed one
     done = subprocess.run(
         [sys.executable, str(BENCHMARKS / script), *args],
-        cwd=cwd, capture_output=True, text=True, timeout=240,
+        cwd=cwd, capture_output=True, text=True, timeout=240, env=env,
     )
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-4000:]
     return done.stdout
@@ -56,6 +58,8 @@ def test_bench_gpu_train_issue_cases_smoke_on_cpu(tmp_path: Path) -> None:
          "shards-pixels"),
         ("bench_shuffle_quality.py", ("--n", "5000", "--classes", "50"), "packed class-sorted"),
         ("bench_threads.py", ("--n", "64", "--workers", "1", "--repeats", "1"), "lowered / default"),
+        ("bench_png_guard.py", ("--quick",), "stoker today (Pillow)"),
+        ("fuzz_decode.py", ("--cases", "40", "--baseline", "0"), "| **all** | 40 |"),
     ],
 )
 def test_small_benchmarks_run(tmp_path: Path, script: str, args: tuple[str, ...], expect: str) -> None:

@@ -42,3 +42,55 @@ def test_inspect_shows_shuffle_quality(tmp_path: Path) -> None:
     assert result.exit_code == 0, result.output
     assert "shuffle quality (batch 8)" in result.output
     assert "stored order" in result.output and "(poor)" in result.output
+
+
+def _stream_labels(loader) -> list[int]:
+    return [int(label) for _, labels in loader for label in labels]
+
+
+def test_the_scored_stream_is_what_a_loader_with_workers_and_ranks_delivers(tmp_path: Path) -> None:
+    from stoker import make_loader
+    from stoker.shards import ShardStream
+    from stoker.shards.quality import loader_label_streams
+
+    src = _class_sorted_folders(tmp_path / "src", classes=3, per_class=12)
+    pack(src, tmp_path / "packed", shuffle=False, shard_samples=6, progress=False, workers=0)
+    stored = ShardStream(tmp_path / "packed", shuffle=False)
+    labels = np.asarray(stored.dataset.labels)
+    sizes = [info.samples for info in stored.dataset.shards.infos]
+    for rank, world_size, workers in ((0, 1, 2), (1, 2, 2), (0, 1, 0)):
+        stream = ShardStream(tmp_path / "packed", shuffle_buffer=4, seed=3, rank=rank, world_size=world_size)
+        loader = make_loader(stream, batch_size=4, num_workers=workers, device="cpu", shuffle=False)
+        expected = loader_label_streams(labels, sizes, batch_size=4, workers=workers, ranks=world_size, seed=3,
+                                        shuffle_buffer=4)[rank]
+        assert _stream_labels(loader) == expected.tolist(), (rank, world_size, workers)
+
+
+def test_inspect_scores_the_stream_for_the_workers_and_ranks_given_and_warns(tmp_path: Path) -> None:
+    src = _class_sorted_folders(tmp_path / "src", classes=4, per_class=16)
+    pack(src, tmp_path / "packed", shuffle=False, shard_samples=16, progress=False, workers=0)
+    args = ["inspect", str(tmp_path / "packed"), "--batch-size", "8", "--shuffle-buffer", "4"]
+    result = CliRunner().invoke(main, [*args, "--workers", "2", "--ranks", "2"])
+    assert result.exit_code == 0, result.output
+    assert "stream (buffer 4, 2 workers x 2 ranks)" in result.output
+    assert "warning: train: a ShardStream read by 2 worker(s) x 2 rank(s) is not well mixed" in result.output
+    shuffled = tmp_path / "shuffled"
+    pack(src, shuffled, shard_samples=16, progress=False, workers=0)
+    result = CliRunner().invoke(main, ["inspect", str(shuffled), "--batch-size", "8", "--workers", "2"])
+    assert result.exit_code == 0, result.output
+    assert "stream (buffer 10000, 2 workers x 1 rank)" in result.output and "warning" not in result.output
+
+
+def test_a_stream_over_a_no_shuffle_pack_warns_on_the_stoker_logger(tmp_path: Path, caplog) -> None:
+    import logging
+
+    from stoker.shards import ShardStream
+
+    src = _class_sorted_folders(tmp_path / "src", classes=2, per_class=4)
+    pack(src, tmp_path / "sorted", shuffle=False, progress=False, workers=0)
+    pack(src, tmp_path / "shuffled", progress=False, workers=0)
+    with caplog.at_level(logging.WARNING, logger="stoker"):
+        ShardStream(tmp_path / "shuffled")
+        assert not caplog.records
+        ShardStream(tmp_path / "sorted")
+    assert any("--no-shuffle" in r.getMessage() and r.name == "stoker" for r in caplog.records)

@@ -29,7 +29,7 @@ if TYPE_CHECKING:
     from stoker.bench.limits import Limits, measure_limits
     from stoker.bench.methods import METHODS, BenchData, Method, register_method
     from stoker.bench.plan import BenchPlan
-    from stoker.bench.report import render_markdown, save_report
+    from stoker.bench.report import recommendation, render_markdown, save_report
     from stoker.bench.results import BenchResult
     from stoker.bench.runner import RunResult
     from stoker.bench.settings import LoaderSettings, load_settings, save_settings
@@ -52,6 +52,7 @@ __all__ = [
     "load_settings",
     "measure_limits",
     "quick_bench",
+    "recommendation",
     "register_method",
     "render_markdown",
     "run_bench",
@@ -81,6 +82,7 @@ _HOMES: dict[str, str] = {
     "load_settings": "stoker.bench.settings",
     "measure_limits": "stoker.bench.limits",
     "quick_bench": "stoker.bench.benchmark",
+    "recommendation": "stoker.bench.report",
     "register_method": "stoker.bench.methods",
     "render_markdown": "stoker.bench.report",
     "run_bench": "stoker.bench.benchmark",

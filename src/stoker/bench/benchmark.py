@@ -45,6 +45,7 @@ from stoker.bench.settings import LoaderSettings
 from stoker.errors import ConfigError
 from stoker.fs import where
 from stoker.loading.backends import BACKENDS
+from stoker.mixing import ShuffleQuality
 from stoker.sources.dataset import FileDataset
 
 __all__ = [
@@ -258,6 +259,7 @@ def run_bench(plan: BenchPlan, echo: Echo | None = None) -> BenchResult:
                 raise ConfigError(f"{packed}: no {store}/ shard set inside; pack one with `stoker pack DATA {target} --store {store}`")
             data.packed[store] = target
         result.packed_reused = packed is not None
+        result.stream_quality = _stream_qualities(data, plan)
         if data.packed:
             shard_files = sorted(str(p) for root in data.packed.values() for p in root.glob("*.arrow"))
             result.limits = replace(limits, sequential_read_bytes_per_s=measure_sequential_read(shard_files, plan.limits_time_s))
@@ -267,6 +269,22 @@ def run_bench(plan: BenchPlan, echo: Echo | None = None) -> BenchResult:
         if workdir is not None:
             shutil.rmtree(workdir, ignore_errors=True)
     return result
+
+
+def _stream_qualities(data: BenchData, plan: BenchPlan) -> dict[str, dict[int, ShuffleQuality]]:
+    """How well a ShardStream over each packed store is mixed, as each benchmarked worker count reads it."""
+    from stoker.bench.methods import PACK_SPLIT
+    from stoker.shards.quality import stream_name, stream_quality
+
+    out: dict[str, dict[int, ShuffleQuality]] = {}
+    for store, root in data.packed.items():
+        out[store] = {
+            w: stream_quality(root, PACK_SPLIT, plan.batch_size, plan.shuffle_buffer, plan.seed, workers=w)[
+                stream_name(plan.shuffle_buffer, w)
+            ]
+            for w in sorted(set(plan.workers))
+        }
+    return out
 
 
 def _warm_up(data: BenchData) -> None:
@@ -328,13 +346,14 @@ def _run_all(result: BenchResult, data: BenchData, plan: BenchPlan, expected: Ex
                 seed=plan.seed,
                 on_batch=bar.update,
             )
-        limit, limit_name = result.limits.limit(method.work, w, sequential=method.store is not None)
+        # One yardstick for every row: the machine's limit with all its cores, not the cores this run used.
+        limit, limit_name = result.limits.machine_limit(method.work, sequential=method.store is not None)
         run.extra["limit_img_per_s"] = limit
         run.extra["limit_name"] = limit_name
         run.extra["fraction_of_limit"] = run.img_per_s / limit if run.timed and run.img_per_s else None
         result.runs.append(run)
         if run.timed:
-            say(f"{label}: {run.status}, {run.epoch_s:,.1f} s, {run.img_per_s:,.0f} img/s ({run.extra['fraction_of_limit']:.0%} of the {limit_name} limit)")
+            say(f"{label}: {run.status}, {run.epoch_s:,.1f} s, {run.img_per_s:,.0f} img/s ({run.extra['fraction_of_limit']:.0%} of the machine's {limit_name} limit)")
         else:
             say(f"{label}: {run.status.upper()}: {run.reason}")
 
@@ -356,7 +375,7 @@ def quick_bench(
     Example:
         >>> quick_bench("stoker-demo/data/digiface")  # doctest: +SKIP
     """
-    from stoker.bench.report import render_markdown
+    from stoker.bench.report import recommendation, render_markdown
 
     plan = BenchPlan(data, workers=workers, batch_size=batch_size, max_seconds=max_seconds, size=size,
                      limits_time_s=0.5, progress=False)
@@ -366,4 +385,6 @@ def quick_bench(
     echo(f"Limits on this machine: {result.limits.summary()}.")
     for note in result.notes():
         echo(f"- {note}")
+    echo("")
+    echo(recommendation(result))
     return result

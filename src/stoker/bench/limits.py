@@ -86,6 +86,15 @@ class Limits:
         name = min(bounds, key=bounds.__getitem__)
         return bounds[name], name
 
+    def machine_limit(self, work: Work, sequential: bool = False) -> tuple[float, str]:
+        """The most the whole machine allows a method doing ``work``: :meth:`limit` with every core.
+
+        The benchmark states each run's rate as a share of this, so one yardstick holds
+        for every number of workers: 1 worker at 50 % and 2 workers at 100 % means the
+        second worker doubled the rate (a share of "the cores used" would call both 100 %).
+        """
+        return self.limit(work, self.cores, sequential)
+
     def to_dict(self) -> dict[str, object]:
         """A JSON-ready dict of the measurements."""
         return asdict(self)

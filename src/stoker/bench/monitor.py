@@ -8,8 +8,12 @@ by disturbing torch's thread pool on a busy machine.
 Resident memory (RSS) is cheap to read and is polled often; proportional memory (PSS:
 shared pages split between the processes sharing them, so forked workers and memory-
 mapped shards are not counted twice) costs a few milliseconds a process on Linux and is
-polled twice a second, and soon after new workers appear. CPU time is summed per process id, keeping the last figure
-of workers that have exited.
+polled twice a second, and soon after new workers appear.
+
+CPU time counts every process: this one (all its threads) and its workers. A worker's
+time is read while it runs; once it has exited and been waited for, its whole time is in
+this process's ``children_user``/``children_system`` counters, so a worker that lives
+between two polls, or whose last moments fall after the last poll, is still counted.
 
 Example:
     >>> with ProcessMonitor() as monitor:  # doctest: +SKIP
@@ -45,8 +49,13 @@ class _Watch:
         self.peak_rss = self.peak_pss = 0
         self.baseline_rss = self.root.memory_info().rss
         self.max_processes = 1
-        self.start_cpu: dict[int, float] = {}
-        self.last_cpu: dict[int, float] = {}
+        self.start_own, self.start_reaped = self._root_times()
+        self.cpu = 0.0
+
+    def _root_times(self) -> tuple[float, float]:
+        """(CPU seconds of the root itself, of its exited and waited-for children)."""
+        times = self.root.cpu_times()
+        return times.user + times.system, getattr(times, "children_user", 0.0) + getattr(times, "children_system", 0.0)
 
     def poll(self, with_pss: bool) -> None:
         try:
@@ -55,18 +64,27 @@ class _Watch:
             processes = [self.root]
         self.max_processes = max(self.max_processes, len(processes))
         rss = pss = 0
+        running = 0.0  # CPU seconds of the workers still running (they began in the block)
         for process in processes:
             try:
                 with process.oneshot():
-                    times = process.cpu_times()
+                    if process.pid != self.root.pid:
+                        if process.status() == psutil.STATUS_ZOMBIE:
+                            continue  # exited: its time moves to the root's children counters
+                        times = process.cpu_times()
+                        running += times.user + times.system
                     rss += process.memory_info().rss
                     if with_pss and self.pss:
                         pss += getattr(process.memory_full_info(), "pss", 0)
             except (psutil.Error, OSError):
                 continue  # a worker exited between listing and reading
-            cpu = times.user + times.system
-            self.start_cpu.setdefault(process.pid, cpu if process.pid == self.root.pid else 0.0)
-            self.last_cpu[process.pid] = cpu
+        try:
+            own, reaped = self._root_times()
+        except psutil.Error:
+            own, reaped = self.start_own, self.start_reaped
+        # Each figure is a lower bound of the true total (a worker may have exited but not
+        # yet been waited for): keep the largest.
+        self.cpu = max(self.cpu, own - self.start_own + reaped - self.start_reaped + running)
         self.peak_rss = max(self.peak_rss, rss)
         if with_pss:
             self.peak_pss = max(self.peak_pss, pss)
@@ -76,7 +94,7 @@ class _Watch:
             "peak_rss_bytes": self.peak_rss,
             "peak_pss_bytes": self.peak_pss,
             "baseline_rss_bytes": self.baseline_rss,
-            "cpu_seconds": sum(self.last_cpu[pid] - self.start_cpu.get(pid, 0.0) for pid in self.last_cpu),
+            "cpu_seconds": self.cpu,
             "max_processes": self.max_processes,
         }
 

@@ -2,13 +2,16 @@
 
 The main table is shaped like the published comparison: one row per number of
 workers, one column per method (and backend), each cell the epoch time and images per
-second, with the share of this machine's limit in brackets. A cell says INCORRECT
-instead of a time when the method did not deliver every sample exactly once.
+second, with the share of this machine's limit in brackets, then the CPU time per 1,000
+images and the peak memory. A cell says INCORRECT instead of a time when the method did
+not deliver every sample exactly once. The report ends with :func:`recommendation`: the
+fastest correct setting, in one line.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import os
 from collections.abc import Sequence
 from pathlib import Path
@@ -21,9 +24,29 @@ from stoker.bench.runner import RunResult
 from stoker.loading.backends import BACKENDS
 
 if TYPE_CHECKING:
+    from matplotlib.figure import Figure
+
     from stoker.bench.results import BenchResult
 
-__all__ = ["plot", "render_markdown", "render_summary_table", "result_notes", "save_json", "save_report"]
+__all__ = [
+    "figure",
+    "plot",
+    "recommendation",
+    "render_markdown",
+    "render_summary_table",
+    "result_notes",
+    "save_json",
+    "save_report",
+    "share_explanation",
+]
+
+# How the report names a built-in method in a sentence.
+_PLAIN_NAMES: dict[str, str] = {
+    "files": "plain files",
+    "pipe": "a streaming Pipe",
+    "shards-encoded": "encoded shards",
+    "shards-pixels": "pixel shards",
+}
 
 
 def _column(run: RunResult, backends: Sequence[str]) -> str:
@@ -36,6 +59,14 @@ def _seconds(s: float | None) -> str:
     return f"{s:.2f}" if s < 10 else f"{s:,.1f}"
 
 
+def _cost(run: RunResult) -> str:
+    """`` · 0.41 CPU-s/1k img · 1.20 GB``: CPU time per 1,000 images and peak memory, all processes."""
+    per_1k = run.cpu_s_per_1k_img
+    cpu = f" · {per_1k:,.2f} CPU-s/1k img" if per_1k is not None else ""
+    memory = f" · {run.peak_memory_bytes / 1e9:,.2f} GB" if run.peak_memory_bytes else ""
+    return cpu + memory
+
+
 def _cell(run: RunResult | None) -> str:
     if run is None or run.status == "unsupported":
         return "—"
@@ -45,13 +76,15 @@ def _cell(run: RunResult | None) -> str:
         return f"failed ({run.reason})"
     share = run.extra.get("fraction_of_limit")
     share_text = f" ({share:.0%})" if share is not None else ""
-    if run.status == "partial":
-        return f"partial: {_seconds(run.epoch_s)} s · {run.img_per_s:,.0f} img/s{share_text}"
-    return f"{_seconds(run.epoch_s)} s · {run.img_per_s:,.0f} img/s{share_text}"
+    text = f"{_seconds(run.epoch_s)} s · {run.img_per_s:,.0f} img/s{share_text}{_cost(run)}"
+    return f"partial: {text}" if run.status == "partial" else text
 
 
 def render_summary_table(runs: Sequence[RunResult]) -> str:
-    """The published-style table: rows are workers, columns methods; cells seconds · img/s (share of limit)."""
+    """The published-style table: rows are workers, columns methods.
+
+    A cell is ``seconds · img/s (share of the machine's limit) · CPU-s/1k img · peak GB``.
+    """
     backends = sorted({r.backend for r in runs}, key=BACKENDS.index)
     columns = list(dict.fromkeys(_column(r, backends) for r in runs))
     workers = sorted({r.workers for r in runs})
@@ -73,16 +106,17 @@ def _details_table(runs: Sequence[RunResult]) -> str:
     total_ram = psutil.virtual_memory().total
     cores = os.cpu_count() or 1
     lines = [
-        "| method | backend | workers | status | epoch s | img/s | % of limit (which) | first batch s "
-        "| peak memory: RSS · PSS (% of RAM) | CPU cores (% of all) | data wait | shuffle score |",
-        "|---|---|---:|---|---:|---:|---|---:|---:|---:|---:|---|",
+        "| method | backend | workers | status | epoch s | img/s | % of machine limit (which) | first batch s "
+        "| peak memory: RSS · PSS (% of RAM) | CPU cores (% of all) | CPU s per 1,000 img | data wait | shuffle score |",
+        "|---|---|---:|---|---:|---:|---|---:|---:|---:|---:|---:|---|",
     ]
     for r in runs:
         if r.status == "unsupported":
             continue
         timed = r.timed
         share = r.extra.get("fraction_of_limit")
-        memory = r.peak_pss_bytes or r.peak_rss_bytes  # PSS counts shared pages once
+        memory = r.peak_memory_bytes  # PSS counts shared pages once
+        per_1k = r.cpu_s_per_1k_img
         cells = [
             r.method,
             r.backend,
@@ -94,6 +128,7 @@ def _details_table(runs: Sequence[RunResult]) -> str:
             f"{r.first_batch_s:,.2f}" if r.first_batch_s is not None else "—",
             f"{_gb(r.peak_rss_bytes)} · {_gb(r.peak_pss_bytes) if r.peak_pss_bytes else '—'} ({memory / total_ram:.0%})",
             f"{r.cpu_cores_used:.1f} ({r.cpu_cores_used / cores:.0%})",
+            f"{per_1k:,.2f}" if per_1k is not None else "—",
             f"{r.data_wait_share:.0%}" if r.data_wait_share is not None else "—",
             f"{r.shuffle.score:.2f} {r.shuffle.verdict}" if r.shuffle is not None else "—",
         ]
@@ -123,6 +158,15 @@ def result_notes(result: BenchResult) -> list[str]:
         elif shuffled_by == "pack":
             text += "; these shards were not shuffled thoroughly before writing: repack them with shuffling"
         notes.append(text + ".")
+    for store, by_workers in result.stream_quality.items():
+        poor = {w: q for w, q in by_workers.items() if not q.ok}
+        if poor:
+            shown = ", ".join(f"{w} workers: score {q.score:.2f} ({q.verdict})" for w, q in poor.items())
+            notes.append(
+                f"a ShardStream over the {store} shards is not well mixed as a loader delivers it ({shown}): its batches "
+                "hold fewer classes than a shuffle gives; repack them shuffled (`stoker pack` without --no-shuffle) "
+                "or read them map-style (ShardDataset, as the shards-* methods above do)."
+            )
     if any(r.status == "partial" for r in result.runs):
         notes.append(
             "partial: a run stopped at the time limit; it is checked for repeated samples only, "
@@ -155,8 +199,92 @@ def result_notes(result: BenchResult) -> list[str]:
     return notes
 
 
+def _stream_line(result: BenchResult) -> str:
+    """One line: the mixing score of a ShardStream over each packed store, per number of workers."""
+    stores = "; ".join(
+        f"{store}: " + ", ".join(f"{w} worker{'s' if w != 1 else ''} {q.score:.2f} {q.verdict}" for w, q in by_workers.items())
+        for store, by_workers in result.stream_quality.items()
+    )
+    return (f"Mixing of a ShardStream over these shards, as a DataLoader with each number of workers delivers it "
+            f"(buffer {result.shuffle_buffer}, batch {result.batch_size}; 1 = a random shuffle): {stores}.")
+
+
+def share_explanation(result: BenchResult) -> str:
+    """The one sentence that says what the percentages, CPU and memory figures of the table mean."""
+    cores = result.limits.cores
+    return (
+        f"In brackets: img/s as a share of the most this machine allows that method with all its {cores} "
+        f"core{'s' if cores != 1 else ''}: the tightest of decoding ({result.limits.decode_img_per_s:,.0f} img/s "
+        f"per core x {cores}, for methods that decode), memory copy and storage read. It is the same yardstick "
+        "for every row, so shares of 1 and 2 workers compare directly (a second worker that doubles the rate "
+        "doubles the share). CPU-s/1k img: CPU seconds of all processes (the main one and every worker "
+        "process or thread) per 1,000 images; GB: their peak memory together (PSS: shared pages counted once)."
+    )
+
+
+def _setting(run: RunResult, backends: Sequence[str]) -> str:
+    """``"2 workers"`` (``"2 worker threads"`` when several backends were run)."""
+    noun = "worker" if run.workers == 1 else "workers"
+    if len(backends) > 1:
+        noun = {"process": "worker processes" if run.workers != 1 else "worker process",
+                "thread": "worker threads" if run.workers != 1 else "worker thread"}.get(run.backend, noun)
+    return f"{run.workers} {noun}"
+
+
+def _times(ratio: float) -> str:
+    return f"{ratio:,.1f}x" if ratio < 10 else f"{ratio:,.0f}x"
+
+
+def recommendation(result: BenchResult) -> str:
+    """One line: what to use, how fast it was, and how many times plain files.
+
+    The fastest correct run wins (whole epochs before partial ones). Its ratio is taken
+    against plain files at *their* best setting here (the fastest correct ``files`` run
+    over every workers and backend tried), and the line says which setting that was.
+    When decoding is what limits the methods that decode (their binding limit is the
+    machine's decode rate), the line makes the case for pixel shards, which decode
+    nothing: it says so when they won, and suggests packing them when they were not run.
+
+    Example:
+        >>> print(recommendation(result))  # doctest: +SKIP
+        Recommendation: use pixel shards with 0 workers: 27,400 img/s, 20x plain files at their best (2 workers, 1,370 img/s).
+    """
+    runs = [r for r in result.runs if r.timed and r.img_per_s]
+    best = max(runs, key=lambda r: (r.status == "ok", r.img_per_s or 0.0), default=None)
+    if best is None:
+        return "Recommendation: none: no method delivered a correct epoch here (see the notes above)."
+    backends = sorted({r.backend for r in result.runs if r.status != "unsupported"}, key=BACKENDS.index)
+    name = _PLAIN_NAMES.get(best.method, best.method)
+    text = f"Recommendation: use {name} with {_setting(best, backends)}: {best.img_per_s:,.0f} img/s"
+    files = max((r for r in runs if r.method == "files"), key=lambda r: r.img_per_s or 0.0, default=None)
+    if files is not None and files is not best:
+        ratio = (best.img_per_s or 0.0) / (files.img_per_s or 1.0)
+        text += f", {_times(ratio)} plain files at their best ({_setting(files, backends)}, {files.img_per_s:,.0f} img/s)"
+    elif files is best:
+        others = [r for r in runs if r.method != "files"]
+        if others:
+            runner_up = max(others, key=lambda r: r.img_per_s or 0.0)
+            text += (f", ahead of {_PLAIN_NAMES.get(runner_up.method, runner_up.method)} "
+                     f"({_setting(runner_up, backends)}, {runner_up.img_per_s:,.0f} img/s): packing does not pay here")
+    decoding = [r for r in runs if r.method in METHODS and METHODS[r.method].work == "decode"]
+    decode_bound = bool(decoding) and all(r.extra.get("limit_name") == "decode" for r in decoding)
+    if decode_bound:
+        limit = max(r.extra.get("limit_img_per_s") or 0.0 for r in decoding)
+        why = (f"decoding is the limit for these images: it caps every method that decodes at {limit:,.0f} img/s "
+               f"on {result.limits.cores} core{'s' if result.limits.cores != 1 else ''}")
+        ran_pixels = any(r.method == "shards-pixels" for r in result.runs)
+        if best.method == "shards-pixels":
+            text += f"; {why}, and pixel shards decode nothing"
+        elif not ran_pixels:
+            text += (f"; {why}: pixel shards decode nothing, try them: "
+                     "`stoker bench DATA --methods files,shards-pixels`, then `stoker pack DATA OUT --store pixels`")
+    if best.status == "partial":
+        text += " (partial runs: stopped by --max-seconds)"
+    return text + "."
+
+
 def render_markdown(result: BenchResult, details: bool = True) -> str:
-    """The whole report as markdown: the main table, then limits, packing, shuffle and details.
+    """The whole report as markdown: the main table, then limits, packing, shuffle, details and the recommendation.
 
     Args:
         result: what :func:`~stoker.bench.bench` returned.
@@ -169,18 +297,22 @@ def render_markdown(result: BenchResult, details: bool = True) -> str:
         + (f", at most {result.max_seconds:g} s per run" if result.max_seconds else ""),
         "",
         render_summary_table(result.runs),
+        "",
+        share_explanation(result),
     ]
-    if not details:
-        return "\n".join(parts)
-    parts += ["", f"Limits on this machine: {result.limits.summary()}. Cells show img/s as a share of the tightest limit."]
-    if result.pack_s:
-        packing = ", ".join(f"{store} {seconds:,.1f} s" for store, seconds in result.pack_s.items())
-        reused = " (reused pack: not measured)" if result.packed_reused else ""
-        parts.append(f"Packing, a one-off cost: {packing}{reused}.")
-    notes = result.notes()
-    if notes:
-        parts += [""] + [f"- {note}" for note in notes]
-    parts += ["", _details_table(result.runs)]
+    if details:
+        parts += ["", f"Limits on this machine: {result.limits.summary()}."]
+        if result.pack_s:
+            packing = ", ".join(f"{store} {seconds:,.1f} s" for store, seconds in result.pack_s.items())
+            reused = " (reused pack: not measured)" if result.packed_reused else ""
+            parts.append(f"Packing, a one-off cost: {packing}{reused}.")
+        if result.stream_quality:
+            parts.append(_stream_line(result))
+        notes = result.notes()
+        if notes:
+            parts += [""] + [f"- {note}" for note in notes]
+        parts += ["", _details_table(result.runs)]
+    parts += ["", f"**{recommendation(result)}**"]
     return "\n".join(parts)
 
 
@@ -199,12 +331,28 @@ def save_json(result: BenchResult, path: str | os.PathLike[str]) -> Path:
     return path
 
 
-def plot(result: BenchResult, path: str | os.PathLike[str]) -> Path:
-    """Bars of img/s per method (groups) and workers (bars); a cross marks an incorrect run."""
+def _log_ticks(low: float, high: float) -> list[float]:
+    """1, 2 and 5 times the powers of ten between ``low`` and ``high``: every one gets a label."""
+    ticks: list[float] = []
+    exponent = math.floor(math.log10(max(low, 1e-12)))
+    while 10.0**exponent <= high:
+        ticks += [m * 10.0**exponent for m in (1, 2, 5) if low <= m * 10.0**exponent <= high]
+        exponent += 1
+    return ticks
+
+
+def figure(result: BenchResult) -> Figure:
+    """The bar chart of :func:`plot` as a matplotlib figure (close it when done).
+
+    Groups are methods (and backends), bars are worker counts, each bar labelled with its
+    img/s; the log-scale axis labels every tick it draws. A red cross at the foot marks
+    an incorrect or failed run, and the title explains the cross only when there is one.
+    """
     import matplotlib
 
     matplotlib.use("Agg", force=False)
     from matplotlib import pyplot as plt
+    from matplotlib.ticker import NullLocator
     from matplotlib.transforms import blended_transform_factory
 
     runs = [r for r in result.runs if r.status != "unsupported"]
@@ -212,7 +360,8 @@ def plot(result: BenchResult, path: str | os.PathLike[str]) -> Path:
     columns = list(dict.fromkeys(_column(r, backends) for r in runs))
     workers = sorted({r.workers for r in runs})
     width = 0.8 / max(len(workers), 1)
-    fig, ax = plt.subplots(figsize=(max(6.0, 1.6 * len(columns) + 2), 4.0))
+    fig, ax = plt.subplots(figsize=(max(6.0, 1.6 * len(columns) + 2), 4.5))
+    any_bad = False
     for j, w in enumerate(workers):
         xs, heights, bad = [], [], []
         for i, column in enumerate(columns):
@@ -225,17 +374,35 @@ def plot(result: BenchResult, path: str | os.PathLike[str]) -> Path:
                 heights.append(run.img_per_s)
             else:
                 bad.append(x)
-        ax.bar(xs, heights, width * 0.95, label=f"{w} workers")
+        bars = ax.bar(xs, heights, width * 0.95, label=f"{w} worker{'s' if w != 1 else ''}")
+        ax.bar_label(bars, labels=[f"{h:,.0f}" for h in heights], fontsize="x-small", padding=1)
         if bad:  # at the foot of the axes, whatever its scale
+            any_bad = True
             ax.plot(bad, [0.03] * len(bad), "rx", markersize=10, transform=blended_transform_factory(ax.transData, ax.transAxes))
-    ax.set_xticks(range(len(columns)), columns)
-    if any(r.timed and r.img_per_s for r in runs):
+    ax.set_xticks(range(len(columns)), columns, rotation=20 if len(columns) > 4 else 0)
+    rates = [r.img_per_s for r in runs if r.timed and r.img_per_s]
+    if rates:
         ax.set_yscale("log")  # methods differ by orders of magnitude
+        low, high = min(rates) / 1.6, max(rates) * 1.6
+        ax.set_ylim(low, high)
+        ticks = _log_ticks(low, high) or [min(rates), max(rates)]
+        ax.set_yticks(ticks, [f"{t:,.0f}" if t >= 1 else f"{t:g}" for t in ticks])
+        ax.yaxis.set_minor_locator(NullLocator())  # unlabelled minor ticks cannot be read
     ax.set_ylabel("images per second (log scale)")
-    ax.set_title(f"{result.description}: {result.samples} images, batch {result.batch_size} (x = incorrect or failed)")
-    ax.legend(fontsize="small")
+    ax.set_xlabel("loading method")
+    title = f"{result.description}: {result.samples} images, batch {result.batch_size}"
+    ax.set_title(title + (" (x: an incorrect or failed run)" if any_bad else ""))
+    ax.legend(fontsize="small", title="loader", title_fontsize="small")
     ax.grid(axis="y", alpha=0.3)
     fig.tight_layout()
+    return fig
+
+
+def plot(result: BenchResult, path: str | os.PathLike[str]) -> Path:
+    """Write :func:`figure` (bars of img/s per method and workers) as a PNG to ``path``."""
+    from matplotlib import pyplot as plt
+
+    fig = figure(result)
     path = Path(path)
     fig.savefig(path, dpi=100)
     plt.close(fig)

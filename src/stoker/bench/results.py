@@ -11,7 +11,7 @@ from stoker.bench.limits import Limits
 from stoker.bench.runner import RunResult
 from stoker.errors import ConfigError
 from stoker.loading.backends import BACKENDS
-from stoker.mixing import suggest_buffer_size
+from stoker.mixing import ShuffleQuality, suggest_buffer_size
 
 __all__ = ["BenchResult"]
 
@@ -38,6 +38,10 @@ class BenchResult:
         source_order_labels: labels in the order the data lists them (the Pipe's input).
         machine: CPU count, memory, torch version, device.
         cold: the page cache was dropped before each run.
+        stream_quality: for each packed store, how well a
+            :class:`~stoker.shards.ShardStream` over those shards is mixed as a
+            DataLoader with each benchmarked number of workers delivers it (buffer
+            ``shuffle_buffer``): ``{store: {workers: quality}}``.
     """
 
     description: str
@@ -58,6 +62,7 @@ class BenchResult:
     source_order_labels: np.ndarray | None = field(default=None, repr=False)
     machine: dict[str, Any] = field(default_factory=dict)
     cold: bool = False
+    stream_quality: dict[str, dict[int, ShuffleQuality]] = field(default_factory=dict)
     _suggested_buffer: int | None = field(default=None, repr=False)
 
     def run(self, method: str, workers: int, backend: str = BACKENDS[0]) -> RunResult:
@@ -89,6 +94,12 @@ class BenchResult:
 
         return result_notes(self)
 
+    def recommendation(self) -> str:
+        """One line: the fastest correct setting and its ratio to plain files (see :func:`~stoker.bench.report.recommendation`)."""
+        from stoker.bench.report import recommendation
+
+        return recommendation(self)
+
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready dict of the whole result."""
         return {
@@ -109,5 +120,9 @@ class BenchResult:
             "shuffle_buffer": self.shuffle_buffer,
             "machine": self.machine,
             "notes": self.notes(),
+            "recommendation": self.recommendation(),
+            "stream_quality": {
+                store: {str(w): q.to_dict() for w, q in by_workers.items()} for store, by_workers in self.stream_quality.items()
+            },
             "runs": [r.to_dict() for r in self.runs],
         }

@@ -88,6 +88,8 @@ class RunResult:
         peak_rss_bytes: peak of the summed RSS of this process and its workers.
         peak_pss_bytes: peak of the summed PSS (shared pages counted once), where known.
         cpu_cores_used: mean cores busy over the run, all processes together.
+        cpu_seconds: user + system CPU seconds of the run, this process (every thread)
+            and its worker processes together.
         data_wait_share: in train mode, the share of step time spent waiting for data.
         label_checksum: hash of the label counts seen (equal for every correct method).
         shuffle: how well the label stream was mixed.
@@ -109,6 +111,7 @@ class RunResult:
     peak_rss_bytes: int = 0
     peak_pss_bytes: int = 0
     cpu_cores_used: float = 0.0
+    cpu_seconds: float = 0.0
     data_wait_share: float | None = None
     label_checksum: str = ""
     shuffle: ShuffleQuality | None = None
@@ -119,9 +122,21 @@ class RunResult:
         """True when the timing is a valid result (a correct whole or partial epoch)."""
         return self.status in ("ok", "partial")
 
+    @property
+    def cpu_s_per_1k_img(self) -> float | None:
+        """CPU seconds (all processes) per 1,000 images delivered, or None when nothing was."""
+        return 1000.0 * self.cpu_seconds / self.samples if self.samples else None
+
+    @property
+    def peak_memory_bytes(self) -> int:
+        """Peak memory of all processes: PSS (shared pages counted once) where known, else RSS."""
+        return self.peak_pss_bytes or self.peak_rss_bytes
+
     def to_dict(self) -> dict[str, Any]:
-        """A JSON-ready dict."""
+        """A JSON-ready dict (with ``cpu_s_per_1k_img`` and ``peak_memory_bytes``)."""
         out = {k: v for k, v in self.__dict__.items() if k not in ("shuffle", "extra")}
+        out["cpu_s_per_1k_img"] = self.cpu_s_per_1k_img
+        out["peak_memory_bytes"] = self.peak_memory_bytes
         out["shuffle"] = self.shuffle.to_dict() if self.shuffle is not None else None
         out.update(self.extra)
         return out
@@ -257,6 +272,7 @@ def run_method(
     result.peak_rss_bytes = monitor.peak_rss_bytes
     result.peak_pss_bytes = monitor.peak_pss_bytes
     result.cpu_cores_used = monitor.cpu_cores_used
+    result.cpu_seconds = monitor.cpu_seconds
     if stream:
         labels_seen = np.concatenate(stream)
         result.shuffle = shuffle_quality(labels_seen, batch_size or len(stream[0]), expected.num_classes, seed)

@@ -2,16 +2,25 @@
 
 The file holds the loader's knobs under the keys of the training configuration's
 ``[data]`` table, so it can be merged into a training config (``stoker train CONFIG
---loader-config FILE``) or pasted into one. What the knobs were measured with (the
-storage and the rate) is kept in comments, since the storage is a choice of data, not
-of the loader::
+--loader-config FILE``) or pasted into one. What the knobs were measured on is kept in
+a ``[tuned_for]`` table: the storage (``files``, ``shards-encoded``, ``shards-pixels``),
+the data folder and its layout, and the rate. The best loader for pixel shards (often 0
+workers) is the worst for plain files, so :func:`check_tuned_for` compares it with the
+data a run is about to load: another storage is an error, other data of the same
+storage a warning, each saying what the file was tuned for and how to re-tune::
 
     # written by `stoker tune digiface --budget 60s` on 2025-01-01 10:00
-    # measured: 2150 img/s reading shards-pixels
+    # measured: 2150.0 img/s reading shards-pixels
     [data]
     workers = 2
     backend = "thread"
     prefetch_factor = 4
+
+    [tuned_for]
+    storage = "shards-pixels"
+    data = "/data/digiface"
+    layout = "class_folders"
+    img_per_s = 2150.0
 
 Example:
     >>> s = LoaderSettings(workers=4, backend="thread", prefetch_factor=4)
@@ -23,7 +32,7 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
@@ -33,7 +42,7 @@ from stoker.bench.methods import METHODS
 from stoker.errors import ConfigError, MissingFileError
 from stoker.loading.backends import BACKENDS
 
-__all__ = ["LOADER_KEYS", "LoaderSettings", "load_data_table", "load_settings", "save_settings"]
+__all__ = ["LOADER_KEYS", "LoaderSettings", "check_tuned_for", "load_data_table", "load_settings", "save_settings"]
 
 # The keys of a training config's [data] table that these settings write and read.
 LOADER_KEYS: tuple[str, ...] = ("workers", "backend", "prefetch_factor")
@@ -55,6 +64,8 @@ class LoaderSettings:
         method: the storage the settings were measured on: a name of
             :data:`~stoker.bench.methods.METHODS` (``"files"``, ``"shards-pixels"``...).
         img_per_s: the rate they measured, if known.
+        data: the data they were tuned on (its absolute path), if known.
+        layout: that data's layout (``"class_folders"``, ``"split_folders"``...), if known.
     """
 
     workers: int = 2
@@ -62,6 +73,8 @@ class LoaderSettings:
     prefetch_factor: int = 2
     method: str = field(default="files", compare=False)
     img_per_s: float | None = field(default=None, compare=False)
+    data: str | None = field(default=None, compare=False)
+    layout: str | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
         problem = _problem({f.name: getattr(self, f.name) for f in fields(self)})
@@ -97,7 +110,11 @@ class LoaderSettings:
             lines.append(f"# measured: {self.img_per_s:.1f} img/s reading {self.method}")
         lines.append("[data]")
         for key, value in self.data_table().items():
-            lines.append(f'{key} = "{value}"' if isinstance(value, str) else f"{key} = {value}")
+            lines.append(f"{key} = {_toml_value(value)}")
+        tuned_for = {"storage": self.method, "data": self.data, "layout": self.layout, "img_per_s": self.img_per_s}
+        if self.data is not None or self.img_per_s is not None:
+            lines += ["", "[tuned_for]"]
+            lines += [f"{key} = {_toml_value(value)}" for key, value in tuned_for.items() if value is not None]
         return "\n".join(lines) + "\n"
 
     @classmethod
@@ -121,10 +138,42 @@ class LoaderSettings:
     def from_toml(cls, text: str, where: str = "loader settings") -> LoaderSettings:
         """Settings from TOML text with a ``[data]`` table (and the measurement comment, if any)."""
         settings = cls.from_table(_data_table(text, where), where)
-        measured = _MEASURED_RE.search(text)
+        tuned_for = tomllib.loads(text).get("tuned_for")
+        if isinstance(tuned_for, dict):
+            return settings.replace(**_tuned_for(tuned_for, where))
+        measured = _MEASURED_RE.search(text)  # files written before [tuned_for]
         if measured and measured.group(2) in METHODS:
             settings = settings.replace(img_per_s=float(measured.group(1).replace(",", "")), method=measured.group(2))
         return settings
+
+
+def _toml_value(value: Any) -> str:
+    """A TOML value: strings quoted and escaped (a path may hold backslashes or quotes)."""
+    if isinstance(value, str):
+        return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    if isinstance(value, float):
+        return f"{value:.1f}"
+    return str(value)
+
+
+def _tuned_for(table: Mapping[str, Any], where: str) -> dict[str, Any]:
+    """The fields of :class:`LoaderSettings` a ``[tuned_for]`` table sets, checked."""
+    out: dict[str, Any] = {}
+    storage = table.get("storage", "files")
+    if storage not in METHODS:
+        raise ConfigError(f"{where}: tuned_for.storage must be one of {', '.join(METHODS)}; got {storage!r}")
+    out["method"] = storage
+    for key in ("data", "layout"):
+        if key in table:
+            if not isinstance(table[key], str):
+                raise ConfigError(f"{where}: tuned_for.{key} must be text; got {table[key]!r}")
+            out[key] = table[key]
+    if "img_per_s" in table:
+        rate = table["img_per_s"]
+        if isinstance(rate, bool) or not isinstance(rate, (int, float)):
+            raise ConfigError(f"{where}: tuned_for.img_per_s must be a number; got {rate!r}")
+        out["img_per_s"] = float(rate)
+    return out
 
 
 def _problem(values: Mapping[str, Any], key_prefix: str = "") -> str | None:
@@ -201,3 +250,88 @@ def load_data_table(path: str | os.PathLike[str]) -> dict[str, Any]:
     table = _data_table(_read(path), str(path))
     LoaderSettings.from_table(table, str(path))
     return table
+
+
+def _storage_of(path: Path) -> tuple[str, list[str]] | None:
+    """(the METHODS name of the storage at ``path``, the source folders it was packed from), or None if unknown."""
+    from stoker.data import detect_layout
+    from stoker.errors import StokerError
+    from stoker.shards.manifest import Manifest
+
+    try:
+        if detect_layout(path) != "shards":
+            return "files", [str(path)]
+        manifest = Manifest.load(path)
+    except StokerError:
+        return None  # not openable here: the run itself will say why
+    storage = next((name for name, m in METHODS.items() if m.store == manifest.store), None)
+    if storage is None:
+        return None
+    return storage, [str(s.root) for s in manifest.sources]
+
+
+def _inside(folder: str, tuned: str) -> bool:
+    """True when ``folder`` is the tuned data folder or lies inside it (a split of it)."""
+    here, there = Path(folder).resolve(), Path(tuned).resolve()
+    return here == there or there in here.parents
+
+
+def check_tuned_for(
+    settings: LoaderSettings, data: Sequence[str | os.PathLike[str]], where: str = "loader settings"
+) -> list[str]:
+    """Check settings from ``stoker tune`` against the data a run is about to load.
+
+    Settings carry over only to the storage they were measured on: tuned for pixel
+    shards (nothing to decode, so often 0 workers), they are the slowest choice for the
+    raw files. Settings that do not say what they were tuned for (written by hand, or
+    by an older ``stoker tune``) are not checked.
+
+    Args:
+        settings: what :func:`load_settings` read.
+        data: the paths the run trains on (``data.path``); URLs are not checked.
+        where: the settings file, named in messages.
+
+    Returns:
+        Warnings to show: the same storage, but other data than it was tuned on.
+
+    Raises:
+        ConfigError: the data is another storage (files, encoded or pixel shards) than
+            the settings were tuned for; the message says what they were tuned for
+            and how to re-tune.
+
+    Example:
+        >>> check_tuned_for(load_settings("loader.toml"), ["data/digiface"], "loader.toml")  # doctest: +SKIP
+        []
+    """
+    if settings.data is None and settings.img_per_s is None:
+        return []  # says nothing about what it was measured on
+    measured = [settings.layout, f"{settings.img_per_s:,.0f} img/s" if settings.img_per_s is not None else None]
+    shown = ", ".join(m for m in measured if m)
+    tuned = settings.method + (f" of {settings.data}" if settings.data else "") + (f" ({shown})" if shown else "")
+    retune_data = settings.data or "DATA"
+    warnings: list[str] = []
+    for item in data:
+        text = os.fspath(item)
+        if "://" in text and not text.startswith("file://"):
+            continue
+        path = Path(text.removeprefix("file://"))
+        found = _storage_of(path)
+        if found is None:
+            continue
+        storage, sources = found
+        if storage != settings.method:
+            store = METHODS[storage].store
+            source = sources[0] if store is not None and sources else str(path)
+            raise ConfigError(
+                f"{where}: tuned for {tuned}, but {path} is {storage}: settings measured on one storage do not "
+                f"carry over to another. Re-tune for this data: `stoker tune {source} --storages {storage} --out {where}`"
+                + (f" (or train on the {settings.method} it was tuned for: `stoker pack {retune_data} OUT --store "
+                   f"{METHODS[settings.method].store}`)" if METHODS[settings.method].store else "")
+                + f"; to use the settings anyway, delete the [tuned_for] table from {where}"
+            )
+        if settings.data is not None and not any(_inside(s, settings.data) for s in sources):
+            warnings.append(
+                f"{where}: tuned for {tuned}; {path} is other data of the same storage, for which other settings "
+                f"may be faster: re-tune with `stoker tune {sources[0] if sources else path} --out {where}`"
+            )
+    return warnings

@@ -191,6 +191,17 @@ def _sample(dataset: FileDataset, sample_size: int, seed: int) -> FileDataset:
     return dataset.subset(rows)
 
 
+def _tuned_on(data: str | os.PathLike[str] | FileDataset) -> dict[str, str]:
+    """``data`` and ``layout`` of :class:`LoaderSettings` for what was tuned (nothing for a data set object)."""
+    if isinstance(data, FileDataset):
+        roots = list(dict.fromkeys(str(s.root) for s in data.index.sources))
+        return {"data": str(Path(roots[0]).resolve())} if len(roots) == 1 else {}
+    from stoker.data import detect_layout
+
+    path = Path(data)
+    return {"data": str(path.resolve()), "layout": detect_layout(path)}
+
+
 def search_settings(
     data: str | os.PathLike[str] | FileDataset,
     budget_s: float = 60.0,
@@ -222,7 +233,9 @@ def search_settings(
 
     Returns:
         A :class:`TuneResult`; its ``settings`` are valid :func:`stoker.make_loader`
-        arguments (``settings.loader_kwargs()``).
+        arguments (``settings.loader_kwargs()``), and record the storage, the data
+        and its layout they were measured on (checked by
+        :func:`~stoker.bench.settings.check_tuned_for` when they are used).
 
     Raises:
         ConfigError: a budget too small for one trial, or an unknown storage.
@@ -294,7 +307,7 @@ def search_settings(
         settings = LoaderSettings()
         reason = "no trial measured a valid rate; keeping the defaults (" + "; ".join(t.describe() for t in state.trials[:3]) + ")"
     else:
-        settings = chosen.settings.replace(img_per_s=round(chosen.img_per_s or 0.0, 1))
+        settings = chosen.settings.replace(img_per_s=round(chosen.img_per_s or 0.0, 1), **_tuned_on(data))
         rivals = sorted((t for t in state.trials if t.valid and t is not chosen), key=lambda t: -(t.img_per_s or 0.0))
         reason = f"{chosen.describe()}"
         if rivals:
@@ -305,7 +318,7 @@ def search_settings(
                 + ("; within 3 %, the one with fewer workers wins" if ahead < 0 else "")
             )
         method = METHODS[settings.method]
-        bound, limit_name = limits.limit(method.work, settings.workers, sequential=method.store is not None)
+        bound, limit_name = limits.machine_limit(method.work, sequential=method.store is not None)
         reason += f"; {(chosen.img_per_s or 0.0) / bound:.0%} of this machine's {limit_name} limit ({bound:,.0f} img/s)"
         if method.store is not None:
             reason += f". Pack the data first: `stoker pack DATA OUT --store {method.store}`"

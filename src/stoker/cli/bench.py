@@ -60,7 +60,7 @@ def parse_size(text: str | None) -> tuple[int, int] | None:
 @click.option("--packed", type=click.Path(exists=True, file_okay=False, path_type=Path), default=None,
               help="Reuse shard sets DIR/encoded and DIR/pixels packed from this data, instead of packing.")
 @click.option("--prefetch", type=click.IntRange(min=1), default=2, show_default=True, help="Batches each worker loads ahead.")
-@click.option("--shuffle-buffer", type=click.IntRange(min=1), default=10_000, show_default=True, help="The Pipe's shuffle buffer.")
+@click.option("--shuffle-buffer", type=click.IntRange(min=1), default=10_000, show_default=True, help="The Pipe's shuffle buffer (and the ShardStream's, for its mixing score).")
 @click.option("--cold", is_flag=True, help="Drop the data's files from the page cache before each run.")
 @click.option("--device", default="auto", show_default=True, help="Where batches go: auto, cpu, cuda, cuda:N.")
 @click.option("--limit-seconds", type=click.FloatRange(min=0, min_open=True), default=1.0, show_default=True,

@@ -16,17 +16,24 @@ import click
               help="Batch size the shuffle-quality check assumes.")
 @click.option("--shuffle-buffer", type=click.IntRange(min=1), default=10_000, show_default=True,
               help="Buffer of the streaming reader (ShardStream) the shuffle-quality check assumes.")
+@click.option("--workers", type=click.IntRange(min=0), default=2, show_default=True,
+              help="DataLoader workers per rank the shuffle-quality check of the stream assumes (training's default is 2).")
+@click.option("--ranks", type=click.IntRange(min=1), default=1, show_default=True,
+              help="Distributed ranks (world size) the shuffle-quality check of the stream assumes.")
 @click.option("--classes", "max_classes", type=click.IntRange(min=0), default=20, show_default=True,
               help="Classes listed with their counts.")
 def inspect(
-    root: str, grid: Path | None, split: str, count: int, batch_size: int, shuffle_buffer: int, max_classes: int
+    root: str, grid: Path | None, split: str, count: int, batch_size: int, shuffle_buffer: int, workers: int, ranks: int,
+    max_classes: int,
 ) -> None:
     """Show what data holds: a shard set's counts per split and class, bytes, storage mode,
     image size and origin; for any other layout, what it is opened as, its splits and classes.
 
     For a shard set it also scores how well the labels are mixed (1 = like a random permutation, 0 = like
     class-sorted data) in the order a sequential reader meets them on disk, and in the
-    order the streaming reader (shuffled shard order, then a buffer) yields them.
+    order training gets them from the streaming reader (ShardStream): each of --workers
+    DataLoader workers on each of --ranks ranks reads its part and makes batches, and the
+    loader hands them over in turn. A poorly mixed stream is flagged with a warning.
     """
     from stoker.data import detect_layout
 
@@ -44,9 +51,20 @@ def inspect(
     summary = summarize(root)
     click.echo(summary.format(max_classes=max_classes))
     click.echo(f"\nshuffle quality (batch {batch_size}):")
+    warnings: list[str] = []
     for split_summary in summary.splits:
-        for order, quality in stream_quality(root, split_summary.name, batch_size, shuffle_buffer).items():
+        qualities = stream_quality(root, split_summary.name, batch_size, shuffle_buffer, workers=workers, ranks=ranks)
+        for order, quality in qualities.items():
             click.echo(f"  {split_summary.name:<8} {order:<26} {quality.summary()}")
+            if order != "stored order" and not quality.ok:
+                warnings.append(
+                    f"warning: {split_summary.name}: a ShardStream read by {workers} worker(s) x {ranks} rank(s) is "
+                    f"not well mixed (score {quality.score:.2f}, {quality.verdict}): batches hold fewer classes than a shuffle "
+                    "would give. Read it map-style (ShardDataset), or repack it shuffled "
+                    "(`stoker pack` without --no-shuffle)"
+                )
+    for line in warnings:
+        click.echo(line)
     if grid is not None:
         write_grid(root, grid, split=split, count=count)
         click.echo(f"\nwrote a grid of {count} {split} samples with their labels to {grid}")

@@ -87,6 +87,9 @@ def parse_sources(sources: list[str]) -> list[str] | dict[str, list[str]]:
 @click.option("--labels", metavar="FILE",
               help="Label file ('<file> <label>' lines) of a single SRC folder that holds several .txt files.")
 @click.option("--crop", metavar="T,L,H,W", help="Crop box (top,left,height,width) for every image of every SRC.")
+@click.option("--channels", type=click.Choice(["3", "1"]), default="3", show_default=True,
+              help="pixels: 1 stores one gray channel (a third of the bytes; colour becomes its luma); "
+                   "readers return 1xHxW images, which stoker's preprocessing broadcasts to 3 channels.")
 @click.option("--label-order", type=click.Choice(["auto", "sorted"]), default="auto", show_default=True,
               help="auto: numeric class folder names are the labels; sorted: folder names numbered in sorted order.")
 @click.option("--engine", type=click.Choice(["local", "ray"]), default="local", show_default=True,
@@ -95,7 +98,7 @@ def parse_sources(sources: list[str]) -> list[str] | dict[str, list[str]]:
 @click.option("--quiet", is_flag=True, help="No progress bar.")
 def pack(paths: tuple[str, ...], store: str, size: str | None, shard_samples: int, shard_bytes: str,
          split_spec: str | None, workers: int | None, seed: int, no_shuffle: bool, overwrite: bool, labels: str | None,
-         crop: str | None, label_order: str, engine: str, quiet: bool) -> None:
+         crop: str | None, channels: str, label_order: str, engine: str, quiet: bool) -> None:
     """Pack SRC... into shuffled, checksummed Arrow shards in OUT.
 
     SRC is a folder of class folders, a folder with a label file (identity_CelebA.txt or
@@ -134,6 +137,7 @@ def pack(paths: tuple[str, ...], store: str, size: str | None, shard_samples: in
         labels=labels,
         crop=parse_crop(crop),
         label_order="sorted" if label_order == "sorted" else "auto",
+        channels=int(channels),
     )
     seconds = time.perf_counter() - start
     splits = ", ".join(f"{name} {sum(i.samples for i in infos):,}" for name, infos in manifest.splits.items())

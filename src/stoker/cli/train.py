@@ -105,6 +105,8 @@ def train(config: Path | None, data: tuple[str, ...], valid: tuple[str, ...], mo
             parsed[key] = value
         values["run.tags"] = parsed
     cfg = load_config(config, assignments, values)  # --tag adds to the config's tags
+    if loader_file is not None:
+        _check_tuned_for(loader_file, cfg.data.path)
     try:
         result = train_from_config(cfg, echo=click.echo)
     except KeyboardInterrupt:
@@ -120,3 +122,11 @@ def _loader_settings(path: Path) -> dict[str, Any]:
     from stoker.bench.settings import load_data_table
 
     return {f"data.{key}": value for key, value in load_data_table(path).items()}
+
+
+def _check_tuned_for(path: Path, data: list[str]) -> None:
+    """Stop when the settings file was tuned for another storage than ``data``; warn for other data."""
+    from stoker.bench.settings import check_tuned_for, load_settings
+
+    for warning in check_tuned_for(load_settings(path), data, str(path)):
+        click.echo(f"warning: {warning}", err=True)

@@ -75,4 +75,6 @@ def tune(
         f"trials on {result.sample_size} samples"
     )
     path = save_settings(result.settings, out, comment)
-    click.echo(f"wrote {path}; use it with `stoker train CONFIG --loader-config {path}`")
+    tuned = result.settings
+    click.echo(f"wrote {path}, tuned for {tuned.method} of {tuned.data or data}; use it with "
+               f"`stoker train CONFIG --loader-config {path}` (on other storage it stops and says how to re-tune)")

@@ -17,19 +17,14 @@ import numpy as np
 import pyarrow as pa
 
 from stoker.errors import ConfigError, ShardError
-from stoker.shards.format import MANIFEST_NAME, PLAN_NAME, SHARD_SUFFIX, TMP_SUFFIX, shard_schema
+from stoker.shards.format import MANIFEST_NAME, TMP_SUFFIX, shard_schema
 from stoker.shards.manifest import Manifest, ShardInfo
 from stoker.shards.plan import ShardPlan, read_plan_fingerprint
+from stoker.shards.replace import LOCK_NAME, is_ours
 from stoker.shards.rows import RowSource
 from stoker.sources.index import Source
 
-__all__ = ["claim", "reuse_finished"]
-
-
-def _is_ours(name: str) -> bool:
-    return name in (MANIFEST_NAME, PLAN_NAME, MANIFEST_NAME + TMP_SUFFIX, PLAN_NAME + TMP_SUFFIX) or name.endswith(
-        (SHARD_SUFFIX, SHARD_SUFFIX + TMP_SUFFIX)
-    )
+__all__ = ["check_place", "claim", "reuse_finished"]
 
 
 def _same_pack(out: Path, fingerprint: str) -> Manifest | None:
@@ -51,13 +46,11 @@ def _all_in_place(out: Path, manifest: Manifest) -> bool:
     return True
 
 
-def claim(out: Path, sources: Sequence[Source], fingerprint: str, overwrite: bool) -> tuple[Manifest | None, dict[str, str]]:
-    """Make ``out`` ready for this pack.
+def check_place(out: Path, sources: Sequence[Source]) -> None:
+    """``out`` can hold a shard set: not inside a source, not a file.
 
-    Returns:
-        ``(manifest, known)``: the manifest when this same pack is already complete
-        (nothing to do), and the SHA-256 of each shard a previous run of this pack
-        recorded (shards of a resumed pack must match them to be kept).
+    Raises:
+        ConfigError: it cannot.
     """
     resolved = out.resolve()
     for src in sources:
@@ -66,11 +59,22 @@ def claim(out: Path, sources: Sequence[Source], fingerprint: str, overwrite: boo
             raise ConfigError(f"{out}: is inside the source {src.root}; write the shards to a folder outside it")
     if out.exists() and not out.is_dir():
         raise ConfigError(f"{out}: exists and is not a folder; choose another output folder")
+
+
+def claim(out: Path, sources: Sequence[Source], fingerprint: str, overwrite: bool) -> tuple[Manifest | None, dict[str, str]]:
+    """Make ``out`` ready for this pack.
+
+    Returns:
+        ``(manifest, known)``: the manifest when this same pack is already complete
+        (nothing to do), and the SHA-256 of each shard a previous run of this pack
+        recorded (shards of a resumed pack must match them to be kept).
+    """
+    check_place(out, sources)
     out.mkdir(parents=True, exist_ok=True)
-    entries = sorted(e.name for e in os.scandir(out))
-    if overwrite:
+    entries = sorted(e.name for e in os.scandir(out) if e.name != LOCK_NAME)
+    if overwrite:  # only what stoker wrote goes; other files stay
         for name in entries:
-            if _is_ours(name) and (out / name).is_file():
+            if is_ours(name) and (out / name).is_file():
                 (out / name).unlink()
         return None, {}
     if not entries:
@@ -81,12 +85,12 @@ def claim(out: Path, sources: Sequence[Source], fingerprint: str, overwrite: boo
     if previous is not None or read_plan_fingerprint(out) == fingerprint:
         # This same pack, interrupted or with shards deleted since: resume it.
         for name in entries:
-            if name.endswith(TMP_SUFFIX):
+            if name.endswith(TMP_SUFFIX) and is_ours(name):  # what the interrupted run left half written
                 (out / name).unlink(missing_ok=True)
         (out / MANIFEST_NAME).unlink(missing_ok=True)
         return None, {info.name: info.sha256 for info in previous.shards} if previous is not None else {}
     shown = ", ".join(entries[:4]) + (" ..." if len(entries) > 4 else "")
-    what = "a different shard set or pack" if any(_is_ours(n) for n in entries) else "other files"
+    what = "a different shard set or pack" if any(is_ours(n) for n in entries) else "other files"
     raise ConfigError(
         f"{out}: is not empty ({shown}): it holds {what}; pass --overwrite (overwrite=True) to replace "
         "the shard set there, or choose an empty folder"
@@ -94,7 +98,8 @@ def claim(out: Path, sources: Sequence[Source], fingerprint: str, overwrite: boo
 
 
 def reuse_finished(
-    out: Path, plan: ShardPlan, rows: RowSource, store: str, size: tuple[int, int] | None, known_sha: str | None
+    out: Path, plan: ShardPlan, rows: RowSource, store: str, size: tuple[int, int] | None, known_sha: str | None,
+    channels: int = 3,
 ) -> ShardInfo | None:
     """The info of a shard an earlier run finished, if it holds exactly the planned rows.
 
@@ -107,7 +112,7 @@ def reuse_finished(
     try:
         with pa.memory_map(str(path), "r") as source:
             reader = pa.ipc.open_file(source)
-            if not reader.schema.equals(shard_schema(store, size), check_metadata=True):
+            if not reader.schema.equals(shard_schema(store, size, channels), check_metadata=True):
                 return None
             table = reader.read_all()
             table.validate(full=True)

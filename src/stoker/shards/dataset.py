@@ -50,7 +50,7 @@ def load_shard_image(shards: ShardSet, index: int) -> torch.Tensor:
     """
     if shards.row_bytes:
         height, width = shards.manifest.image_size  # type: ignore[misc]
-        out = torch.empty((1, 3, height, width), dtype=torch.uint8)
+        out = torch.empty((1, shards.channels, height, width), dtype=torch.uint8)
         shards.read_pixels(np.asarray([index], dtype=np.int64), out.numpy().reshape(1, -1))
         return out[0]
     shard, rows = shards.locate(np.asarray([index], dtype=np.int64))
@@ -193,6 +193,11 @@ class ShardDataset(Dataset):
         return self.shards.manifest.store
 
     @property
+    def channels(self) -> int:
+        """Channels of every image read: 3 (RGB), or 1 for a gray pixels set (``--channels 1``)."""
+        return self.shards.channels
+
+    @property
     def image_size(self) -> tuple[int, int] | None:
         """``(height, width)`` of every image read, or ``None`` (encoded, each at its own size)."""
         return self.shards.manifest.image_size
@@ -283,7 +288,7 @@ class ShardDataset(Dataset):
         labels = self.shards.read_labels(idx)
         if self.shards.row_bytes:
             height, width = self.image_size  # type: ignore[misc]
-            images = _empty_uint8((len(idx), 3, height, width))
+            images = _empty_uint8((len(idx), self.shards.channels, height, width))
             self.shards.read_pixels(idx, images.numpy().reshape(len(idx), self.shards.row_bytes))
             if self.transform is None:
                 return ShardBatch(images, torch.from_numpy(labels), [])

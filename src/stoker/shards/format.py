@@ -65,7 +65,8 @@ MANIFEST_NAME = "manifest.json"
 PLAN_NAME = "pack-plan.json"  # present only while a pack is unfinished
 SHARD_SUFFIX = ".arrow"
 TMP_SUFFIX = ".tmp"  # a shard being written; renamed to its final name when complete
-CHANNELS = 3  # pixels are RGB
+CHANNELS = 3  # pixels are RGB, unless a set is packed with channels=1 (gray)
+PIXEL_CHANNELS: tuple[int, ...] = (1, 3)
 MAX_SIDE = 16384  # largest image height or width a pixels shard may declare
 
 # Rows are written in Arrow record batches of about this many bytes, so a writer never
@@ -133,13 +134,22 @@ def is_shard_name(name: str) -> bool:
     return isinstance(name, str) and _SHARD_RE.fullmatch(name) is not None
 
 
-def image_row_bytes(image_size: tuple[int, int]) -> int:
-    """Bytes of one decoded RGB image of ``(height, width)``."""
+def image_row_bytes(image_size: tuple[int, int], channels: int = CHANNELS) -> int:
+    """Bytes of one decoded image of ``(height, width)`` with ``channels`` (3: RGB, 1: gray)."""
     height, width = image_size
-    return CHANNELS * height * width
+    return channels * height * width
 
 
-def shard_schema(store: str, image_size: tuple[int, int] | None) -> pa.Schema:
+def check_channels(channels: object, store: str = "pixels") -> int:
+    """``channels`` if a pixels shard set may store it (1 or 3), else a :class:`ConfigError`."""
+    if channels not in PIXEL_CHANNELS or isinstance(channels, bool):
+        raise ConfigError(f"channels must be 1 (gray) or 3 (RGB), got {channels!r}")
+    if store != "pixels" and channels != CHANNELS:
+        raise ConfigError("channels=1 applies to store='pixels'; encoded shards keep each file's own bytes")
+    return int(channels)  # type: ignore[call-overload]
+
+
+def shard_schema(store: str, image_size: tuple[int, int] | None, channels: int = CHANNELS) -> pa.Schema:
     """The Arrow schema of every shard of a set with this storage mode and image size.
 
     Args:
@@ -159,7 +169,7 @@ def shard_schema(store: str, image_size: tuple[int, int] | None) -> pa.Schema:
     if store == "pixels":
         if image_size is None:
             raise ConfigError("store='pixels' needs an image size (height, width)")
-        image_type = pa.binary(image_row_bytes(image_size))
+        image_type = pa.binary(image_row_bytes(image_size, check_channels(channels, store)))
     else:
         image_type = pa.binary()
     size_text = f"{image_size[0]}x{image_size[1]}" if image_size is not None else ""
@@ -169,6 +179,7 @@ def shard_schema(store: str, image_size: tuple[int, int] | None) -> pa.Schema:
             "stoker.format": f"{FORMAT_NAME}/{FORMAT_VERSION}",
             "stoker.store": store,
             "stoker.image_size": size_text,
-            "stoker.pixel_layout": "uint8 RGB CHW" if store == "pixels" else "",
+            "stoker.pixel_layout": ("uint8 RGB CHW" if channels == CHANNELS else "uint8 gray CHW (1 channel)")
+            if store == "pixels" else "",
         },
     )

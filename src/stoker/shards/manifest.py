@@ -103,6 +103,7 @@ class Manifest:
     made_by: Mapping[str, Any] = field(default_factory=dict)
     format: str = FORMAT_NAME
     version: int = FORMAT_VERSION
+    channels: int = 3  # pixels: 3 (RGB) or 1 (gray); recorded only when it is 1
 
     # -- views ----------------------------------------------------------------------
     @property
@@ -137,12 +138,14 @@ class Manifest:
     # -- to and from JSON -----------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
         """The manifest as JSON-ready data, without the checksum."""
-        schema = shard_schema(self.store, self.image_size)
+        schema = shard_schema(self.store, self.image_size, self.channels)
+        gray = {"channels": self.channels} if self.channels != 3 else {}  # default sets keep their bytes
         return {
             "format": self.format,
             "version": self.version,
             "store": self.store,
             "image_size": list(self.image_size) if self.image_size is not None else None,
+            **gray,
             "schema": [{"name": f.name, "type": str(f.type)} for f in schema],
             "classes": list(self.classes),
             "sources": [
@@ -351,8 +354,11 @@ def _parse(obj: object, where: str) -> Manifest:
         raise top.fail("store", f"one of {', '.join(STORES)}")
     size_value = top.get("image_size")
     image_size = None if size_value is None else top.ints("image_size", 2, 1)
+    channels = top.obj.get("channels", 3)  # present only in gray (1 channel) pixel sets
+    if channels not in (1, 3) or isinstance(channels, bool):
+        raise top.fail("channels", "1 or 3")
     try:
-        schema = shard_schema(store, image_size)  # type: ignore[arg-type]
+        schema = shard_schema(store, image_size, channels)  # type: ignore[arg-type]
     except ConfigError as exc:
         raise ShardError(f"{where}: {exc}; {_REPACK_HINT}") from None
     expected_schema = [{"name": f.name, "type": str(f.type)} for f in schema]
@@ -395,7 +401,8 @@ def _parse(obj: object, where: str) -> Manifest:
     made_by = top.get("made_by")
     if not isinstance(made_by, dict):
         raise top.fail("made_by", "a JSON object")
-    manifest = Manifest(store, image_size, tuple(classes), tuple(sources), tuple(shards), made_by)  # type: ignore[arg-type]
+    manifest = Manifest(store, image_size, tuple(classes), tuple(sources), tuple(shards), made_by,  # type: ignore[arg-type]
+                        channels=channels)
     if top.get("splits") != manifest.to_dict()["splits"]:
         raise top.fail("splits", "the per-split totals of the shards")
     return manifest

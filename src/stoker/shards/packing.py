@@ -5,11 +5,15 @@ The steps, in order:
 1. open the source (any file layout, several concatenated, or a shard set) and check
    every argument — before a byte is written;
 2. plan: shuffle each split with the seed and cut it into shards (:mod:`stoker.shards.plan`);
-3. claim the output folder: an empty or new folder, the same pack half done (resume),
-   or, with ``overwrite``, a folder whose old shard set is removed;
-4. write every shard not already finished, each one whole by one worker process, to a
-   temporary name that is renamed when complete;
-5. write ``manifest.json`` last and remove ``pack-plan.json``.
+3. lock the output folder (a second pack into it fails at once) and claim it: an empty
+   or new folder, the same pack half done (resume), or, with ``overwrite`` over a set,
+   a staging folder beside it (:mod:`stoker.shards.replace`), so the old set stays
+   whole until the new one is complete — even when a set is re-packed into itself;
+4. write every shard not already finished, each one whole by one worker process (which
+   dies with the pack, even after a ``kill -9``), to a temporary name that is renamed
+   when complete; a full disk is a :class:`ShardError` saying how much space is needed;
+5. write ``manifest.json`` last and remove ``pack-plan.json``; when staging, swap the
+   new set in and remove only the old set's stoker files.
 
 The shards depend only on the arguments, not on the number of workers or on
 interruptions: the same arguments give byte-identical shards and manifest.
@@ -17,8 +21,10 @@ interruptions: the same arguments give byte-identical shards and manifest.
 
 from __future__ import annotations
 
+import errno
 import multiprocessing
 import os
+import shutil
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
@@ -32,14 +38,16 @@ import torch
 from tqdm import tqdm
 
 from stoker.decode import resize
-from stoker.errors import ConfigError, DataError
+from stoker.errors import ConfigError, DataError, ShardError
 from stoker.fs import Location, where
-from stoker.shards.claim import claim, reuse_finished
+from stoker.lifetime import die_with_parent
+from stoker.shards.claim import check_place, claim, reuse_finished
 from stoker.shards.dataset import ShardDataset
-from stoker.shards.format import PLAN_NAME, STORES, check_split_name, shard_schema
+from stoker.shards.format import PLAN_NAME, STORES, check_channels, check_split_name, image_row_bytes, shard_schema
 from stoker.shards.manifest import Manifest, ShardInfo
 from stoker.shards.plan import PackPlan, ShardPlan, make_plan
 from stoker.shards.ray_engine import ENGINES, import_ray, write_on_ray
+from stoker.shards.replace import LOCK_NAME, is_ours, pack_lock, staging_dir, swap_in
 from stoker.shards.rows import RowSource, as_rows
 from stoker.shards.upload import RemoteOut, upload_shard
 from stoker.sources.dataset import FileDataset
@@ -156,16 +164,25 @@ class _Job:
     size: tuple[int, int] | None
     rows: dict[str, RowSource]
     remote: Location | None = None  # packing to a URL: out is the staging folder, shards go here
+    channels: int = 3
 
 
-def _pixels(rows: RowSource, i: int, size: tuple[int, int]) -> torch.Tensor:
+def _pixels(rows: RowSource, i: int, size: tuple[int, int], channels: int = 3) -> torch.Tensor:
     image = rows.read_pixels(i)
     if image.dtype != torch.uint8:
         raise DataError(
             f"{rows.source_names[i]}/{rows.files[i]}: pixels must be uint8, got {image.dtype}; "
             "convert the files or use store='encoded'"
         )
-    return resize(image, size).contiguous()
+    image = resize(image, size)
+    if channels == 3 and image.shape[0] == 1:  # re-packing a gray pixels set as RGB
+        image = image.expand(3, -1, -1)
+    if channels == 1 and image.shape[0] != 1:
+        from torchvision.transforms.v2 import functional as F
+
+        # Gray data decodes to three equal channels: keep one. Colour becomes its luma (ITU-R 601).
+        image = image[:1] if bool((image[0] == image[1]).all() and (image[0] == image[2]).all()) else F.rgb_to_grayscale(image)
+    return image.contiguous()
 
 
 def _write_shard(job: _Job, plan: ShardPlan, report: Callable[[int], None]) -> ShardInfo:
@@ -173,9 +190,9 @@ def _write_shard(job: _Job, plan: ShardPlan, report: Callable[[int], None]) -> S
 
     rows = job.rows[plan.split]
     pending = 0
-    with ShardWriter(job.out / plan.name, plan.split, job.store, job.size) as writer:
+    with ShardWriter(job.out / plan.name, plan.split, job.store, job.size, channels=job.channels) as writer:
         for i in plan.rows.tolist():
-            image = rows.read_encoded(i) if job.store == "encoded" else _pixels(rows, i, job.size)  # type: ignore[arg-type]
+            image = rows.read_encoded(i) if job.store == "encoded" else _pixels(rows, i, job.size, job.channels)  # type: ignore[arg-type]
             writer.write(str(rows.keys[i]), int(rows.labels[i]), str(rows.source_names[i]), str(rows.files[i]), image)
             pending += 1
             if pending == _PROGRESS_EVERY:
@@ -191,7 +208,8 @@ def _write_shard(job: _Job, plan: ShardPlan, report: Callable[[int], None]) -> S
 _WORKER: dict[str, Any] = {}
 
 
-def _init_worker(job: _Job, counter: Any) -> None:
+def _init_worker(job: _Job, counter: Any, parent_pid: int) -> None:
+    die_with_parent(parent_pid)  # a kill -9 of the pack must not leave workers behind
     torch.set_num_threads(1)  # one shard per process; the processes use the cores
     _WORKER["job"], _WORKER["counter"] = job, counter
 
@@ -214,7 +232,7 @@ def _write_all(job: _Job, todo: list[ShardPlan], workers: int, bar: tqdm) -> dic
         return done
     counter = multiprocessing.Value("q", 0)
     start = bar.n
-    pool = ProcessPoolExecutor(min(workers, len(todo)), initializer=_init_worker, initargs=(job, counter))
+    pool = ProcessPoolExecutor(min(workers, len(todo)), initializer=_init_worker, initargs=(job, counter, os.getpid()))
     futures: dict[Future[ShardInfo], ShardPlan] = {}
     try:
         futures = {pool.submit(_worker_task, plan): plan for plan in todo}
@@ -256,6 +274,7 @@ def write_shards(
     engine: str = "local",
     storage_options: dict[str, Any] | None = None,
     cache_dir: PathLike | None = None,
+    channels: int = 3,
 ) -> Manifest:
     """Pack a data set into shuffled, checksummed Arrow shards plus ``manifest.json``.
 
@@ -280,6 +299,8 @@ def write_shards(
         workers: processes writing shards (default: the CPU count; 0 or 1 writes here).
         overwrite: replace a shard set (or other stoker files) already in ``out``.
         progress: show a progress bar on stderr.
+        channels: ``pixels`` only: 3 (RGB) or 1 (gray: one channel, a third of the bytes;
+            colour images become their luma). Readers then return ``1 x H x W`` images.
         origin: what the manifest records as the source (default: the sources' roots).
         engine: ``"local"`` (worker processes on this machine) or ``"ray"`` (one Ray
             task per shard on the cluster ``ray.init()`` finds, or a local one; the same bytes).
@@ -305,6 +326,7 @@ def write_shards(
     remote = RemoteOut(place, os.fspath(cache_dir) if cache_dir is not None else None) if isinstance(place, Location) else None
     out = remote.staging if remote is not None else Path(place)  # type: ignore[arg-type]
     _check_args(store, size, shard_samples, shard_bytes, valid, workers)
+    channels = check_channels(channels, store)
     if engine not in ENGINES:
         raise ConfigError(f"engine must be one of {', '.join(ENGINES)}, got {engine!r}")
     if engine == "ray":
@@ -337,74 +359,145 @@ def write_shards(
     }
     if not shuffle:  # recorded only when off, so default packs keep their bytes
         settings["shuffle"] = False
+    if channels != 3:  # likewise
+        settings["channels"] = channels
     plan: PackPlan = make_plan(
         rows, store=store, image_size=size, seed=seed, shard_samples=shard_samples, shard_bytes=shard_bytes,
-        settings=settings, shuffle=shuffle,
+        settings=settings, shuffle=shuffle, channels=channels,
     )
-    if remote is None:
-        finished, known = claim(out, sources, plan.fingerprint, overwrite)
-        if finished is not None:
-            return finished
-        plan.save(out)
-    else:
+    made_by = {
+        "tool": "stoker",
+        "stoker_version": _stoker_version(),
+        "source": described,
+        "seed": seed,
+        "valid": valid,
+        "shard_samples": shard_samples,
+        "shard_bytes": shard_bytes,
+        "plan": plan.fingerprint,
+        **({} if shuffle else {"shuffle": False}),
+    }
+    write = _Writing(plan, rows, store, size, workers, progress, classes, sources, made_by, engine, place.name, channels)
+    if remote is not None:
         finished, known = remote.claim(sources, plan.fingerprint, overwrite)
         if finished is not None:
             return finished
         remote.start(plan)
-        remote_sizes = remote.place.sizes()
-
-    total = sum(len(p.rows) for p in plan.shards)
-    infos: dict[str, ShardInfo] = {}
-    todo: list[ShardPlan] = []
-    for shard in plan.shards:
-        if remote is None:
-            reused = reuse_finished(out, shard, rows[shard.split], store, size, known.get(shard.name))
-        else:
-            reused = remote.reuse(shard, known.get(shard.name), remote_sizes)
-        if reused is not None:
-            infos[shard.name] = reused
-        else:
-            todo.append(shard)
-    if workers is None:
-        workers = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-    job = _Job(out, store, size, rows, remote.place if remote is not None else None)
-    with tqdm(
-        total=total,
-        initial=sum(i.samples for i in infos.values()),
-        unit="img",
-        desc=f"pack {place.name}",
-        disable=not progress,
-        file=sys.stderr,
-        dynamic_ncols=True,
-        smoothing=0.1,
-    ) as bar:
-        if engine == "ray" and todo:
-            infos.update(write_on_ray(job, todo, bar))
-        else:
-            infos.update(_write_all(job, todo, workers, bar))
-
-    manifest = Manifest(
-        store=store,
-        image_size=size,
-        classes=classes,
-        sources=sources,
-        shards=tuple(infos[s.name] for s in plan.shards),
-        made_by={
-            "tool": "stoker",
-            "stoker_version": _stoker_version(),
-            "source": described,
-            "seed": seed,
-            "valid": valid,
-            "shard_samples": shard_samples,
-            "shard_bytes": shard_bytes,
-            "plan": plan.fingerprint,
-            **({} if shuffle else {"shuffle": False}),
-        },
-    )
-    if remote is not None:
+        manifest = write.into(out, known, remote)
         remote.finish(manifest)
         return manifest
-    manifest.save(out)
-    (out / PLAN_NAME).unlink(missing_ok=True)
+    check_place(out, sources)
+    with pack_lock(out):
+        target, finished, known = _claim_target(out, sources, plan.fingerprint, overwrite)
+        if finished is not None:
+            return finished
+        try:
+            manifest = write.into(target, known)
+        except OSError as exc:
+            if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+                raise ShardError(_disk_full(target, plan, rows, store, size, channels)) from None
+            raise
+        if target != out:
+            swap_in(target, out)  # the new set is complete: only now does the old one go
     return manifest
 
+
+def _claim_target(
+    out: Path, sources: tuple[Source, ...], fingerprint: str, overwrite: bool
+) -> tuple[Path, Manifest | None, dict[str, str]]:
+    """Where to write: ``out``, or (replacing a set) a staging folder beside it; see :func:`claim`."""
+    replacing = overwrite and any(is_ours(n) and n != LOCK_NAME for n in os.listdir(out))
+    if not replacing:
+        return (out, *claim(out, sources, fingerprint, overwrite))
+    staging = staging_dir(out)
+    try:
+        finished, known = claim(staging, sources, fingerprint, False)  # resume an interrupted replacement
+    except ConfigError:
+        finished, known = claim(staging, sources, fingerprint, True)
+    if finished is not None:  # staged completely last time, interrupted before the swap
+        swap_in(staging, out)
+        return out, finished, known
+    return staging, None, known
+
+
+@dataclass
+class _Writing:
+    """Everything a pack writes, fixed before it starts; :meth:`into` writes it into a folder."""
+
+    plan: PackPlan
+    rows: dict[str, RowSource]
+    store: str
+    size: tuple[int, int] | None
+    workers: int | None
+    progress: bool
+    classes: tuple[str, ...]
+    sources: tuple[Source, ...]
+    made_by: dict[str, Any]
+    engine: str
+    name: str
+    channels: int = 3
+
+    def into(self, out: Path, known: dict[str, str], remote: Any = None) -> Manifest:
+        """Write every shard not already finished into ``out`` (a remote pack's staging folder), then the manifest."""
+        plan, rows, store, size = self.plan, self.rows, self.store, self.size
+        if remote is None:
+            plan.save(out)
+        remote_sizes = remote.place.sizes() if remote is not None else {}
+        infos: dict[str, ShardInfo] = {}
+        todo: list[ShardPlan] = []
+        for shard in plan.shards:
+            if remote is None:
+                reused = reuse_finished(out, shard, rows[shard.split], store, size, known.get(shard.name), self.channels)
+            else:
+                reused = remote.reuse(shard, known.get(shard.name), remote_sizes)
+            if reused is not None:
+                infos[shard.name] = reused
+            else:
+                todo.append(shard)
+        workers = self.workers
+        if workers is None:
+            workers = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+        job = _Job(out, store, size, rows, remote.place if remote is not None else None, self.channels)
+        with tqdm(
+            total=sum(len(p.rows) for p in plan.shards),
+            initial=sum(i.samples for i in infos.values()),
+            unit="img",
+            desc=f"pack {self.name}",
+            disable=not self.progress,
+            file=sys.stderr,
+            dynamic_ncols=True,
+            smoothing=0.1,
+        ) as bar:
+            if self.engine == "ray" and todo:
+                infos.update(write_on_ray(job, todo, bar))
+            else:
+                infos.update(_write_all(job, todo, workers, bar))
+        manifest = Manifest(
+            store=store,
+            image_size=size,
+            classes=self.classes,
+            sources=self.sources,
+            shards=tuple(infos[s.name] for s in plan.shards),
+            made_by=self.made_by,
+            channels=self.channels,
+        )
+        if remote is None:
+            manifest.save(out)
+            (out / PLAN_NAME).unlink(missing_ok=True)
+        return manifest
+
+
+def _disk_full(
+    out: Path, plan: PackPlan, rows: dict[str, RowSource], store: str, size: tuple[int, int] | None, channels: int = 3
+) -> str:
+    """The message for a full disk: how much the pack needs, and how much is free."""
+    if store == "pixels":
+        needed = sum(len(p.rows) for p in plan.shards) * image_row_bytes(size, channels)  # type: ignore[arg-type]
+    else:
+        needed = int(sum(int(r.encoded_sizes().sum()) for r in rows.values()))
+    written = sum(f.stat().st_size for f in out.iterdir() if f.is_file() and is_ours(f.name))
+    free = shutil.disk_usage(out).free
+    return (
+        f"{out}: the disk is full: the pack needs about {needed / 2**20:,.1f} MiB, {written / 2**20:,.1f} MiB are "
+        f"written and {free / 2**20:,.1f} MiB are free; free at least {max(needed - written - free, 0) / 2**20 + 1:,.1f} MiB "
+        "more (or pack to another disk) and re-run the same command: it resumes"
+    )

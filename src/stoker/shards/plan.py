@@ -101,6 +101,7 @@ def make_plan(
     shard_bytes: int,
     settings: Mapping[str, Any],
     shuffle: bool = True,
+    channels: int = 3,
 ) -> PackPlan:
     """Shuffle each split and cut it into shards; fingerprint the result.
 
@@ -118,7 +119,7 @@ def make_plan(
     for split, rows in splits.items():
         order = shuffled_rows(len(rows), seed, split) if shuffle else np.arange(len(rows))
         image_bytes = (
-            np.full(len(rows), image_row_bytes(image_size), dtype=np.int64)  # type: ignore[arg-type]
+            np.full(len(rows), image_row_bytes(image_size, channels), dtype=np.int64)  # type: ignore[arg-type]
             if store == "pixels"
             else rows.encoded_sizes()
         )

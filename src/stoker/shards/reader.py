@@ -13,6 +13,7 @@ from __future__ import annotations
 import bisect
 import itertools
 import os
+import stat
 import threading
 import zlib
 from collections.abc import Callable
@@ -29,7 +30,7 @@ from stoker.errors import ConfigError, DecodeError, ShardError
 from stoker.fs import Location, PathOrURL, where
 from stoker.jpeg import decode_jpeg_resized
 from stoker.shards.cache import ShardCache
-from stoker.shards.format import COLUMN_INDEX, image_row_bytes, shard_schema
+from stoker.shards.format import COLUMN_INDEX, MANIFEST_NAME, image_row_bytes, shard_schema
 from stoker.shards.manifest import Manifest, ShardInfo
 
 __all__ = ["ShardFile", "ShardSet", "repair_hint"]
@@ -64,6 +65,7 @@ class ShardFile:
         self.path = path if path is not None else Path(root) / info.name
         where = f"shard {info.name}"
         hint = repair_hint(root)
+        _check_regular(self.path, where, hint)  # memory-mapping a FIFO would block forever
         try:
             self._mmap = pa.memory_map(str(self.path), "r")
         except FileNotFoundError:
@@ -197,6 +199,26 @@ class ShardFile:
         self._mmap.close()
 
 
+def _manifest_stamp(root: Path) -> tuple[int, int, int, int] | None:
+    """What identifies the manifest file on disk without reading it (device, inode, size, mtime)."""
+    try:
+        st = (root / MANIFEST_NAME).stat()
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns
+
+
+def _check_regular(path: Path, where: str, hint: str) -> None:
+    try:
+        mode = path.stat().st_mode
+    except FileNotFoundError:
+        raise ShardError(f"{where}: file is missing; {hint}") from None
+    except OSError as exc:
+        raise ShardError(f"{where}: cannot open ({exc.strerror or exc}); {hint}") from None
+    if not stat.S_ISREG(mode):
+        raise ShardError(f"{where}: not a regular file (a FIFO, device or folder); {hint}")
+
+
 def _as_uint8(buffer: pa.Buffer | None, offset: int, count: int | None) -> np.ndarray:
     if buffer is None:
         return np.zeros(0, dtype=np.uint8)
@@ -318,12 +340,18 @@ class ShardSet:
         self.cache: ShardCache | None = ShardCache(cache_dir, cache_limit) if self.remote is not None else None
         self.root: Path | str = place.url if isinstance(place, Location) else place
         self.split = split
+        # Before loading: a change in between is caught later. (A remote set is read through
+        # the verified cache: a re-packed shard fails its SHA-256 there.)
+        self._stamp = _manifest_stamp(place) if isinstance(place, Path) else None
         self.manifest = Manifest.load(place)
         self.infos = self.manifest.shards_of(split)
-        self.schema = shard_schema(self.manifest.store, self.manifest.image_size)
+        self.schema = shard_schema(self.manifest.store, self.manifest.image_size, self.manifest.channels)
         self.starts = np.cumsum([0] + [info.samples for info in self.infos])
         self.crops = {s.name: s.crop for s in self.manifest.sources}
-        self.row_bytes = image_row_bytes(self.manifest.image_size) if self.manifest.store == "pixels" else 0  # type: ignore[arg-type]
+        self.channels = self.manifest.channels
+        self.row_bytes = (
+            image_row_bytes(self.manifest.image_size, self.channels) if self.manifest.store == "pixels" else 0  # type: ignore[arg-type]
+        )
         self.gather_threads = _default_gather_threads()
         self.reduced_jpeg = True  # decode JPEGs at a reduced scale where the output allows (stoker.jpeg)
         self._lock = threading.Lock()
@@ -377,8 +405,35 @@ class ShardSet:
                 opened = self._files[shard]
                 if opened is None:
                     opened = self._open(shard)
+                    try:
+                        self._check_same_set()
+                    except ShardError:
+                        opened.close()
+                        raise
                     self._files[shard] = opened
         return opened
+
+    def _check_same_set(self) -> None:
+        """The set on disk is still the one opened: a shard opened after a re-pack must not mix in.
+
+        A pack's identity is its manifest (it lists every shard's SHA-256). The check
+        runs after a shard is opened, so a re-pack that swaps the set in between is seen.
+        """
+        if self.remote is not None:
+            return
+        stamp = _manifest_stamp(Path(self.root))
+        if stamp == self._stamp:
+            return
+        try:
+            current = Manifest.load(self.root)
+        except ShardError:
+            current = None
+        if current != self.manifest:
+            raise ShardError(
+                f"{self.root}: the shard set was re-packed or replaced while it was open (its manifest changed); "
+                "open it again to read the new set"
+            )
+        self._stamp = stamp
 
     def _open(self, shard: int) -> ShardFile:
         info = self.infos[shard]

@@ -15,6 +15,7 @@ for a page cache, or a disk larger than memory).
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -33,6 +34,8 @@ from stoker.shards.dataset import ShardDataset
 __all__ = ["BLOCK_ROWS", "ShardStream", "stream_order"]
 
 BLOCK_ROWS = 64  # rows a worker takes at a time: small enough to interleave, large enough to read in runs
+
+log = logging.getLogger("stoker")
 
 
 def _buffer_shuffle(rows: np.ndarray, buffer: int, rng: np.random.Generator) -> np.ndarray:
@@ -167,6 +170,13 @@ class ShardStream(IterableDataset):
             cache_dir=cache_dir, cache_limit=cache_limit, storage_options=storage_options,
         )
         self.fetch_ahead = fetch_ahead
+        if self.dataset.manifest.made_by.get("shuffle") is False:  # `stoker pack --no-shuffle`
+            log.warning(
+                "%s: packed with --no-shuffle (the source's order kept); a ShardStream reads it close to that "
+                "order, so batches may hold few classes. Repack without --no-shuffle, or read it map-style "
+                "(ShardDataset, shuffled by the sampler); `stoker inspect %s --workers N` scores the stream",
+                root, root,
+            )
         self.shuffle = shuffle
         self.shuffle_buffer = shuffle_buffer
         self.seed = seed

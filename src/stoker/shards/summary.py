@@ -48,7 +48,8 @@ class ShardSetSummary:
         """The summary as text: the set, its splits, and the first ``max_classes`` classes."""
         m = self.manifest
         size = f"{m.image_size[0]}x{m.image_size[1]}" if m.image_size else "each image's own size"
-        store = f"pixels, {size} uint8 RGB CHW" if m.store == "pixels" else f"encoded (original files), read at {size}"
+        layout = "uint8 RGB CHW" if m.channels == 3 else "uint8 gray, 1 channel (CHW)"
+        store = f"pixels, {size} {layout}" if m.store == "pixels" else f"encoded (original files), read at {size}"
         made = m.made_by
         sources = ", ".join(
             f"{s.name} ({s.root}" + (f", crop {','.join(map(str, s.crop))})" if s.crop else ")") for s in m.sources

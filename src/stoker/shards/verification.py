@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import stat
 import sys
 import zlib
 from concurrent.futures import ProcessPoolExecutor
@@ -17,6 +18,7 @@ from tqdm import tqdm
 from stoker.decode import decode_sample
 from stoker.errors import ConfigError, DataError, ShardError, StokerError
 from stoker.fs import Location, where
+from stoker.lifetime import die_with_parent
 from stoker.shards.cache import ShardCache
 from stoker.shards.format import MANIFEST_NAME, shard_schema
 from stoker.shards.manifest import Manifest, ShardInfo
@@ -100,11 +102,14 @@ def _verify_shard(root: Path, manifest: Manifest, info: ShardInfo, decode: bool,
     path = path if path is not None else root / info.name
     faults: list[Fault] = []
     try:
-        size = path.stat().st_size
+        st = path.stat()
     except FileNotFoundError:
         return [Fault(info.name, None, "file is missing")]
     except OSError as exc:
         return [Fault(info.name, None, f"cannot read ({exc.strerror})")]
+    if not stat.S_ISREG(st.st_mode):  # reading a FIFO would block forever
+        return [Fault(info.name, None, "not a regular file (a FIFO, device or folder)")]
+    size = st.st_size
     if size != info.bytes:
         return [Fault(info.name, None, f"{size} bytes on disk, the manifest says {info.bytes} (truncated or changed)")]
     try:
@@ -113,7 +118,7 @@ def _verify_shard(root: Path, manifest: Manifest, info: ShardInfo, decode: bool,
     except OSError as exc:
         return [Fault(info.name, None, f"cannot read ({exc.strerror})")]
     try:
-        opened = ShardFile(root, info, shard_schema(manifest.store, manifest.image_size), len(manifest.classes), path=path)
+        opened = ShardFile(root, info, shard_schema(manifest.store, manifest.image_size, manifest.channels), len(manifest.classes), path=path)
     except ShardError as exc:
         return faults + [Fault(info.name, None, str(exc).split("; run `stoker verify")[0])]
     try:
@@ -220,7 +225,7 @@ def verify(
                 results.append(_verify_shard(root, manifest, info, decode, paths.get(info.name)))
                 bar.update()
         else:
-            with ProcessPoolExecutor(min(workers, len(infos))) as pool:
+            with ProcessPoolExecutor(min(workers, len(infos)), initializer=die_with_parent, initargs=(os.getpid(),)) as pool:
                 futures = [
                     pool.submit(_verify_in_worker, root, manifest, info, decode, paths.get(info.name)) for info in infos
                 ]
@@ -241,7 +246,7 @@ def verify(
 def _duplicate_keys(root: Path, manifest: Manifest, paths: dict[str, Path]) -> list[Fault]:
     """A fault for the first repeated key of each split (keys trace samples back to files)."""
     faults = []
-    schema = shard_schema(manifest.store, manifest.image_size)
+    schema = shard_schema(manifest.store, manifest.image_size, manifest.channels)
     for split, infos in manifest.splits.items():
         seen: dict[str, str] = {}
         for info in infos:

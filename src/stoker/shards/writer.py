@@ -81,15 +81,17 @@ class ShardWriter:
         store: str,
         image_size: tuple[int, int] | None,
         record_batch_bytes: int = RECORD_BATCH_BYTES,
+        channels: int = 3,
     ) -> None:
         self.path = Path(path)
         self.split = split
         self.store = store
-        self.schema = shard_schema(store, image_size)
+        self.channels = channels
+        self.schema = shard_schema(store, image_size, channels)
         self.tmp_path = self.path.with_name(self.path.name + TMP_SUFFIX)
         self.info: ShardInfo | None = None
         self._image_size = image_size
-        self._row_bytes = image_row_bytes(image_size) if store == "pixels" else 0  # type: ignore[arg-type]
+        self._row_bytes = image_row_bytes(image_size, channels) if store == "pixels" else 0  # type: ignore[arg-type]
         self._batch_bytes = max(int(record_batch_bytes), 1)
         self._rows_per_batch = max(self._batch_bytes // self._row_bytes, 1) if self._row_bytes else 0
         self._file = _HashingFile(self.tmp_path)
@@ -174,9 +176,9 @@ class ShardWriter:
             array = np.ascontiguousarray(image)
         else:
             array = np.frombuffer(image, dtype=np.uint8)
-        if array.size != self._row_bytes or (array.ndim == 3 and array.shape != (3, height, width)):
+        if array.size != self._row_bytes or (array.ndim == 3 and array.shape != (self.channels, height, width)):
             raise DataError(
-                f"{key}: expected a uint8 image of shape 3x{height}x{width}, got {tuple(array.shape)}; "
+                f"{key}: expected a uint8 image of shape {self.channels}x{height}x{width}, got {tuple(array.shape)}; "
                 "resize it to the shard set's image size"
             )
         return array.reshape(-1)

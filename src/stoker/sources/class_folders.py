@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import logging
 import os
+import re
+from collections import Counter
 from pathlib import Path
 from typing import Literal
 
@@ -12,8 +15,11 @@ from stoker.fs import Location, PathOrURL, join, where
 from stoker.loading.skips import OnError
 from stoker.sources.dataset import FileDataset, Transform
 from stoker.sources.index import SampleIndex, Source
+from stoker.sources.untrusted import check_name_utf8, parse_label, resolve_inside, scan_kinds
 
 __all__ = ["ClassFolderDataset"]
+
+log = logging.getLogger("stoker")
 
 LabelMode = Literal["auto", "numeric", "sorted"]
 
@@ -28,16 +34,37 @@ def _remote_listing(place: Location) -> tuple[list[str], dict[str, list[str]]]:
     return sorted(files), files
 
 
-def _list_files(folder: Path) -> list[str]:
-    """Sample files under ``folder`` (recursively), as sorted paths relative to it."""
-    found = []
-    for dirpath, dirnames, filenames in os.walk(folder):
-        dirnames.sort()
-        rel = os.path.relpath(dirpath, folder)
-        for name in sorted(filenames):
-            if os.path.splitext(name)[1].lower() in SAMPLE_SUFFIXES:
-                found.append(name if rel == "." else os.path.join(rel, name))
+def _list_files(root: Path, folder: str, ignored: Counter[str] | None = None) -> list[str]:
+    """Sample files under ``root/folder`` (recursively, in ``os.walk`` order), as paths relative to it.
+
+    Only regular files are data: a FIFO or device named like an image is an error, and
+    a symlink must resolve to a regular file inside ``root`` (``root`` is resolved).
+    """
+    found: list[str] = []
+
+    def walk(rel_dir: str) -> None:
+        kinds = scan_kinds(root / rel_dir)
+        for name in sorted(kinds):
+            kind, rel = kinds[name], f"{rel_dir}/{name}"
+            if kind == "dir":
+                continue
+            suffix = os.path.splitext(name)[1].lower()
+            if suffix not in SAMPLE_SUFFIXES:
+                if ignored is not None and not name.startswith("."):
+                    ignored[suffix or "(no suffix)"] += 1
+                continue
+            check_name_utf8(name, str(root / rel_dir))
+            if kind != "file" and resolve_inside(root, rel, str(root), None) is None:
+                continue  # a dangling symlink: not a sample
+            found.append(rel[len(folder) + 1 :])
+        for name in sorted(n for n, kind in kinds.items() if kind == "dir"):
+            walk(f"{rel_dir}/{name}")
+
+    walk(folder)
     return found
+
+
+_DIGITS = re.compile(r"[0-9]+")
 
 
 class ClassFolderDataset(FileDataset):
@@ -85,15 +112,18 @@ class ClassFolderDataset(FileDataset):
         else:
             if not local.is_dir():
                 raise MissingFileError(f"{local}: folder not found; pass the folder that holds one folder per class")
-            folders = sorted(e.name for e in os.scandir(local) if e.is_dir() and not e.name.startswith("."))
+            kinds = scan_kinds(local.resolve())
+            folders = sorted(n for n, kind in kinds.items() if kind == "dir" and not n.startswith("."))
         if not folders:
             raise MissingFileError(f"{root}: no class folders found; expected {root}/<class>/<image files>")
-        numeric = all(f.isdigit() for f in folders)
+        for f in folders:
+            check_name_utf8(f, str(root))
+        numeric = all(_DIGITS.fullmatch(f) for f in folders)
         if labels == "numeric" and not numeric:
-            bad = next(f for f in folders if not f.isdigit())
+            bad = next(f for f in folders if not _DIGITS.fullmatch(f))
             raise ConfigError(f"{root}/{bad}: folder name is not a number; use labels='sorted' for named classes")
         if labels == "numeric" or (labels == "auto" and numeric):
-            label_of = {f: int(f) for f in folders}
+            label_of = {f: parse_label(f, f"{root}/{f}") for f in folders}
             classes = [str(i) for i in range(max(label_of.values()) + 1)]
             for f in folders:
                 classes[label_of[f]] = f
@@ -102,14 +132,21 @@ class ClassFolderDataset(FileDataset):
             classes = list(folders)
         resolved = place.url if isinstance(place, Location) else str(local.resolve())
         keys, paths, sample_labels, empty = [], [], [], []
+        ignored: Counter[str] = Counter()
         for folder in folders:
-            files = remote_files[folder] if remote_files is not None else _list_files(local / folder)
+            files = remote_files[folder] if remote_files is not None else _list_files(Path(resolved), folder, ignored)
             if not files:
                 empty.append(folder)
             for rel in files:
                 keys.append(f"{folder}/{rel}")
                 paths.append(join(resolved, folder, rel))
                 sample_labels.append(label_of[folder])
+        if ignored:  # never silent: say what was left out and why
+            shown = ", ".join(f"{count} {suffix}" for suffix, count in ignored.most_common(5))
+            log.warning(
+                "%s: ignored %d file(s) that are not images stoker reads (%s); readable: %s",
+                root, sum(ignored.values()), shown, " ".join(SAMPLE_SUFFIXES),
+            )
         if empty and not allow_empty:
             shown = ", ".join(empty[:5]) + (" ..." if len(empty) > 5 else "")
             raise DataError(f"{root}: {len(empty)} class folder(s) hold no images ({shown}); remove them or pass allow_empty=True")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import stat
 from collections.abc import Callable
 from typing import Any
 
@@ -19,6 +21,9 @@ __all__ = ["FileDataset", "OnError", "Skipped", "read_file_bytes"]
 
 Transform = Callable[[torch.Tensor], Any]
 
+#: The largest sample file read (1 GiB): anything larger is not one image.
+MAX_FILE_BYTES = 1 << 30
+
 
 def read_file_bytes(path: str) -> bytes:
     """Read a whole file, local or (with fsspec installed) remote such as ``s3://...``."""
@@ -32,13 +37,25 @@ def read_file_bytes(path: str) -> bytes:
                 return f.read()
         except FileNotFoundError:
             raise MissingFileError(f"{path}: file not found (moved or deleted since the index was built?)") from None
+    local = path.removeprefix("file://")
     try:
-        with open(path.removeprefix("file://"), "rb") as f:
-            return f.read()
+        # O_NONBLOCK: opening a FIFO must not wait for a writer; the fstat then refuses it.
+        fd = os.open(local, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
     except FileNotFoundError:
         raise MissingFileError(f"{path}: file not found (moved or deleted since the index was built?)") from None
     except OSError as exc:
         raise DataError(f"{path}: cannot read file ({exc.strerror})") from None
+    info = os.fstat(fd)
+    if not stat.S_ISREG(info.st_mode) or info.st_size > MAX_FILE_BYTES:
+        os.close(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise DataError(f"{path}: not a regular file (a FIFO, device or folder); only regular files are data")
+        raise DataError(f"{path}: {info.st_size:,} bytes, larger than {MAX_FILE_BYTES >> 20:,} MiB; not a sample file")
+    with os.fdopen(fd, "rb") as f:
+        try:
+            return f.read()
+        except OSError as exc:
+            raise DataError(f"{path}: cannot read file ({exc.strerror})") from None
 
 
 def _size(shape: torch.Size) -> str:

@@ -12,38 +12,42 @@ from typing import Any
 
 from stoker.decode import SAMPLE_SUFFIXES
 from stoker.errors import ConfigError, DataError, LabelError, MissingFileError
-from stoker.fs import Location, PathOrURL, is_url, join, parent, read_text
+from stoker.fs import Location, PathOrURL, is_url, join, parent
 from stoker.fs import where as locate
 from stoker.loading.skips import OnError
 from stoker.sources.dataset import FileDataset, Transform
 from stoker.sources.index import SampleIndex, Source
+from stoker.sources.untrusted import FileKinds, check_name_utf8, parse_label, read_text_file, resolve_inside, scan_kinds
 
 __all__ = ["IdDataset"]
 
 
-def _entry_names(root: Path | Location) -> list[str]:
-    """The file names directly in ``root`` (one directory scan, or one listing of a bucket)."""
+def _entry_names(root: Location) -> list[str]:
+    """The file names directly in a folder at a URL (one listing of a bucket)."""
+    names = list(root.sizes())
+    if not names and not root.exists():
+        raise MissingFileError(f"{root.url}: data folder not found; pass the folder that holds the <id> files as root")
+    return names
+
+
+def _files_by_stem(root: Path | Location, suffixes: Sequence[str]) -> tuple[dict[str, str], FileKinds | None]:
+    """Map each file stem under ``root`` to its file name (one directory scan), and (local) what each entry is."""
+    kinds: FileKinds | None = None
     if isinstance(root, Location):
-        names = list(root.sizes())
-        if not names and not root.exists():
-            raise MissingFileError(f"{root.url}: data folder not found; pass the folder that holds the <id> files as root")
-        return names
-    if not root.is_dir():
-        raise MissingFileError(f"{root}: data folder not found; pass the folder that holds the <id> files as root")
-    with os.scandir(root) as entries:
-        return [entry.name for entry in entries]
-
-
-def _files_by_stem(root: Path | Location, suffixes: Sequence[str]) -> dict[str, str]:
-    """Map each file stem under ``root`` to its file name (one directory scan)."""
+        names = sorted(_entry_names(root))
+    else:
+        if not root.is_dir():
+            raise MissingFileError(f"{root}: data folder not found; pass the folder that holds the <id> files as root")
+        kinds = scan_kinds(root)
+        names = sorted(n for n, kind in kinds.items() if kind != "dir")
     found: dict[str, str] = {}
-    for entry in _entry_names(root):
-        stem, suffix = os.path.splitext(entry)
+    for name in names:
+        stem, suffix = os.path.splitext(name)
         if suffix.lower() in suffixes:
             if stem in found:
-                raise DataError(f"{root}: id {stem!r} has two files ({found[stem]}, {entry}); keep one of them")
-            found[stem] = entry
-    return found
+                raise DataError(f"{root}: id {stem!r} has two files ({found[stem]}, {name}); keep one of them")
+            found[stem] = name
+    return found, kinds
 
 
 class IdDataset(FileDataset):
@@ -85,11 +89,15 @@ class IdDataset(FileDataset):
         place = locate(root)  # a folder or a URL
         if split not in partition:
             raise ConfigError(f"split {split!r} is not in the partition; it has: {', '.join(sorted(partition))}")
-        ids = [str(i) for i in partition[split]]
         _check_partition(partition, where)
-        int_labels = {str(k): _as_label(v, f"{where}: id {k!r}") for k, v in labels.items()}
-        files = _files_by_stem(place, SAMPLE_SUFFIXES)
-        resolved = place.url if isinstance(place, Location) else str(place.resolve())
+        ids = [str(i) for i in partition[split]]
+        int_labels = {str(k): parse_label(v, f"{where}: id {k!r}") for k, v in labels.items()}
+        if isinstance(place, Location):
+            files, kinds = _files_by_stem(place, SAMPLE_SUFFIXES)
+            resolved = place.url
+        else:
+            files, kinds = _files_by_stem(place.resolve(), SAMPLE_SUFFIXES)
+            resolved = str(place.resolve())
         paths, sample_labels = [], []
         for sample_id in ids:
             if sample_id not in int_labels:
@@ -99,7 +107,14 @@ class IdDataset(FileDataset):
                     f"{resolved}: no file for id {sample_id!r} (looked for {sample_id}{{{','.join(SAMPLE_SUFFIXES)}}}); "
                     "add the file or remove the id from the partition"
                 )
-            paths.append(join(resolved, files[sample_id]))
+            if kinds is None:  # a URL: the listing names only plain files
+                paths.append(join(resolved, files[sample_id]))
+            else:
+                check_name_utf8(files[sample_id], resolved)
+                found = resolve_inside(Path(resolved), files[sample_id], f"{where}: id {sample_id!r}", kinds)
+                if found is None:  # a dangling symlink
+                    raise MissingFileError(f"{join(resolved, files[sample_id])}: the file of id {sample_id!r} does not exist")
+                paths.append(found)
             sample_labels.append(int_labels[sample_id])
         num_classes = max(int_labels.values(), default=-1) + 1  # all splits agree on the class count
         index = SampleIndex.build(
@@ -118,14 +133,13 @@ class IdDataset(FileDataset):
         own folder when there is no ``data`` folder.
         """
         path = _as_path(path)
-        try:
-            text = read_text(path)
-        except FileNotFoundError:
-            raise MissingFileError(f"{path}: id file not found") from None
+        text = read_text_file(path, "id file", '{"partition": {split: [ids]}, "labels": {id: label}}')
         try:
             obj = json.loads(text, object_pairs_hook=lambda pairs: _no_duplicate_keys(pairs, path))
         except json.JSONDecodeError as exc:
             raise LabelError(f"{path}:{exc.lineno}: not valid JSON ({exc.msg})") from None
+        except RecursionError:
+            raise LabelError(f"{path}: JSON nested too deeply; expected {{\"partition\": ..., \"labels\": ...}}") from None
         if not isinstance(obj, dict) or not isinstance(obj.get("partition"), dict) or not isinstance(obj.get("labels"), dict):
             raise LabelError(f'{path}: expected an object {{"partition": {{split: [ids]}}, "labels": {{id: label}}}}')
         return cls(_default_root(path, root), obj["partition"], obj["labels"], split, where=str(path), **kwargs)
@@ -138,23 +152,23 @@ class IdDataset(FileDataset):
         path = _as_path(path)
         partition: dict[str, list[str]] = {}
         labels: dict[str, Any] = {}
+        text = read_text_file(path, "id file", "a CSV with header id,label,split")
+        reader = csv.DictReader(io.StringIO(text, newline=""))
         try:
-            with io.StringIO(read_text(path), newline="") as f:
-                reader = csv.DictReader(f)
-                missing = {"id", "label", "split"} - set(reader.fieldnames or [])
-                if missing:
-                    raise LabelError(f"{path}:1: header must name the columns id,label,split (missing {sorted(missing)})")
-                for row in reader:
-                    line = reader.line_num
-                    sample_id, label, part = row["id"], row["label"], row["split"]
-                    if not sample_id or label is None or part is None or label == "":
-                        raise LabelError(f"{path}:{line}: expected id,label,split, got {row}")
-                    if sample_id in labels:
-                        raise LabelError(f"{path}:{line}: id {sample_id!r} appears twice; keep one row per id")
-                    labels[sample_id] = _as_label(label, f"{path}:{line}")
-                    partition.setdefault(part, []).append(sample_id)
-        except FileNotFoundError:
-            raise MissingFileError(f"{path}: id file not found") from None
+            missing = {"id", "label", "split"} - set(reader.fieldnames or [])
+            if missing:
+                raise LabelError(f"{path}:1: header must name the columns id,label,split (missing {sorted(missing)})")
+            for row in reader:
+                line = reader.line_num
+                sample_id, label, part = row["id"], row["label"], row["split"]
+                if not sample_id or label is None or part is None or label == "":
+                    raise LabelError(f"{path}:{line}: expected id,label,split, got {row}")
+                if sample_id in labels:
+                    raise LabelError(f"{path}:{line}: id {sample_id!r} appears twice; keep one row per id")
+                labels[sample_id] = parse_label(label, f"{path}:{line}")
+                partition.setdefault(part, []).append(sample_id)
+        except csv.Error as exc:
+            raise LabelError(f"{path}:{reader.line_num}: not valid CSV ({exc})") from None
         return cls(_default_root(path, root), partition, labels, split, where=str(path), **kwargs)
 
 
@@ -182,26 +196,23 @@ def _no_duplicate_keys(pairs: list[tuple[str, Any]], path: Path | str) -> dict[s
     return seen
 
 
-def _as_label(value: Any, where: str) -> int:
-    if isinstance(value, bool):
-        raise LabelError(f"{where}: label {value!r} is not an integer")
-    try:
-        label = int(value)
-    except (TypeError, ValueError):
-        raise LabelError(f"{where}: label {value!r} is not an integer; labels must be integers >= 0") from None
-    if label != value and str(label) != str(value).strip():
-        raise LabelError(f"{where}: label {value!r} is not an integer; labels must be integers >= 0")
-    if label < 0:
-        raise LabelError(f"{where}: label {label} is negative; labels must be integers >= 0")
-    return label
-
-
 def _check_partition(partition: Mapping[str, Sequence[str]], where: str) -> None:
     owner: dict[str, str] = {}
     for part, ids in partition.items():
+        if not isinstance(ids, (list, tuple)):
+            raise LabelError(f"{where}: split {part!r} must be a list of ids, got {type(ids).__name__} {_shown(ids)}")
         for sample_id in ids:
+            if isinstance(sample_id, bool) or not isinstance(sample_id, (str, int)):
+                raise LabelError(f"{where}: split {part!r} lists {_shown(sample_id)}; ids must be strings or integers")
             sample_id = str(sample_id)
+            if not sample_id or "/" in sample_id or "\\" in sample_id or sample_id in (".", ".."):
+                raise LabelError(f"{where}: id {sample_id!r} (split {part!r}) is not a plain file name; ids name files in the data folder")
             if sample_id in owner:
                 place = "twice in" if owner[sample_id] == part else f"in both {owner[sample_id]!r} and"
                 raise LabelError(f"{where}: id {sample_id!r} is listed {place} split {part!r}; list each id once")
             owner[sample_id] = part
+
+
+def _shown(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."

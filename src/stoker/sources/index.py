@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from stoker.decode import Box
-from stoker.errors import ConfigError, DataError
+from stoker.errors import ConfigError, DataError, LabelError
 
 __all__ = ["SampleIndex", "Source"]
 
@@ -75,8 +75,22 @@ class SampleIndex:
         source: Source,
         classes: Sequence[str] | None = None,
     ) -> SampleIndex:
-        """Build the index of one source; ``classes`` defaults to ``0..max(label)``."""
-        label_array = np.asarray(labels, dtype=np.int64)
+        """Build the index of one source; ``classes`` defaults to ``0..max(label)``.
+
+        Raises:
+            LabelError: a label is negative or not below :data:`~stoker.sources.untrusted.MAX_CLASSES`.
+        """
+        from stoker.sources.untrusted import MAX_CLASSES
+
+        try:
+            label_array = np.asarray(labels, dtype=np.int64)
+        except OverflowError:
+            raise LabelError(f"{source.root}: a label is larger than {MAX_CLASSES - 1:,}; labels are class numbers") from None
+        if len(label_array) and (label_array.min() < 0 or label_array.max() >= MAX_CLASSES):
+            bad = int(label_array[(label_array < 0) | (label_array >= MAX_CLASSES)][0])
+            raise LabelError(
+                f"{source.root}: label {bad} is outside 0..{MAX_CLASSES - 1:,}; labels are class numbers >= 0"
+            )
         if classes is None:
             classes = [str(i) for i in range(int(label_array.max()) + 1)] if len(label_array) else []
         return cls(

@@ -2,15 +2,15 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 from stoker.decode import Box
 from stoker.errors import ConfigError, LabelError, MissingFileError
-from stoker.fs import Location, PathOrURL, join, read_text, where
+from stoker.fs import Location, PathOrURL, join, where
 from stoker.loading.skips import OnError
 from stoker.sources.dataset import FileDataset, Transform
 from stoker.sources.index import SampleIndex, Source
+from stoker.sources.untrusted import parse_label, read_text_file, resolve_inside, scan_kinds
 
 __all__ = ["LabelFileDataset", "read_label_file"]
 
@@ -19,17 +19,19 @@ def read_label_file(path: PathOrURL) -> tuple[list[str], list[int]]:
     """Parse ``<file name> <label>`` lines; blank lines and ``#`` comments are skipped.
 
     Raises:
-        LabelError: a line has no label, a non-integer or negative label, or repeats a file.
+        LabelError: a line has no label, a label that is not a plain integer in range, or repeats a file.
     """
+    names, labels, _ = _read_label_lines(path)
+    return names, labels
+
+
+def _read_label_lines(path: PathOrURL) -> tuple[list[str], list[int], list[int]]:
+    """``(names, labels, line numbers)`` of a label file."""
     names: list[str] = []
     labels: list[int] = []
+    lines: list[int] = []
     seen: dict[str, int] = {}
-    try:
-        text = read_text(path)  # a local path or a URL
-    except FileNotFoundError:
-        raise MissingFileError(f"{path}: label file not found") from None
-    except UnicodeDecodeError:
-        raise LabelError(f"{path}: not a text file; expected '<file name> <label>' lines") from None
+    text = read_text_file(path, "label file", "'<file name> <label>' lines")
     for line_no, line in enumerate(text.splitlines(), start=1):
         line = line.strip()
         if not line or line.startswith("#"):
@@ -38,20 +40,16 @@ def read_label_file(path: PathOrURL) -> tuple[list[str], list[int]]:
         if len(parts) != 2:
             raise LabelError(f"{path}:{line_no}: {line!r} has no label; expected '<file name> <label>'")
         name, label_text = parts
-        try:
-            label = int(label_text)
-        except ValueError:
-            raise LabelError(f"{path}:{line_no}: label {label_text!r} is not an integer; expected '<file name> <label>'") from None
-        if label < 0:
-            raise LabelError(f"{path}:{line_no}: label {label} is negative; labels must be integers >= 0")
+        label = parse_label(label_text, f"{path}:{line_no}")
         if name in seen:
             raise LabelError(f"{path}:{line_no}: {name!r} is listed again (first on line {seen[name]}); list each file once")
         seen[name] = line_no
         names.append(name)
         labels.append(label)
+        lines.append(line_no)
     if not names:
         raise LabelError(f"{path}: no '<file name> <label>' lines found")
-    return names, labels
+    return names, labels, lines
 
 
 class LabelFileDataset(FileDataset):
@@ -93,20 +91,33 @@ class LabelFileDataset(FileDataset):
                 raise MissingFileError(f"{local}: image folder not found")
         if crop is not None and (len(crop) != 4 or any(int(v) != v for v in crop)):
             raise ConfigError(f"crop must be four integers (top, left, height, width), got {crop!r}")
-        names, labels = read_label_file(label_file)
-        present = set(place.sizes()) if isinstance(place, Location) else set(os.listdir(local))
-        if isinstance(place, Location) and not present:
-            raise MissingFileError(f"{place.url}: image folder not found (or empty)")
-        for name_ in names:
-            if name_ not in present and not (
-                place.exists(name_) if isinstance(place, Location) else (local / name_).is_file()
-            ):
-                raise MissingFileError(
-                    f"{label_file}: lists {name_!r} but {join(str(place), name_)} does not exist; "
-                    "restore the image or remove its line"
-                )
-        resolved = place.url if isinstance(place, Location) else str(local.resolve())
-        paths = [join(resolved, n) for n in names]
+        names, labels, lines = _read_label_lines(label_file)
+        if isinstance(place, Location):
+            present = set(place.sizes())
+            if not present:
+                raise MissingFileError(f"{place.url}: image folder not found (or empty)")
+            for name_, line_no in zip(names, lines, strict=True):
+                if name_.startswith("/") or "\\" in name_ or ".." in name_.split("/"):
+                    raise LabelError(f"{label_file}:{line_no}: {name_!r} points outside the data folder {place.url}; name files relative to it")
+                if name_ not in present and not place.exists(name_):
+                    raise MissingFileError(
+                        f"{label_file}:{line_no}: lists {name_!r} but {join(place.url, name_)} does not exist; "
+                        "restore the image or remove its line"
+                    )
+            resolved = place.url
+            paths = [join(resolved, n) for n in names]
+        else:
+            resolved = str(local.resolve())
+            kinds = scan_kinds(Path(resolved))
+            paths = []
+            for name_, line_no in zip(names, lines, strict=True):
+                found = resolve_inside(Path(resolved), name_, f"{label_file}:{line_no}", kinds)
+                if found is None:
+                    raise MissingFileError(
+                        f"{label_file}:{line_no}: lists {name_!r} but {local / name_} does not exist; "
+                        "restore the image or remove its line"
+                    )
+                paths.append(found)
         box = tuple(int(v) for v in crop) if crop is not None else None
         index = SampleIndex.build(names, paths, labels, Source(name, resolved, box))  # type: ignore[arg-type]
         super().__init__(index, transform, on_error)

@@ -366,10 +366,15 @@ def _write_all(kind: str, root: Path, seed: int, items: Sequence[_Item], workers
     # so no `if __name__ == "__main__"` guard is needed there). The pool starts before
     # the bar, whose monitor thread must not be forked. Each sample's randomness comes
     # from (seed, index), so the files do not depend on which worker wrote them.
+    # close() + join() once every result is in: Pool.__exit__ alone terminates, and a
+    # worker the pool restarts while it terminates can wait forever on the task queue's
+    # lock (seen under load: the test suite hung in join).
     with multiprocessing.get_context().Pool(processes=workers) as pool:
         with _progress_bar(kind, n, progress) as progress_bar:
             for count in pool.imap_unordered(_write_chunk, chunks):
                 progress_bar.update(count)
+        pool.close()
+        pool.join()
 
 
 def _write_text(path: Path, text: str) -> None:

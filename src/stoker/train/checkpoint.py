@@ -8,8 +8,10 @@ over the old one, so a crash mid-write leaves the previous checkpoint whole.
 
 from __future__ import annotations
 
+import errno
 import os
 import random
+import shutil
 import tempfile
 import zipfile
 from pathlib import Path
@@ -40,8 +42,16 @@ def save_checkpoint(state: dict[str, Any], path: str | os.PathLike[str]) -> Path
         >>> save_checkpoint({"model": model.state_dict(), "epoch": 3}, "runs/a/last.pt")  # doctest: +SKIP
     """
     path = Path(path)
+    _remove_stale_temporaries(path)
+    needed = _tensor_bytes(state)
     try:
-        fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+        free = shutil.disk_usage(path.parent).free
+    except OSError:
+        free = None  # the folder is missing: mkstemp below says so
+    if free is not None and free < needed:
+        raise CheckpointError(_disk_full(path, needed, free))
+    try:
+        fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.{os.getpid()}.", suffix=".tmp", dir=path.parent)
     except OSError as exc:
         raise CheckpointError(f"{path}: cannot write checkpoint ({exc.strerror}); check the folder exists and is writable") from None
     try:
@@ -52,10 +62,61 @@ def save_checkpoint(state: dict[str, Any], path: str | os.PathLike[str]) -> Path
         os.replace(tmp_name, path)
     except BaseException as exc:
         Path(tmp_name).unlink(missing_ok=True)
+        if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
+            raise CheckpointError(_disk_full(path, needed, shutil.disk_usage(path.parent).free)) from None
         if isinstance(exc, OSError):
             raise CheckpointError(f"{path}: cannot write checkpoint ({exc.strerror}); the previous one is intact") from None
+        if isinstance(exc, RuntimeError) and ("write" in str(exc).lower() or "unexpected pos" in str(exc)):
+            # torch's zip writer reports a failed write (a full disk) as a RuntimeError
+            raise CheckpointError(
+                f"{path}: cannot write checkpoint ({str(exc).splitlines()[0]}); it needs about "
+                f"{needed / 2**20:,.1f} MiB and {shutil.disk_usage(path.parent).free / 2**20:,.1f} MiB are free; "
+                "the previous one is intact"
+            ) from None
         raise
     return path
+
+
+def _tensor_bytes(state: Any) -> int:
+    """About how many bytes ``torch.save(state)`` writes (its tensors; the rest is small)."""
+    if isinstance(state, torch.Tensor):
+        return state.numel() * state.element_size()
+    if isinstance(state, dict):
+        return sum(_tensor_bytes(v) for v in state.values())
+    if isinstance(state, (list, tuple)):
+        return sum(_tensor_bytes(v) for v in state)
+    return 0
+
+
+def _disk_full(path: Path, needed: int, free: int) -> str:
+    return (
+        f"{path}: the disk is full: the checkpoint needs about {needed / 2**20:,.1f} MiB and "
+        f"{free / 2**20:,.1f} MiB are free; free some space or pass another log folder. The previous checkpoint is intact"
+    )
+
+
+def _remove_stale_temporaries(path: Path) -> None:
+    """Delete what an earlier, killed save of ``path`` left (``.last.pt.<pid>.*.tmp`` of a dead pid)."""
+    prefix = f".{path.name}."
+    try:
+        names = [n for n in os.listdir(path.parent) if n.startswith(prefix) and n.endswith(".tmp")]
+    except OSError:
+        return
+    for name in names:
+        pid_text = name[len(prefix) :].split(".", 1)[0]
+        if pid_text.isdigit() and _pid_alive(int(pid_text)) and int(pid_text) != os.getpid():
+            continue  # another live process is writing it
+        (path.parent / name).unlink(missing_ok=True)
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def load_checkpoint(path: str | os.PathLike[str], map_location: str | torch.device = "cpu") -> dict[str, Any]:

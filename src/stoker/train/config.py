@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import difflib
 import json
+import math
 import os
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import MISSING, asdict, dataclass, field, fields
@@ -69,6 +70,8 @@ ON_ERROR: tuple[str, ...] = ("raise", "skip")
 
 Check = Callable[[Any, str], Any]  # (raw value, "table.key") -> clean value, or ConfigError
 
+_MAX_SIDE = 16384  # the largest image side a shard can hold; larger cannot be allocated per batch anyway
+
 
 # --- value checks: each takes the raw TOML value and the key, returns the clean value ---
 
@@ -95,6 +98,8 @@ def _float(minimum: float, maximum: float = float("inf"), open_min: bool = False
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise ConfigError(f"{key} must be a number in {low}{minimum}, {maximum}{high}, got {_kind(value)} {value!r}")
         v = float(value)
+        if not math.isfinite(v):
+            raise ConfigError(f"{key} must be a finite number in {low}{minimum}, {maximum}{high}, got {value!r}")
         if v < minimum or v > maximum or (open_min and v == minimum) or (open_max and v == maximum):
             raise ConfigError(f"{key} must be a number in {low}{minimum}, {maximum}{high}, got {value!r}")
         return v
@@ -143,9 +148,9 @@ def _size(value: Any, key: str) -> tuple[int, int]:
     if (
         not isinstance(value, list)
         or len(value) != 2
-        or not all(isinstance(v, int) and not isinstance(v, bool) and v >= 8 for v in value)
+        or not all(isinstance(v, int) and not isinstance(v, bool) and 8 <= v <= _MAX_SIDE for v in value)
     ):
-        raise ConfigError(f"{key} must be a size in pixels (>= 8) or [height, width], got {value!r}")
+        raise ConfigError(f"{key} must be a size in pixels (8 to {_MAX_SIDE}) or [height, width], got {value!r}")
     return (value[0], value[1])
 
 
@@ -165,11 +170,22 @@ def _device(value: Any, key: str) -> str:
     text = _text(value, key)
     import torch
 
-    if text != "auto":
-        try:
-            torch.device(text)
-        except RuntimeError:
-            raise ConfigError(f"{key} must be auto, cpu, cuda or cuda:N; got {value!r}") from None
+    if text == "auto":
+        return text
+    try:
+        device = torch.device(text)
+    except RuntimeError:
+        raise ConfigError(f"{key} must be auto, cpu, cuda or cuda:N; got {value!r}") from None
+    if device.type == "cuda":
+        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        if count == 0:
+            raise ConfigError(f"{key} = {text!r}, but this machine has no CUDA GPU; use device = \"auto\" or \"cpu\"")
+        if device.index is not None and device.index >= count:
+            raise ConfigError(f"{key} = {text!r}, but this machine has {count} GPU(s): cuda:0..cuda:{count - 1}")
+    elif device.type == "mps" and not (hasattr(torch.backends, "mps") and torch.backends.mps.is_available()):
+        raise ConfigError(f"{key} = {text!r}, but MPS is not available here; use device = \"auto\" or \"cpu\"")
+    elif device.type not in ("cpu", "cuda", "mps"):
+        raise ConfigError(f"{key} must be auto, cpu, cuda or cuda:N; got {value!r}")
     return text
 
 

@@ -1,0 +1,66 @@
+"""Long fuzz of the PNG decode path: crafted PNGs (valid CRCs, broken data), outcome per mutation.
+
+Every case is made from its number alone (:func:`stoker.fuzz.png_case`), so a bad
+outcome is reproduced with ``png_case(n)``. Cases decode in a guarded child process,
+so a crash is counted instead of ending the run. The same cases (the first
+``--baseline`` of them) also go through ``torchvision.io.decode_image`` alone, to show
+what the guard prevents.
+
+Run::
+
+    python benchmarks/fuzz_decode.py --cases 10000 --baseline 1000 --json fuzz.json
+    python benchmarks/fuzz_decode.py --cases 300 --baseline 0     # quick
+
+Prints a markdown table (the one in ``docs/reliability.md``); exits 1 on any crash or
+any error outside stoker's family.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from collections import Counter
+
+from stoker.fuzz import OUTCOMES, PNG_MUTATIONS, run_guarded
+
+
+def table(stoker: Counter[tuple[str, str]], baseline: Counter[tuple[str, str]]) -> str:
+    """The markdown table of outcomes by mutation."""
+    head = "| mutation (CRCs valid) | cases | " + " | ".join(OUTCOMES) + " | torchvision alone: crashed |"
+    lines = [head, "|---" * (len(OUTCOMES) + 3) + "|"]
+    for kind in (*PNG_MUTATIONS, "all"):
+        def count(c: Counter[tuple[str, str]], outcome: str | None, kind: str = kind) -> int:
+            return sum(n for (k, o), n in c.items() if (kind == "all" or k == kind) and (outcome is None or o == outcome))
+
+        base = count(baseline, None)
+        crashed = f"{count(baseline, 'crash')} of {base}" if base else "not run"
+        cells = [str(count(stoker, o)) for o in OUTCOMES]
+        name = f"**{kind}**" if kind == "all" else kind
+        lines.append(f"| {name} | {count(stoker, None)} | " + " | ".join(cells) + f" | {crashed} |")
+    return "\n".join(lines)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--cases", type=int, default=10_000, help="crafted PNGs through stoker's decoder")
+    parser.add_argument("--baseline", type=int, default=1_000, help="the first N also through torchvision alone (0: skip)")
+    parser.add_argument("--json", help="also write the counts to this file (for benchmarks/reliability_table.py)")
+    args = parser.parse_args()
+    start = time.perf_counter()
+    stoker = run_guarded("png", range(args.cases), timeout_s=3600)
+    baseline = run_guarded("png", range(args.baseline), timeout_s=3600, decoder="torchvision") if args.baseline else Counter()
+    print(table(stoker, baseline))
+    print(f"\n{args.cases:,} cases through stoker, {args.baseline:,} through torchvision alone, "
+          f"in {time.perf_counter() - start:,.0f} s")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"stoker": [[k, o, n] for (k, o), n in sorted(stoker.items())],
+                       "torchvision": [[k, o, n] for (k, o), n in sorted(baseline.items())]}, f, indent=1)
+    bad = sum(n for (_, o), n in stoker.items() if o in ("crash", "other error"))
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
