@@ -46,7 +46,7 @@ import torch
 from torch.utils.data import Dataset
 
 from stoker.decode import Box, resize
-from stoker.errors import ConfigError, DataError, MissingFileError
+from stoker.errors import ConfigError, DataError, LabelError, MissingFileError
 from stoker.fs import Location, where
 from stoker.loading.skips import OnError, check_on_error
 from stoker.shards.dataset import ShardDataset
@@ -122,6 +122,7 @@ def _split_folders(p: Where) -> dict[str, Where] | None:
         if split in found:
             raise ConfigError(f"{p}: both {found[split].name}/ and {f}/ mean the split {split!r}; keep one")
         found[split] = p / f
+        _keep_inside(p, found[split])
     return found
 
 
@@ -174,7 +175,26 @@ def _label_file_parts(p: Where, labels: PathLike | None) -> tuple[Where, Where]:
                 raise ConfigError(f"{p}: cannot tell which .txt file holds the labels ({shown}); pass labels=FILE (--labels)")
             label_file = found[0]
     images = folder / "img" if (folder / "img").is_dir() else folder
+    if labels is None:  # what the folder itself names must stay inside it (a stranger's data)
+        _keep_inside(folder, images)
+        _keep_inside(folder, label_file)
     return images, label_file
+
+
+def _keep_inside(root: Where, path: Where) -> None:
+    """A path stoker found under ``root`` (``img/``, a label or id file, a split folder) must resolve inside it.
+
+    Raises:
+        LabelError: a symbolic link leads outside the data folder.
+    """
+    if isinstance(root, Location) or isinstance(path, Location):
+        return  # object stores have no symbolic links
+    base, target = root.resolve(), path.resolve()
+    if target != base and base not in target.parents:
+        raise LabelError(
+            f"{path}: leads outside the data folder {root} (to {target}); stoker reads only what is inside "
+            "the folder it is given. Replace the link by the files, or pass the target folder itself"
+        )
 
 
 def _id_partitions(id_file: Where) -> list[str]:
@@ -226,6 +246,8 @@ def _file_splits(
     """Every split of one file source (layouts without splits have only ``train``)."""
     if layout == "ids":
         id_file = p if p.is_file() else next(p / n for n in _ID_FILES if (p / n).is_file())
+        if id_file is not p:
+            _keep_inside(p, id_file)
         reader = IdDataset.from_json if id_file.suffix.lower() == ".json" else IdDataset.from_csv
         out: dict[str, FileDataset] = {}
         for partition in _id_partitions(id_file):

@@ -4,6 +4,7 @@ It lives with the shard tests for their small data sets (tests/shards/conftest.p
 
 from __future__ import annotations
 
+import shutil
 from collections.abc import Callable
 from pathlib import Path
 
@@ -152,3 +153,24 @@ def test_label_files_numbered_from_one_can_be_compacted(celeb: Path) -> None:
     compact = open_data(celeb, label_order="sorted")
     assert compact.classes == ("1", "2", "3") and not compact.empty_classes
     assert sorted(set(compact["train"].labels.tolist())) == [0, 1, 2]
+
+
+def test_paths_open_data_finds_stay_inside_the_folder(tmp_path: Path, celeb: Path) -> None:
+    """A stranger's folder whose img/ (or label file) links elsewhere is refused, not followed."""
+    from stoker.errors import LabelError
+
+    outside = tmp_path / "outside"
+    shutil.copytree(celeb / "img", outside)
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "img").symlink_to(outside, target_is_directory=True)
+    shutil.copy(celeb / "identity_CelebA.txt", data / "identity_CelebA.txt")
+    with pytest.raises(LabelError, match="outside the data folder"):
+        open_data(data)
+    tree = tmp_path / "tree"
+    tree.mkdir()
+    (tree / "train").symlink_to(outside.parent / "elsewhere", target_is_directory=True)
+    (outside.parent / "elsewhere" / "0").mkdir(parents=True)
+    shutil.copy(next(outside.iterdir()), outside.parent / "elsewhere" / "0" / "a.jpg")
+    with pytest.raises(LabelError, match="outside the data folder"):
+        open_data(tree)
