@@ -1,9 +1,21 @@
-"""Train ResNet-18 with a stoker loader on a GPU: CUDA transfer, AMP bf16/fp16, torch.compile.
+"""Train a model with a stoker loader on a GPU: CUDA transfer, AMP bf16/fp16, torch.compile, nvJPEG.
 
 Generates a synthetic DigiFace-like data set (112x112 PNGs in class folders), optionally
-packs it into pixel shards, then trains ResNet-18 for a few epochs per case and records
-the last epoch's img/s and data-wait share (the first epoch pays for worker start-up,
-cuDNN autotuning and compilation). Every case is a normal stoker run folder, so
+packs it into pixel shards, and (for the ``jpeg``/``nvjpeg`` cases) CelebA-like JPEGs
+packed as encoded shards (crop ``(40, 20, 138, 138)``, 112x112 out), then trains the
+model for a few epochs per case and records the last epoch's img/s and data-wait share
+(the first epoch pays for worker start-up, cuDNN autotuning and compilation). A case is
+``source:amp[+compile]`` with source one of
+
+* ``files``: the PNG class folders, worker processes;
+* ``shards`` or ``pixels``: pixel shards, the loader settings they pick themselves;
+* ``jpeg``: encoded JPEG shards decoded on the CPU (reduced-scale path, loader threads);
+* ``nvjpeg``: the same shards decoded on the GPU (``decoder="nvjpeg"``);
+* ``synthetic``: random uint8 batches already on the device (the model's own ceiling).
+
+``--suite issue13`` runs the issue's GPU measurement in one go: ResNet-50, AMP bf16,
+channels_last, batch 256, pixels vs jpeg vs nvjpeg vs synthetic, plus the nvJPEG decode
+rate against this machine's CPU full-decode limit. Every case is a normal stoker run folder, so
 
     stoker compare OUT/runs --group-by category --metric img_per_s
 
@@ -13,6 +25,7 @@ Usage (on a machine with a GPU)::
 
     python benchmarks/bench_gpu_train.py --out bench-gpu            # default cases
     python benchmarks/bench_gpu_train.py --cases files:bf16 shards:bf16+compile --n 20000
+    python benchmarks/bench_gpu_train.py --suite issue13 --out $OUT/gpu   # a few minutes on one GPU
 
 ``--allow-cpu --n 64 --epochs 1 --cases files:off`` runs it on a CPU as a smoke test.
 """
@@ -36,6 +49,27 @@ from stoker.sources.synthetic import make_digiface
 from stoker.train import Preprocess, Scenario, build_model, fit
 
 DEFAULT_CASES = ("files:off", "files:bf16", "files:fp16", "files:bf16+compile", "shards:bf16", "shards:bf16+compile")
+SOURCES = ("files", "shards", "pixels", "jpeg", "nvjpeg", "synthetic")
+SUITES: dict[str, dict[str, Any]] = {
+    "issue13": {"model": "resnet50", "batch_size": 256, "cases": ["pixels:bf16", "jpeg:bf16", "nvjpeg:bf16", "synthetic:bf16"]},
+}
+CELEBA_CROP = (40, 20, 138, 138)
+
+
+class SyntheticLoader:
+    """Random uint8 batches made once on the device: what the model does with no loading at all."""
+
+    def __init__(self, n: int, batch_size: int, classes: int, device: torch.device, seed: int = 0) -> None:
+        generator = torch.Generator().manual_seed(seed)
+        self.batches = max(1, n // batch_size)
+        self.images = torch.randint(0, 255, (batch_size, 3, 112, 112), dtype=torch.uint8, generator=generator).to(device)
+        self.labels = torch.randint(0, classes, (batch_size,), generator=generator).to(device)
+
+    def __len__(self) -> int:
+        return self.batches
+
+    def __iter__(self) -> Any:
+        return iter([(self.images, self.labels)] * self.batches)
 
 
 class ChannelsLastPreprocess(Preprocess):
@@ -69,13 +103,38 @@ def prepare_data(root: Path, n: int, classes: int, workers: int) -> tuple[Path, 
     return files, root / "shards"
 
 
-def open_case_data(source: str, files: Path, shards: Path, workers: int) -> tuple[Any, Any, Any]:
-    """(train, valid, loader arguments that override the command line's) for ``files`` or ``shards``."""
+def jpeg_shards(root: Path, n: int, classes: int, workers: int) -> Path:
+    """CelebA-like JPEGs (178x218) packed as encoded shards, cropped and read at 112x112 (made once)."""
+    from stoker.packer import pack
+    from stoker.sources.synthetic import make_celeba
+
+    out = root / "jpeg-shards"
+    if not (out / "manifest.json").is_file():
+        files = root / "celeba"
+        print(f"generating {n} JPEGs in {files} and packing them into {out} ...", flush=True)
+        make_celeba(files, n=n, classes=classes, workers=workers, progress=False, overwrite=True)
+        pack(files, out, store="encoded", size=(112, 112), crop=CELEBA_CROP, valid=0.1, workers=workers,
+             progress=False, overwrite=True, label_order="sorted")
+    return out
+
+
+def open_case_data(source: str, files: Path, shards: Path, workers: int, device: torch.device | None = None,
+                   jpegs: Path | None = None) -> tuple[Any, Any, Any]:
+    """(train, valid, loader arguments that override the command line's) for a case's source."""
     if source == "files":
         train, valid = ClassFolderDataset(files).split(valid=0.1, seed=0)
         return train, valid, {"backend": "process"}
     from stoker.packer import pack
     from stoker.shards import ShardDataset
+
+    if source in ("jpeg", "nvjpeg"):
+        if jpegs is None:
+            raise SystemExit("jpeg cases need the JPEG shards")
+        decoder = "nvjpeg" if source == "nvjpeg" else "auto"
+        where = str(device) if device is not None else "cuda"
+        train = ShardDataset(jpegs, "train", decoder=decoder, decode_device=where)
+        valid = ShardDataset(jpegs, "valid", decoder=decoder, decode_device=where)
+        return train, valid, dict(train.loader_defaults)
 
     if not (shards / "manifest.json").is_file():
         print(f"packing {files} into pixel shards in {shards} ...", flush=True)
@@ -88,14 +147,23 @@ def run_case(case: str, args: argparse.Namespace, device: torch.device, files: P
     source, _, mode = case.partition(":")
     amp, _, flag = mode.partition("+")
     compile_ = flag == "compile"
-    if source not in ("files", "shards") or amp not in ("off", "bf16", "fp16") or flag not in ("", "compile"):
-        raise SystemExit(f"bad case {case!r}: expected files|shards:off|bf16|fp16[+compile]")
-    train, valid, extras = open_case_data(source, files, shards, args.workers)
-    common = {"batch_size": args.batch_size, "num_workers": args.workers, "device": device, "seed": 0, **extras}
-    train_loader = make_loader(train, shuffle=True, **common)
-    valid_loader = make_loader(valid, shuffle=False, **common)
+    if source not in SOURCES or amp not in ("off", "bf16", "fp16") or flag not in ("", "compile"):
+        raise SystemExit(f"bad case {case!r}: expected {'|'.join(SOURCES)}:off|bf16|fp16[+compile]")
+    train_loader: Any
+    valid_loader: Any
+    if source == "synthetic":
+        train_loader = SyntheticLoader(args.n, args.batch_size, args.classes, device)
+        valid_loader = SyntheticLoader(max(args.batch_size, args.n // 10), args.batch_size, args.classes, device, seed=1)
+        num_classes = args.classes
+    else:
+        jpegs = jpeg_shards(args.out / "data", args.n, args.classes, args.workers) if source in ("jpeg", "nvjpeg") else None
+        train, valid, extras = open_case_data(source, files, shards, args.workers, device, jpegs)
+        common = {"batch_size": args.batch_size, "num_workers": args.workers, "device": device, "seed": 0, **extras}
+        train_loader = make_loader(train, shuffle=True, **common)
+        valid_loader = make_loader(valid, shuffle=False, **common)
+        num_classes = train.num_classes
     torch.manual_seed(0)
-    model = build_model("resnet18", train.num_classes).to(memory_format=torch.channels_last)
+    model = build_model(args.model, num_classes).to(memory_format=torch.channels_last)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9, weight_decay=5e-4)
     name = case.replace(":", "-").replace("+", "-")
     scenario = Scenario(
@@ -110,6 +178,7 @@ def run_case(case: str, args: argparse.Namespace, device: torch.device, files: P
     batch = next(iter(valid_loader))[0]
     return {
         "case": case,
+        "model": args.model,
         "source": source,
         "amp": amp,
         "compile": compile_,
@@ -124,10 +193,74 @@ def run_case(case: str, args: argparse.Namespace, device: torch.device, files: P
     }
 
 
-def write_results(out: Path, meta: dict[str, Any], transfer: dict[str, Any] | None, results: list[dict[str, Any]]) -> None:
-    (out / "results.json").write_text(json.dumps({"meta": meta, "transfer": transfer, "results": results}, indent=2) + "\n")
+def measure_decode(jpegs: Path, device: torch.device, batch_size: int, seconds: float = 3.0) -> dict[str, Any]:
+    """nvJPEG batch decode (+ crop + resize) img/s against the CPU full-decode limit (one core's rate x cores)."""
+    import numpy as np
+
+    from stoker.decode import decode_sample, resize
+    from stoker.shards import ShardDataset
+
+    full = ShardDataset(jpegs, "train", decoder="full")
+    shards = full.shards
+    shard_ids, rows = shards.locate(np.arange(min(512, len(full))))
+    blobs = [shards.checked_bytes(int(s), int(r)) for s, r in zip(shard_ids, rows, strict=True)]
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        done, start = 0, time.perf_counter()
+        while time.perf_counter() - start < seconds or done < 32:
+            data, name, box = blobs[done % len(blobs)]
+            resize(decode_sample(data, name, box), (112, 112))
+            done += 1
+        one_core = done / (time.perf_counter() - start)
+    finally:
+        torch.set_num_threads(threads)
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    nv = ShardDataset(jpegs, "train", decoder="nvjpeg", decode_device=str(device))
+    batch = np.arange(min(batch_size, len(nv)))
+    nv.__getitems__(batch)  # warm-up: nvJPEG handles, CUDA context
+    done, start = 0, time.perf_counter()
+    while time.perf_counter() - start < seconds or done == 0:
+        images = nv.__getitems__(batch).images
+        done += len(batch)
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    nv_rate = done / (time.perf_counter() - start)
+    return {
+        "cpu_decode_1core_img_per_s": one_core,
+        "cores": cores,
+        "cpu_decode_limit_img_per_s": one_core * cores,
+        "nvjpeg_img_per_s": nv_rate,
+        "nvjpeg_on": str(images.device),
+        "nvjpeg_x_cpu_limit": nv_rate / (one_core * cores),
+    }
+
+
+def targets(results: list[dict[str, Any]], decode: dict[str, Any] | None) -> list[str]:
+    """The issue's GPU targets, each marked met or not, from this run's numbers."""
+    by_source = {r["source"]: r for r in results}
+    lines = []
+    synthetic = by_source.get("synthetic")
+    pixels = by_source.get("pixels") or by_source.get("shards")
+    if synthetic and pixels:
+        share = pixels["img_per_s"] / synthetic["img_per_s"]
+        ok = share >= 0.95 and pixels["data_wait_share"] < 0.02
+        lines.append(f"- pixel shards: {share:.0%} of synthetic img/s, data wait {pixels['data_wait_share']:.1%} "
+                     f"(target >= 95% and < 2%): {'met' if ok else 'NOT met'}")
+    if decode:
+        lines.append(f"- nvJPEG decode on {decode['nvjpeg_on']}: {decode['nvjpeg_img_per_s']:,.0f} img/s = "
+                     f"{decode['nvjpeg_x_cpu_limit']:.1f}x the CPU full-decode limit "
+                     f"({decode['cpu_decode_1core_img_per_s']:,.0f} img/s x {decode['cores']} cores) "
+                     f"(target >= 5x): {'met' if decode['nvjpeg_x_cpu_limit'] >= 5 else 'NOT met'}")
+    return lines
+
+
+def write_results(out: Path, meta: dict[str, Any], transfer: dict[str, Any] | None, results: list[dict[str, Any]],
+                  decode: dict[str, Any] | None = None) -> None:
+    (out / "results.json").write_text(
+        json.dumps({"meta": meta, "transfer": transfer, "decode": decode, "results": results}, indent=2) + "\n")
     lines = [
-        f"ResNet-18, {meta['image_size']}x{meta['image_size']} images, batch {meta['batch_size']}, "
+        f"{meta['model']}, {meta['image_size']}x{meta['image_size']} images, batch {meta['batch_size']}, "
         f"{meta['workers']} workers, {meta['device_name']}; last of {meta['epochs']} epochs.",
         "",
         "| case | img/s | data wait | epoch (s) | first epoch (s) | valid acc |",
@@ -141,6 +274,9 @@ def write_results(out: Path, meta: dict[str, Any], transfer: dict[str, Any] | No
     if transfer:
         lines += ["", f"Pinned uint8 batch ({transfer['batch_mb']:.1f} MB) to the GPU: "
                       f"{transfer['ms_per_batch']:.2f} ms, {transfer['gb_per_s']:.1f} GB/s."]
+    found = targets(results, decode)
+    if found:
+        lines += ["", *found]
     (out / "results.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
 
@@ -156,7 +292,13 @@ def main() -> None:
     parser.add_argument("--cases", nargs="+", default=list(DEFAULT_CASES), help="source:amp[+compile]")
     parser.add_argument("--allow-cpu", action="store_true", help="run on the CPU when there is no GPU (smoke test)")
     parser.add_argument("--quiet", action="store_true", help="no progress bars")
+    parser.add_argument("--model", default="resnet18", help="small_cnn or a torchvision model name")
+    parser.add_argument("--suite", choices=sorted(SUITES), help="a prepared set of cases, model and batch size")
+    parser.add_argument("--no-decode", action="store_true", help="skip the nvJPEG vs CPU decode measurement")
     args = parser.parse_args()
+    if args.suite:
+        for key, value in SUITES[args.suite].items():
+            setattr(args, key, value)
 
     if torch.cuda.is_available():
         device = torch.device("cuda")
@@ -170,7 +312,12 @@ def main() -> None:
     files, shards = prepare_data(args.out / "data", args.n, args.classes, args.workers)
     transfer = check_transfer(device, args.batch_size, 112) if device.type == "cuda" else None
     results = [run_case(case, args, device, files, shards) for case in args.cases]
+    decode = None
+    if not args.no_decode and any(case.partition(":")[0] in ("jpeg", "nvjpeg") for case in args.cases):
+        decode = measure_decode(jpeg_shards(args.out / "data", args.n, args.classes, args.workers), device,
+                                args.batch_size, seconds=3.0 if device.type == "cuda" else 0.5)
     meta = {
+        "model": args.model,
         "device_name": device_name,
         "torch": torch.__version__,
         "python": platform.python_version(),
@@ -180,7 +327,7 @@ def main() -> None:
         "epochs": args.epochs,
         "n": args.n,
     }
-    write_results(args.out, meta, transfer, results)
+    write_results(args.out, meta, transfer, results, decode)
 
 
 if __name__ == "__main__":

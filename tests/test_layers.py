@@ -23,6 +23,7 @@ SRC = Path(stoker.__file__).resolve().parent
 LAYERS: dict[str, int] = {
     "errors": 0,
     "decode": 0,
+    "jpeg": 0,  # reduced-scale and on-device JPEG decoding, beside decode
     "_tomllib": 0,
     "mixing": 0,
     "fs": 0,  # paths and URLs (stoker.fs): every reader of a folder or file, above only errors

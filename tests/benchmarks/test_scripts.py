@@ -44,6 +44,23 @@ def test_bench_ddp_gpu_smoke_on_cpu(tmp_path: Path) -> None:
     assert 0 <= result["data_wait_share"] <= result["slowest_data_wait_share"] + 1e-9
 
 
+def test_bench_decode_measures_every_part(tmp_path: Path) -> None:
+    out = _run("bench_decode.py", "--n", "64", "--classes", "4", "--seconds", "0.1", "--rounds", "1",
+               "--out", str(tmp_path / "decode"), cwd=tmp_path)
+    for part in ("| gather |", "| jpeg |", "| png |", "| nvjpeg |"):
+        assert part in out
+    assert "torchvision Dataset + DataLoader" in out and "x baseline" in out
+
+
+def test_bench_gpu_train_issue_cases_smoke_on_cpu(tmp_path: Path) -> None:
+    out = _run("bench_gpu_train.py", "--allow-cpu", "--n", "48", "--classes", "4", "--epochs", "1", "--batch-size", "16",
+               "--model", "small_cnn", "--cases", "pixels:off", "jpeg:off", "nvjpeg:off", "synthetic:off", "--quiet",
+               "--out", str(tmp_path / "gpu"), cwd=tmp_path)
+    for case in ("pixels:off", "jpeg:off", "nvjpeg:off", "synthetic:off"):
+        assert f"| {case} |" in out
+    assert "nvJPEG decode on cpu" in out and "pixel shards:" in out
+
+
 @pytest.mark.parametrize(
     ("script", "args", "expect"),
     [

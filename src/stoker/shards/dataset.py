@@ -6,7 +6,7 @@ import copy
 import math
 import os
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import torch
@@ -14,14 +14,17 @@ from torch.utils.data import Dataset, default_collate, get_worker_info
 
 from stoker.errors import ConfigError, DataError
 from stoker.fs import PathOrURL
+from stoker.jpeg import decode_batch_on_device, decode_jpegs_into
 from stoker.loading.collate import Batch, collate
 from stoker.loading.skips import OnError, Skipped
 from stoker.shards.manifest import Manifest
 from stoker.shards.reader import ShardSet
 
-__all__ = ["ShardBatch", "ShardDataset", "collate_shard_batch", "load_shard_image"]
+__all__ = ["DECODERS", "Decoder", "ShardBatch", "ShardDataset", "collate_shard_batch", "load_shard_image"]
 
 Transform = Callable[[torch.Tensor], Any]
+Decoder = Literal["auto", "full", "nvjpeg"]
+DECODERS: tuple[Decoder, ...] = ("auto", "full", "nvjpeg")  # how encoded shards decode (ShardDataset's decoder=)
 
 
 def _empty_uint8(shape: tuple[int, ...]) -> torch.Tensor:
@@ -122,6 +125,14 @@ class ShardDataset(Dataset):
             (``s3://bucket/packed``): the local cache its shards are downloaded to and
             verified in, its size limit (``"50GB"``), and the fsspec filesystem's options
             (see :class:`~stoker.shards.reader.ShardSet`).
+        decoder: how encoded images are decoded when the set has an image size and there
+            is no transform. ``"auto"`` (default): JPEGs at a reduced DCT scale where the
+            output allows, cropped, and resized a batch at a time (:mod:`stoker.jpeg`),
+            within 2 grey levels of the full path; ``"full"``: every image decoded at full size
+            (the reference); ``"nvjpeg"``: whole batches decoded, cropped and resized on
+            ``decode_device`` by nvJPEG, batches come back there (falls back to the CPU
+            image by image, and for every image without CUDA). Pixel shards ignore it.
+        decode_device: the CUDA device of ``decoder="nvjpeg"``.
 
     Raises:
         ShardError: the manifest or a shard is missing, edited, truncated or grown.
@@ -140,17 +151,24 @@ class ShardDataset(Dataset):
         transform: Transform | None = None,
         on_error: OnError = "raise",
         *,
+        decoder: Decoder = "auto",
+        decode_device: str | torch.device = "cuda",
         cache_dir: str | os.PathLike[str] | None = None,
         cache_limit: int | str | None = None,
         storage_options: dict[str, Any] | None = None,
     ) -> None:
         if on_error not in ("raise", "skip"):
             raise ConfigError(f"on_error must be 'raise' or 'skip', got {on_error!r}")
+        if decoder not in DECODERS:
+            raise ConfigError(f"decoder must be one of {', '.join(DECODERS)}, got {decoder!r}")
         self.shards = ShardSet(
             root, split, cache_dir=cache_dir, cache_limit=cache_limit, storage_options=storage_options
         )
+        self.shards.reduced_jpeg = decoder != "full"
         self.transform = transform
         self.on_error: OnError = on_error
+        self.decoder: Decoder = decoder
+        self.decode_device = str(decode_device)
         self._rows: np.ndarray | None = None  # a view of some rows of the split (subset, split)
 
     # -- what the set holds ---------------------------------------------------------
@@ -218,17 +236,26 @@ class ShardDataset(Dataset):
         """The loader settings that measured fastest for this storage mode (``benchmarks/bench_shards.py``).
 
         Pixel shards are read fastest in the training process itself (``num_workers=0``):
-        a batch is one gather from the memory-mapped files, and shipping it from a worker
-        process costs several times more than reading it. Encoded shards are decoded
-        fastest by worker processes, one per core.
+        a batch is one gather from the memory-mapped files (copied by two threads on
+        four cores or more: :attr:`ShardSet.gather_threads`), and shipping it from a
+        worker process costs several times more than reading it. Encoded shards are decoded fastest by loader
+        threads, one per core (up to 4): libjpeg-turbo, libpng and the resize release the
+        GIL, and a batch made in a thread is not copied again between processes (JPEG
+        2.1x, PNG 1.2x worker processes in ``benchmarks/bench_decode.py``); with a
+        per-sample ``transform``, which holds the GIL, worker processes.
+        ``decoder="nvjpeg"`` decodes on the GPU from one loader thread.
 
         Example:
             >>> loader = make_loader(ds, batch_size=256, **ds.loader_defaults)  # doctest: +SKIP
         """
         if self.store == "pixels":
             return {"backend": "process", "num_workers": 0}
+        if self.decoder == "nvjpeg":
+            return {"backend": "thread", "num_workers": 1}
         cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-        return {"backend": "process", "num_workers": min(4, cores)}
+        # A per-sample Python transform holds the GIL: then worker processes, as before.
+        backend = "process" if self.transform is not None else "thread"
+        return {"backend": backend, "num_workers": min(4, cores)}
 
     def trace(self, i: int) -> dict[str, Any]:
         """Where sample ``i`` lives and came from: shard, row, key, source, file, label."""
@@ -269,8 +296,10 @@ class ShardDataset(Dataset):
         return self._decode_batch(idx, labels)
 
     def _decode_batch(self, idx: np.ndarray, labels: np.ndarray) -> ShardBatch:
-        shard_ids, rows = self.shards.locate(idx)
         size = self.image_size
+        if size is not None and self.transform is None and self.decoder != "full":
+            return self._decode_batch_resized(idx, labels, size)
+        shard_ids, rows = self.shards.locate(idx)
         # With a fixed size and no transform each image goes straight into the batch
         # tensor while it is still in the cache; otherwise they are collected.
         out = _empty_uint8((len(idx), 3, *size)) if size is not None and self.transform is None else None
@@ -301,6 +330,67 @@ class ShardDataset(Dataset):
             torch.stack(good, out=images)
             return ShardBatch(images, kept_labels, skipped)
         return ShardBatch(good, kept_labels, skipped)
+
+    def _decode_batch_resized(self, idx: np.ndarray, labels: np.ndarray, size: tuple[int, int]) -> ShardBatch:
+        """A batch at the set's image size: JPEGs decoded no more than needed and resized together.
+
+        ``decoder="nvjpeg"`` decodes on the CUDA device (the batch comes back there);
+        every image this path cannot take goes by the full path, one at a time.
+        """
+        shard_ids, rows = self.shards.locate(idx)
+        blobs: list[np.ndarray] = []
+        boxes: list[Any] = []
+        where: list[tuple[int, int]] = []
+        keep: list[int] = []
+        skipped: list[Skipped] = []
+
+        def skip(j: int, exc: DataError) -> None:
+            if self.on_error == "raise":
+                raise exc
+            skipped.append(Skipped(f"{self.split}[{int(idx[j])}]", str(exc)))
+
+        for j, (s, r) in enumerate(zip(shard_ids.tolist(), rows.tolist(), strict=True)):
+            try:
+                data, _, box = self.shards.checked_bytes(s, r)
+            except DataError as exc:
+                skip(j, exc)
+                continue
+            blobs.append(data)
+            boxes.append(box)
+            where.append((s, r))
+            keep.append(j)
+        bad: list[int] = []  # positions in ``keep`` that fail by the full path too
+
+        def full_path(k: int) -> torch.Tensor:
+            return self.shards.decode(*where[k])
+
+        if self.decoder == "nvjpeg":
+            device = torch.device(self.decode_device)
+
+            def on_cpu(k: int) -> torch.Tensor:
+                try:
+                    return full_path(k)
+                except DataError as exc:
+                    skip(keep[k], exc)
+                    bad.append(k)
+                    return torch.zeros((3, *size), dtype=torch.uint8)
+
+            images = decode_batch_on_device(blobs, boxes, size, device, on_cpu)
+        else:
+            images = _empty_uint8((len(blobs), 3, *size))
+            failed = decode_jpegs_into(blobs, boxes, size, images) if self.shards.reduced_jpeg else range(len(blobs))
+            for k in failed:  # not JPEG, CMYK, corrupt: the full path decodes or names the file
+                try:
+                    images[k] = full_path(k)
+                except DataError as exc:
+                    skip(keep[k], exc)
+                    bad.append(k)
+        if bad:
+            good = [k for k in range(len(keep)) if k not in set(bad)]
+            images = images[good]
+            keep = [keep[k] for k in good]
+        kept_labels = torch.from_numpy(labels[keep] if len(keep) != len(idx) else labels)
+        return ShardBatch(images, kept_labels, skipped)
 
     # stoker's make_loader picks this up; torch's DataLoader takes it as collate_fn=.
     collate_fn = staticmethod(collate_shard_batch)

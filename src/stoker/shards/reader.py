@@ -11,10 +11,12 @@ pickled, so a reader can be handed to DataLoader worker processes.
 from __future__ import annotations
 
 import bisect
+import itertools
 import os
 import stat
 import threading
 import zlib
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, cast
@@ -23,9 +25,10 @@ import numpy as np
 import pyarrow as pa
 import torch
 
-from stoker.decode import decode_sample, resize
+from stoker.decode import Box, decode_sample, resize
 from stoker.errors import ConfigError, DecodeError, ShardError
 from stoker.fs import Location, PathOrURL, where
+from stoker.jpeg import decode_jpeg_resized
 from stoker.shards.cache import ShardCache
 from stoker.shards.format import COLUMN_INDEX, MANIFEST_NAME, image_row_bytes, shard_schema
 from stoker.shards.manifest import Manifest, ShardInfo
@@ -227,6 +230,76 @@ def _short(exc: BaseException) -> str:
     return text if len(text) <= 160 else text[:157] + "..."
 
 
+# A pixel gather is shared among threads in parts of this many bytes (a smaller part costs
+# more to hand over than it saves; a larger one leaves a thread idle at the end).
+GATHER_SPLIT_BYTES = 1 << 20
+_pool: tuple[int, ThreadPoolExecutor] | None = None  # (pid, pool): a forked child makes its own
+_pool_lock = threading.Lock()
+
+
+def _default_gather_threads() -> int:
+    """Copying threads of a pixel gather: two where the process has four cores or more, else one.
+
+    On two shared cores a second copying thread measured no faster (``benchmarks/bench_decode.py``:
+    the other core is busy with the training step and the rest of the machine), so a
+    small machine copies on the calling thread alone.
+    """
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    return 2 if cores >= 4 else 1
+
+
+def _gather_pool() -> ThreadPoolExecutor:
+    """The process's pool of gather threads (made on first use, again after a fork)."""
+    global _pool
+    with _pool_lock:
+        if _pool is None or _pool[0] != os.getpid():
+            _pool = (os.getpid(), ThreadPoolExecutor(max_workers=7, thread_name_prefix="stoker-gather"))
+        return _pool[1]
+
+
+def _split(n: int, threads: int, row_bytes: int, copy: Callable[[int, int], None]) -> None:
+    """Run ``copy(lo, hi)`` over ``0..n`` in chunks of about :data:`GATHER_SPLIT_BYTES`, on up to ``threads`` threads.
+
+    The calling thread works too, and the threads take chunks as they come free, so a
+    helper that a busy machine does not schedule costs nothing: the caller does its share,
+    and a helper that has not started by then is cancelled.
+    """
+    rows = max(1, GATHER_SPLIT_BYTES // max(row_bytes, 1))
+    chunks = -(-n // rows)
+    helpers = min(threads, chunks) - 1
+    if helpers <= 0:
+        copy(0, n)
+        return
+    counter = itertools.count()  # next() on it is atomic under the GIL
+
+    def work() -> None:
+        while (k := next(counter)) < chunks:
+            copy(k * rows, min(n, (k + 1) * rows))
+
+    pool = _gather_pool()
+    futures = [pool.submit(work) for _ in range(helpers)]
+    try:
+        work()
+    finally:
+        for future in futures:
+            if not future.cancel():
+                future.result()
+
+
+def _copy_rows(views: list[np.ndarray], segment: np.ndarray, local: np.ndarray, out: np.ndarray) -> None:
+    """``out[j] = views[segment[j]][local[j]]``: one copy per row, straight into the batch.
+
+    Rows of one record batch are taken by one ``np.take`` when they are all there are;
+    otherwise a loop copies row by row (a vectorised gather over several record batches
+    would need a temporary and a second copy of every row).
+    """
+    if len(segment) and segment[0] == segment[-1] and (segment == segment[0]).all():
+        np.take(views[int(segment[0])], local, axis=0, out=out, mode="clip")  # rows are in range
+        return
+    for j, (s, r) in enumerate(zip(segment.tolist(), local.tolist(), strict=True)):
+        out[j] = views[s][r]
+
+
 class ShardSet:
     """The shards of one split of a shard set, read a batch of rows at a time.
 
@@ -279,6 +352,8 @@ class ShardSet:
         self.row_bytes = (
             image_row_bytes(self.manifest.image_size, self.channels) if self.manifest.store == "pixels" else 0  # type: ignore[arg-type]
         )
+        self.gather_threads = _default_gather_threads()
+        self.reduced_jpeg = True  # decode JPEGs at a reduced scale where the output allows (stoker.jpeg)
         self._lock = threading.Lock()
         self._reset()
         self.check_sizes()
@@ -458,21 +533,33 @@ class ShardSet:
         self._open_all()
         return self._labels[indices]  # type: ignore[index]
 
-    def read_pixels(self, indices: np.ndarray, out: np.ndarray) -> None:
-        """Copy the pixel rows of the given samples into ``out`` (``len(indices) x 3*H*W`` uint8)."""
+    def read_pixels(self, indices: np.ndarray, out: np.ndarray, threads: int | None = None) -> None:
+        """Copy the pixel rows of the given samples into ``out`` (``len(indices) x 3*H*W`` uint8).
+
+        Every row is copied once, straight from the memory-mapped shard into ``out``. A
+        batch is cut into parts of about :data:`GATHER_SPLIT_BYTES` that up to ``threads``
+        threads copy at the same time (numpy releases the GIL while it copies), so a
+        gather is not bound by one core's copy rate.
+
+        Args:
+            indices: sample numbers of this split, any order, repeats allowed.
+            out: ``uint8 [len(indices), 3*H*W]``, filled in the order of ``indices``.
+            threads: copying threads; ``None`` takes :attr:`gather_threads`.
+        """
         if not self.row_bytes:
             raise ConfigError("this shard set stores encoded images; decode them with read_encoded")
-        one = self._one_shard(indices)
-        if one is not None:
-            self.file(one[0]).take_pixels(one[1], out)
-            return
         if len(indices) == 0:
             return
-        # Rows from many shards: one copy per row, straight into the batch (a vectorised
-        # gather would need a temporary and a second copy).
+        threads = self.gather_threads if threads is None else max(1, int(threads))
+        one = self._one_shard(indices)
+        if one is not None:
+            shard, rows = one
+            opened = self.file(shard)
+            _split(len(rows), threads, self.row_bytes, lambda lo, hi: opened.take_pixels(rows[lo:hi], out[lo:hi]))
+            return
         if self.remote is not None and self._segment_starts is None:
-            shard, rows = self.locate(indices)  # a remote stream: open only the shards it reads
-            for j, (s, r) in enumerate(zip(shard.tolist(), rows.tolist(), strict=True)):
+            shard_ids, shard_rows = self.locate(indices)  # a remote stream: open only the shards it reads
+            for j, (s, r) in enumerate(zip(shard_ids.tolist(), shard_rows.tolist(), strict=True)):
                 out[j] = self.file(s).pixel_row(r)
             return
         self._open_all()
@@ -480,14 +567,13 @@ class ShardSet:
         segment = np.searchsorted(starts, indices, side="right") - 1
         local = indices - starts[segment]
         views = self._segment_views
-        for j, (s, r) in enumerate(zip(segment.tolist(), local.tolist(), strict=True)):
-            out[j] = views[s][r]
+        _split(len(indices), threads, self.row_bytes, lambda lo, hi: _copy_rows(views, segment[lo:hi], local[lo:hi], out[lo:hi]))
 
-    def decode(self, shard: int, row: int, resized: bool = True) -> torch.Tensor:
-        """Row ``row`` of shard number ``shard``, decoded, cropped and (``resized``) resized to the set's image size.
+    def checked_bytes(self, shard: int, row: int) -> tuple[np.ndarray, str, Box | None]:
+        """Row ``row`` of shard ``shard``: its encoded bytes (checked against their CRC-32), a name for messages, its crop box.
 
         Raises:
-            DecodeError: the image does not decode (the message names shard, row and file).
+            DecodeError: the bytes do not match their CRC-32 (the shard is damaged).
             ShardError: the row names a source the manifest does not list.
         """
         opened = self.file(shard)
@@ -503,8 +589,23 @@ class ShardSet:
         # ndarray has the buffer protocol; numpy's stubs declare __buffer__ only for Python >= 3.12
         if zlib.crc32(data) != int(opened.crc32()[row]):  # type: ignore[arg-type]
             raise DecodeError(f"{name}: image bytes do not match their CRC-32 (the shard is damaged); {repair_hint(self.root)}")
-        image = decode_sample(data, name, self.crops[source])
-        return resize(image, self.manifest.image_size) if resized else image
+        return data, name, self.crops[source]
+
+    def decode(self, shard: int, row: int, resized: bool = True) -> torch.Tensor:
+        """Row ``row`` of shard number ``shard``, decoded, cropped and (``resized``) resized to the set's image size.
+
+        Raises:
+            DecodeError: the image does not decode (the message names shard, row and file).
+            ShardError: the row names a source the manifest does not list.
+        """
+        data, name, box = self.checked_bytes(shard, row)
+        size = self.manifest.image_size
+        if resized and size is not None and self.reduced_jpeg:  # decode no more of a JPEG than the output needs
+            image = decode_jpeg_resized(data, size, box)
+            if image is not None:
+                return image
+        image = decode_sample(data, name, box)
+        return resize(image, size) if resized else image
 
     def read_encoded(self, index: int) -> tuple[np.ndarray, int, int]:
         """One sample's encoded bytes (a read-only view), its shard number and its row."""

@@ -1,0 +1,274 @@
+"""Decode a JPEG only as far as it is used: at a reduced DCT scale, then crop and resize.
+
+A loader cannot decode faster than its decoder unless it decodes less. When the image
+is read at a known output size, this module decodes it with libjpeg-turbo (through
+`simplejpeg <https://gitlab.com/jfolz/simplejpeg>`_, which bundles it) at the smallest
+power-of-two scale ``m/8`` (``m`` = 1, 2, 4, 8; libjpeg-turbo has fast paths for these)
+that keeps the crop box at least twice as big as the output, then crops and resizes with the
+same antialiased resize as the full path (:func:`stoker.decode.resize`). At scale 1 it
+is still faster than the full path: the decoder writes straight into numpy and the
+resize reads the pixels where they are.
+
+Where the result could differ from the full path by more than rounding, or where this
+path cannot read the file (CMYK, a decoder warning, simplejpeg not installed), the
+functions return ``None`` and the caller takes the full path (:func:`decode_sample` +
+:func:`resize`), which also names the file in its error.
+
+:func:`decode_batch_on_device` decodes a whole batch on a CUDA device with nvJPEG
+(``torchvision.io.decode_jpeg(list, device="cuda")``), crops and resizes there, and falls
+back to the CPU image by image when a decode fails or there is no CUDA device.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+import torch
+
+from stoker.decode import Box, resize
+
+__all__ = [
+    "JPEG_SCALES",
+    "available",
+    "decode_batch_on_device",
+    "decode_jpeg_resized",
+    "decode_jpegs_into",
+    "is_jpeg",
+    "reduced_scale",
+]
+
+log = logging.getLogger(__name__)
+
+# The reduced image is at least this many times the output, so that the antialiased resize
+# after it, not the decoder's own reduction (a box filter), shapes the result: then it is
+# within a grey level or two of the full path (tests/test_jpeg.py pins it).
+MARGIN = 2.0
+
+# Scales m/8 libjpeg-turbo decodes with SIMD or a dedicated reduced IDCT (others, such
+# as 7/8, use a generic C IDCT that is slower than decoding at full size).
+JPEG_SCALES: tuple[int, ...] = (1, 2, 4, 8)
+
+_simplejpeg: Any | None = None
+_checked = False
+
+
+def available() -> bool:
+    """Whether the reduced-scale decoder (the ``simplejpeg`` package) is installed."""
+    return _decoder() is not None
+
+
+def _decoder() -> Any | None:
+    global _simplejpeg, _checked
+    if not _checked:
+        try:
+            import simplejpeg
+        except ImportError:
+            simplejpeg = None
+        _simplejpeg, _checked = simplejpeg, True
+    return _simplejpeg
+
+
+def is_jpeg(data: np.ndarray | bytes) -> bool:
+    """Whether the bytes start with a JPEG start-of-image marker."""
+    head = bytes(data[:3])
+    return head == b"\xff\xd8\xff"
+
+
+def reduced_scale(image_hw: tuple[int, int], box: Box | None, size: tuple[int, int]) -> int:
+    """The ``m`` of the smallest DCT scale ``m/8`` at which ``box`` still covers ``MARGIN x size``.
+
+    The box must land on whole pixels of the scaled image (every corner a multiple of
+    ``8/m``), so that cropping after the reduced decode takes the same part of the image
+    as cropping before a full one; otherwise the next larger scale is tried, down to 8
+    (full size).
+    """
+    height, width = image_hw
+    top, left, box_h, box_w = box if box is not None else (0, 0, height, width)
+    out_h, out_w = size
+    for m in JPEG_SCALES:
+        if m == 8:
+            return 8
+        if box_h * m < 8 * MARGIN * out_h or box_w * m < 8 * MARGIN * out_w:
+            continue  # too close to the output size: the decoder's box filter would show
+        edges = (top, left, box_h, box_w) if box is not None else (height, width)
+        if all(edge * m % 8 == 0 for edge in edges):
+            return m
+    return 8
+
+
+def decode_jpeg_resized(
+    data: np.ndarray | bytes, size: tuple[int, int], box: Box | None = None
+) -> torch.Tensor | None:
+    """Decode a JPEG, crop it to ``box`` and resize it to ``size``, decoding no more than needed.
+
+    Args:
+        data: the encoded bytes (a read-only view is fine).
+        size: ``(height, width)`` of the result.
+        box: ``(top, left, height, width)`` in pixels of the full-size image, or ``None``.
+
+    Returns:
+        ``uint8 [3, height, width]`` (contiguous), within 2 grey levels (mean absolute difference) of
+        ``resize(crop(decode_image(data), box), size)``; or ``None`` when this path
+        cannot be sure of that (not a JPEG, CMYK, a warning from the decoder, a box
+        outside the image, simplejpeg missing): then take the full path.
+
+    Example:
+        >>> image = decode_jpeg_resized(open("000001.jpg", "rb").read(), (112, 112), (40, 20, 138, 138))  # doctest: +SKIP
+        >>> image.shape  # doctest: +SKIP
+        torch.Size([3, 112, 112])
+    """
+    simplejpeg = _decoder()
+    crop = _decode_crop(simplejpeg, data, size, box) if simplejpeg is not None else None
+    if crop is None:
+        return None
+    image = torch.from_numpy(crop).permute(2, 0, 1)  # a CHW view of the HWC pixels
+    return resize(image, size).contiguous()
+
+
+def decode_jpegs_into(
+    blobs: Sequence[np.ndarray | bytes], boxes: Sequence[Box | None], size: tuple[int, int], out: torch.Tensor
+) -> list[int]:
+    """Decode a batch of JPEGs into ``out`` (``uint8 [n, 3, height, width]``), resizing them together.
+
+    Each image is decoded at its reduced scale (:func:`reduced_scale`) and cropped; images
+    whose crops have the same size are resized by one call (one antialiased resize of a
+    ``[k, 3, h, w]`` batch costs a fraction of ``k`` calls) straight into ``out``. The
+    result equals :func:`decode_jpeg_resized` image by image.
+
+    Returns:
+        The positions this path did not fill (see :func:`decode_jpeg_resized` for when):
+        the caller decodes those by the full path.
+    """
+    simplejpeg = _decoder()
+    if simplejpeg is None:
+        return list(range(len(blobs)))
+    failed: list[int] = []
+    groups: dict[tuple[int, int], list[tuple[int, np.ndarray]]] = {}
+    for j, (data, box) in enumerate(zip(blobs, boxes, strict=True)):
+        crop = _decode_crop(simplejpeg, data, size, box)
+        if crop is None:
+            failed.append(j)
+        else:
+            groups.setdefault(crop.shape[:2], []).append((j, crop))
+    for (height, width), members in groups.items():
+        positions = [j for j, _ in members]
+        if (height, width) == tuple(size):
+            for j, crop in members:
+                out[j].copy_(torch.from_numpy(crop).permute(2, 0, 1))
+            continue
+        stack = np.empty((len(members), height, width, 3), dtype=np.uint8)
+        for k, (_, crop) in enumerate(members):
+            stack[k] = crop
+        resized = resize(torch.from_numpy(stack).permute(0, 3, 1, 2), size)  # [k, 3, H, W], channels last
+        if positions == list(range(positions[0], positions[0] + len(positions))):
+            out[positions[0] : positions[0] + len(positions)].copy_(resized)
+        else:
+            out[torch.as_tensor(positions)] = resized
+    return failed
+
+
+def _decode_crop(simplejpeg: Any, data: np.ndarray | bytes, size: tuple[int, int], box: Box | None) -> np.ndarray | None:
+    """The crop of a JPEG decoded at its reduced scale (HWC), or ``None`` (see :func:`decode_jpeg_resized`)."""
+    if not is_jpeg(data):
+        return None
+    try:
+        height, width, colorspace, _ = simplejpeg.decode_jpeg_header(data)
+    except ValueError:
+        return None
+    if colorspace not in ("YCbCr", "Gray", "RGB"):
+        return None  # CMYK/YCCK: libjpeg-turbo's RGB conversion of these is not the reference's
+    if box is not None:
+        top, left, box_h, box_w = box
+        if top < 0 or left < 0 or box_h <= 0 or box_w <= 0 or top + box_h > height or left + box_w > width:
+            return None  # the full path raises the error that names the file
+    m = reduced_scale((height, width), box, size)
+    want_h, want_w = -(-height * m // 8), -(-width * m // 8)
+    try:
+        pixels = simplejpeg.decode_jpeg(data, colorspace="RGB", min_height=want_h, min_width=want_w, strict=True)
+    except ValueError:
+        return None  # corrupt or unusual: the full path decides (and names the file)
+    if pixels.shape[:2] != (want_h, want_w):
+        return None
+    if box is None:
+        return pixels
+    top, left, box_h, box_w = (v * m // 8 for v in box)
+    return pixels[top : top + box_h, left : left + box_w]
+
+
+def decode_batch_on_device(
+    blobs: Sequence[np.ndarray],
+    boxes: Sequence[Box | None],
+    size: tuple[int, int],
+    device: torch.device,
+    on_cpu: Callable[[int], torch.Tensor],
+) -> torch.Tensor:
+    """Decode a batch of JPEGs on a CUDA device (nvJPEG), crop and resize there.
+
+    Falls back to ``on_cpu(j)`` for image ``j`` when the device cannot decode it (not a
+    JPEG, corrupt, CMYK) and for every image when ``device`` is not CUDA or CUDA is not
+    available, so the result is the same batch either way (within the decoders' rounding).
+
+    Args:
+        blobs: each image's encoded bytes.
+        boxes: each image's crop box in its own pixels, or ``None``.
+        size: ``(height, width)`` of every output image.
+        device: where to decode; the batch comes back there.
+        on_cpu: decodes, crops and resizes image ``j`` on the CPU (raises on a bad image).
+
+    Returns:
+        ``uint8 [len(blobs), 3, height, width]`` on ``device`` (on the CPU when it fell
+        back for every image).
+    """
+    n = len(blobs)
+    if device.type != "cuda" or not torch.cuda.is_available() or n == 0:
+        out = torch.empty((n, 3, *size), dtype=torch.uint8)
+        for j in range(n):
+            out[j] = on_cpu(j)
+        return out
+    from torchvision.io import ImageReadMode, decode_jpeg
+
+    out = torch.empty((n, 3, *size), dtype=torch.uint8, device=device)
+    todo = [j for j in range(n) if is_jpeg(blobs[j])]
+    decoded: dict[int, torch.Tensor] = {}
+    if todo:
+        tensors = [torch.from_numpy(np.array(blobs[j], dtype=np.uint8)) for j in todo]
+        try:
+            decoded = dict(zip(todo, decode_jpeg(tensors, mode=ImageReadMode.RGB, device=device), strict=True))
+        except RuntimeError as exc:  # one bad file fails the batch: try them one at a time
+            log.debug("nvJPEG batch decode failed (%s); decoding image by image", exc)
+            for j, tensor in zip(todo, tensors, strict=True):
+                try:
+                    decoded[j] = decode_jpeg(tensor, mode=ImageReadMode.RGB, device=device)
+                except RuntimeError:
+                    pass
+    for j in range(n):
+        image = decoded.get(j)
+        if image is None:
+            out[j] = on_cpu(j).to(device)
+            continue
+        box = boxes[j]
+        if box is not None:
+            top, left, box_h, box_w = box
+            _, height, width = image.shape
+            if top < 0 or left < 0 or top + box_h > height or left + box_w > width:
+                out[j] = on_cpu(j).to(device)  # the CPU path raises the error that names the file
+                continue
+            image = image[:, top : top + box_h, left : left + box_w]
+        out[j] = _resize_on_device(image, size)
+    return out
+
+
+def _resize_on_device(image: torch.Tensor, size: tuple[int, int]) -> torch.Tensor:
+    """Antialiased resize of a uint8 CHW image on its device (through float where uint8 is not supported)."""
+    if tuple(image.shape[-2:]) == tuple(size):
+        return image
+    try:
+        return resize(image, size)
+    except RuntimeError:
+        scaled = torch.nn.functional.interpolate(
+            image.unsqueeze(0).float(), size=list(size), mode="bilinear", antialias=True, align_corners=False
+        )
+        return scaled[0].round_().clamp_(0, 255).to(torch.uint8)

@@ -1,0 +1,307 @@
+"""The fast read paths equal the reference ones: threaded pixel gathers, batched JPEG decode, nvJPEG's CPU fallback."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pytest
+import torch
+from PIL import Image
+
+from stoker import jpeg
+from stoker.errors import ConfigError, DecodeError
+from stoker.loading import make_loader
+from stoker.shards import ShardDataset
+from stoker.shards import reader as reader_module
+from stoker.shards import writer as writer_module
+
+
+@pytest.fixture(scope="module")
+def many_batches(tmp_path_factory: pytest.TempPathFactory, digi: Path) -> Path:
+    """Pixel shards of 7 rows, each in record batches of 2 rows: a random batch spans many of both."""
+    from stoker.packer import pack
+
+    out = tmp_path_factory.mktemp("many-batches")
+    small = functools.partial(writer_module.ShardWriter, record_batch_bytes=2 * 3 * 8 * 8)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(writer_module, "ShardWriter", small)
+        pack(digi, out, store="pixels", size=(8, 8), shard_samples=7, progress=False, workers=0)
+    return out
+
+
+def _reference_rows(ds: ShardDataset, indices: np.ndarray) -> np.ndarray:
+    """Rows read one at a time from the Arrow files with pyarrow, the slow obvious way."""
+    rows = []
+    for i in indices.tolist():
+        shard, row = ds.shards.locate(np.asarray([i]))
+        table = pa.ipc.open_file(str(ds.shards.root / ds.shards.infos[int(shard[0])].name)).read_all()
+        rows.append(np.frombuffer(table.column("image")[int(row[0])].as_py(), dtype=np.uint8))
+    return np.stack(rows)
+
+
+def test_the_test_set_spans_many_shards_and_record_batches(many_batches: Path) -> None:
+    ds = ShardDataset(many_batches)
+    ds.shards.all_labels()  # opens every shard
+    assert len(ds.shards.infos) >= 4 and len(ds.shards._segment_views) >= 2 * len(ds.shards.infos)
+
+
+@pytest.mark.parametrize("threads", [1, 2, 3, 8])
+def test_a_threaded_gather_equals_reading_row_by_row(
+    many_batches: Path, threads: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(reader_module, "GATHER_SPLIT_BYTES", 3 * 8 * 8)  # split even these tiny batches
+    ds = ShardDataset(many_batches)
+    rng = np.random.default_rng(threads)
+    n = len(ds)
+    cases = [rng.permutation(n), rng.integers(0, n, 50), np.arange(n), np.arange(2, 6), np.asarray([n - 1, 0, n - 1]),
+             np.asarray([3])]
+    for indices in cases:
+        out = np.full((len(indices), ds.shards.row_bytes), 7, dtype=np.uint8)
+        ds.shards.read_pixels(indices, out, threads=threads)
+        assert np.array_equal(out, _reference_rows(ds, indices))
+    ds.shards.read_pixels(np.zeros(0, dtype=np.int64), np.zeros((0, ds.shards.row_bytes), np.uint8), threads=threads)
+
+
+def test_a_gather_in_a_forked_worker_makes_its_own_threads(many_batches: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    ds = ShardDataset(many_batches)
+    reader_module._gather_pool()  # a pool in this process, which a forked child must not use
+    loader = make_loader(ds, batch_size=16, num_workers=2, backend="process", device="cpu", persistent_workers=False)
+    seen = [int(label) for _, labels in loader for label in labels]
+    assert sorted(seen) == sorted(ds.labels.tolist())
+
+
+@pytest.mark.parametrize(("backend", "workers", "threads"), [("process", 0, 1), ("process", 0, 2), ("thread", 2, 2)])
+def test_every_pixel_sample_once_per_epoch_whatever_the_gather(
+    many_batches: Path, backend: str, workers: int, threads: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(reader_module, "GATHER_SPLIT_BYTES", 3 * 8 * 8)
+    ds = ShardDataset(many_batches)
+    ds.shards.gather_threads = threads
+    expected = {bytes(_reference_rows(ds, np.asarray([i]))[0]): int(ds.labels[i]) for i in range(len(ds))}
+    loader = make_loader(ds, batch_size=8, shuffle=True, num_workers=workers, backend=backend,  # type: ignore[arg-type]
+                         device="cpu", persistent_workers=False)
+    for epoch in range(2):
+        loader.set_epoch(epoch)
+        seen = []
+        for images, labels in loader:
+            for image, label in zip(images, labels.tolist(), strict=True):
+                key = image.numpy().tobytes()
+                assert expected[key] == label
+                seen.append(key)
+        assert sorted(seen) == sorted(expected)  # every sample once (the images are distinct)
+
+
+def test_pixel_shards_default_to_an_in_process_gather(many_batches: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    ds = ShardDataset(many_batches)
+    assert ds.loader_defaults == {"backend": "process", "num_workers": 0}
+    assert ds.shards.gather_threads == reader_module._default_gather_threads()
+    for cores, threads in ((1, 1), (2, 1), (4, 2), (16, 2)):
+        monkeypatch.setattr(reader_module.os, "sched_getaffinity", lambda pid, c=cores: set(range(c)), raising=False)
+        assert reader_module._default_gather_threads() == threads
+
+
+# -- encoded JPEG shards -----------------------------------------------------------------
+
+
+def _photo(i: int, height: int, width: int) -> np.ndarray:
+    y, x = np.mgrid[0:height, 0:width].astype(np.float32)
+    rng = np.random.default_rng(i)
+    image = np.stack([128 + 90 * np.sin(x / (5 + i % 7) + y / 17), 128 + 80 * np.cos(y / 9 - x / 23),
+                      x * 200 / width + 20], axis=-1) + rng.normal(0, 5, (height, width, 3))
+    return np.clip(image, 0, 255).astype(np.uint8)
+
+
+@pytest.fixture(scope="module")
+def jpeg_folders(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Class folders of JPEGs of every kind the fast path meets (and one PNG and one CMYK JPEG it does not take)."""
+    root = tmp_path_factory.mktemp("jpegs")
+    kinds: list[tuple[str, dict[str, object]]] = [
+        ("RGB", {}), ("RGB", {"progressive": True}), ("L", {}), ("RGB", {"subsampling": 0}), ("CMYK", {}),
+    ]
+    for i in range(30):
+        folder = root / str(i % 3)
+        folder.mkdir(exist_ok=True)
+        mode, options = kinds[i % len(kinds)]
+        image = Image.fromarray(_photo(i, 72 + 2 * (i % 4), 64 + 3 * (i % 3))).convert(mode)
+        if i == 7:
+            image.save(folder / f"{i:03d}.png")
+        else:
+            image.save(folder / f"{i:03d}.jpg", quality=90, **options)  # type: ignore[arg-type]
+    return root
+
+
+@pytest.fixture(scope="module")
+def jpeg_shards(tmp_path_factory: pytest.TempPathFactory, jpeg_folders: Path) -> Callable[..., Path]:
+    from stoker.packer import pack
+
+    cache: dict[str, Path] = {}
+
+    def make(size: tuple[int, int], crop: tuple[int, int, int, int] | None = None) -> Path:
+        key = f"{size}{crop}"
+        if key not in cache:
+            out = tmp_path_factory.mktemp("jpeg-shards")
+            pack(jpeg_folders, out, store="encoded", size=size, crop=crop, shard_samples=8, progress=False, workers=0)
+            cache[key] = out
+        return cache[key]
+
+    return make
+
+
+@pytest.mark.skipif(not jpeg.available(), reason="simplejpeg is not installed")
+@pytest.mark.parametrize(("size", "crop"), [((24, 20), None), ((16, 16), (8, 4, 56, 56)), ((60, 60), (0, 0, 70, 64)),
+                                            ((40, 36), None)])
+def test_the_batched_jpeg_path_is_within_two_grey_levels_of_full_decode(
+    jpeg_shards: Callable[..., Path], size: tuple[int, int], crop: tuple[int, int, int, int] | None
+) -> None:
+    root = jpeg_shards(size, crop)
+    fast, full = ShardDataset(root), ShardDataset(root, decoder="full")
+    order = np.random.default_rng(0).permutation(len(fast))
+    for indices in (order, order[:5], np.arange(len(fast))):
+        a, b = fast.__getitems__(indices), full.__getitems__(indices)
+        assert torch.equal(a.labels, b.labels) and a.images.shape == b.images.shape == (len(indices), 3, *size)
+        assert a.images.is_contiguous()
+        for j in range(len(indices)):
+            assert float((a.images[j].float() - b.images[j].float()).abs().mean()) <= 2.0
+        for j, i in enumerate(indices[:6].tolist()):  # a batch read equals a sample read
+            assert torch.equal(a.images[j], fast[i][0])
+
+
+def test_encoded_shards_default_to_loader_threads_unless_a_python_transform_runs(
+    jpeg_shards: Callable[..., Path],
+) -> None:
+    root = jpeg_shards((24, 20))
+    assert ShardDataset(root).loader_defaults["backend"] == "thread"
+    assert ShardDataset(root, transform=lambda image: image).loader_defaults["backend"] == "process"
+
+
+def test_decoder_full_is_the_reference_path(jpeg_shards: Callable[..., Path], monkeypatch: pytest.MonkeyPatch) -> None:
+    root = jpeg_shards((24, 20))
+    calls: list[int] = []
+    monkeypatch.setattr("stoker.shards.reader.decode_jpeg_resized", lambda *a: calls.append(1))
+    full = ShardDataset(root, decoder="full")
+    full.__getitems__(np.arange(len(full)))
+    full[0]
+    assert calls == []
+    with pytest.raises(ConfigError, match="decoder must be one of"):
+        ShardDataset(root, decoder="fast")  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(("backend", "workers"), [("process", 0), ("thread", 2), ("process", 2)])
+def test_every_jpeg_sample_once_per_epoch(jpeg_shards: Callable[..., Path], backend: str, workers: int) -> None:
+    ds = ShardDataset(jpeg_shards((16, 16), (8, 4, 56, 56)))
+    reference = ShardDataset(ds.root, decoder="full")
+    loader = make_loader(ds, batch_size=7, shuffle=True, num_workers=workers, backend=backend,  # type: ignore[arg-type]
+                         device="cpu", persistent_workers=False)
+    labels_seen = []
+    images_seen = []
+    for images, labels in loader:
+        labels_seen.extend(labels.tolist())
+        images_seen.append(images)
+    assert sorted(labels_seen) == sorted(ds.labels.tolist())
+    everything = torch.cat(images_seen)
+    assert everything.shape == (len(ds), 3, 16, 16)
+    full = reference.__getitems__(np.arange(len(ds))).images.float()
+    # every image of the epoch is near exactly one distinct reference image
+    nearest = [int(((full - image.float()).abs().mean(dim=(1, 2, 3))).argmin()) for image in everything]
+    assert sorted(nearest) == list(range(len(ds)))
+
+
+def _damage_row(root: Path, shard_name: str, row: int) -> None:
+    """Flip a byte inside one row's image bytes (the CRC-32 check must catch it)."""
+    path = root / shard_name
+    table = pa.ipc.open_file(str(path)).read_all()
+    data = table.column("image")[row].as_py()
+    raw = bytearray(path.read_bytes())
+    start = raw.find(data)
+    assert start >= 0
+    raw[start + len(data) // 2] ^= 0xFF
+    path.write_bytes(bytes(raw))
+
+
+def test_bad_rows_are_raised_or_skipped_by_the_batched_path(
+    jpeg_shards: Callable[..., Path], copy_of: Callable[[Path, Path], Path], tmp_path: Path
+) -> None:
+    root = copy_of(jpeg_shards((24, 20)), tmp_path / "damaged")
+    ds = ShardDataset(root)
+    name = ds.shards.infos[0].name
+    _damage_row(root, name, 2)
+    with pytest.raises(DecodeError, match=f"{name} row 2"):
+        ShardDataset(root).__getitems__(np.arange(8))
+    skipping = ShardDataset(root, on_error="skip")
+    batch = skipping.__getitems__(np.arange(8))
+    assert len(batch) == 7 and len(batch.skipped) == 1 and "CRC-32" in batch.skipped[0].reason
+    clean = ShardDataset(root, decoder="full", on_error="skip").__getitems__(np.arange(8))
+    assert torch.equal(batch.labels, clean.labels)
+    assert float((batch.images.float() - clean.images.float()).abs().mean()) <= 2.0
+
+
+def test_a_jpeg_that_only_the_full_path_rejects_is_skipped_in_place(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from stoker.packer import pack
+
+    folder = tmp_path / "src" / "0"
+    folder.mkdir(parents=True)
+    for i in range(6):
+        Image.fromarray(_photo(i, 40, 40)).save(folder / f"{i}.jpg", quality=90)
+    out = tmp_path / "shards"
+    pack(tmp_path / "src", out, store="encoded", size=(20, 20), progress=False, workers=0, shuffle=False)
+    ds = ShardDataset(out, on_error="skip")
+    real = reader_module.decode_sample
+
+    def reject_row_3(data: object, name: str, box: object = None) -> torch.Tensor:
+        if " row 3:" in name:
+            raise DecodeError(f"{name}: rejected")
+        return real(data, name, box)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(reader_module, "decode_sample", reject_row_3)
+    monkeypatch.setattr(reader_module, "decode_jpeg_resized", lambda *args: None)
+    monkeypatch.setattr("stoker.shards.dataset.decode_jpegs_into", lambda blobs, boxes, size, out: [3])
+    batch = ds.__getitems__(np.arange(6))
+    assert len(batch) == 5 and [s.key for s in batch.skipped] == ["train[3]"]
+    assert batch.labels.tolist() == [int(ds.labels[i]) for i in (0, 1, 2, 4, 5)]
+
+
+# -- nvJPEG: the CPU fallback runs everywhere -------------------------------------------------
+
+
+def test_nvjpeg_without_cuda_falls_back_to_the_cpu_image_by_image(jpeg_shards: Callable[..., Path]) -> None:
+    root = jpeg_shards((16, 16), (8, 4, 56, 56))
+    nv = ShardDataset(root, decoder="nvjpeg", decode_device="cpu" if torch.cuda.is_available() else "cuda")
+    assert nv.loader_defaults == {"backend": "thread", "num_workers": 1}
+    indices = np.random.default_rng(1).permutation(len(nv))
+    a, b = nv.__getitems__(indices), ShardDataset(root).__getitems__(indices)
+    assert torch.equal(a.labels, b.labels) and a.images.device.type == "cpu"
+    assert torch.equal(a.images, b.images)  # the fallback is the CPU path itself
+    loader = make_loader(nv, batch_size=8, device="cpu", **nv.loader_defaults)
+    assert sorted(int(x) for _, labels in loader for x in labels) == sorted(nv.labels.tolist())
+
+
+def test_nvjpeg_fallback_skips_bad_rows(
+    jpeg_shards: Callable[..., Path], copy_of: Callable[[Path, Path], Path], tmp_path: Path
+) -> None:
+    root = copy_of(jpeg_shards((24, 20)), tmp_path / "damaged")
+    _damage_row(root, ShardDataset(root).shards.infos[0].name, 1)
+    batch = ShardDataset(root, decoder="nvjpeg", on_error="skip").__getitems__(np.arange(8))
+    assert len(batch) == 7 and len(batch.skipped) == 1
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_nvjpeg_on_the_gpu_is_within_two_grey_levels(jpeg_shards: Callable[..., Path]) -> None:
+    root = jpeg_shards((16, 16), (8, 4, 56, 56))
+    a = ShardDataset(root, decoder="nvjpeg").__getitems__(np.arange(12))
+    b = ShardDataset(root, decoder="full").__getitems__(np.arange(12))
+    assert a.images.device.type == "cuda" and torch.equal(a.labels, b.labels)
+    for j in range(12):
+        assert float((a.images[j].cpu().float() - b.images[j].float()).abs().mean()) <= 2.0
+
+
+def test_png_rows_of_encoded_shards_still_decode(packed: Callable[..., Path]) -> None:
+    root = packed(store="encoded", size=(8, 8), shard_samples=7, valid=0.25)
+    fast, full = ShardDataset(root), ShardDataset(root, decoder="full")
+    idx = np.arange(len(fast))
+    assert torch.equal(fast.__getitems__(idx).images, full.__getitems__(idx).images)  # PNG: the full path, exactly
