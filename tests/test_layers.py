@@ -28,6 +28,7 @@ LAYERS: dict[str, int] = {
     "mixing": 0,
     "fs": 0,  # paths and URLs (stoker.fs): every reader of a folder or file, above only errors
     "lifetime": 0,  # workers die with their parent (pack, verify)
+    "_lazy": 0,  # public names imported on first use
     "fuzz": 0,  # crafted inputs and a guarded runner (decode, errors)
     "loading": 1,
     "sources": 2,

@@ -12,10 +12,10 @@ Example:
 
 from __future__ import annotations
 
-import importlib
 from importlib.metadata import PackageNotFoundError, version
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from stoker._lazy import lazy_names
 from stoker.errors import (
     CheckpointError,
     ConfigError,
@@ -72,19 +72,6 @@ _HOMES: dict[str, str] = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    home = _HOMES.get(name)
-    if home is None:
-        raise AttributeError(f"module 'stoker' has no attribute {name!r}")
-    value = getattr(importlib.import_module(home), name)
-    globals()[name] = value  # later lookups skip this function
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_HOMES))
-
-
 __all__ = [
     "CheckpointError",
     "ClassFolderDataset",
@@ -120,3 +107,5 @@ __all__ = [
     "tune",
     "verify",
 ]
+
+__getattr__, __dir__ = lazy_names(__name__, _HOMES, globals(), __all__)

@@ -13,7 +13,7 @@ import signal
 import sys
 import threading
 
-__all__ = ["die_with_parent"]
+__all__ = ["die_with_parent", "pid_alive"]
 
 _PR_SET_PDEATHSIG = 1
 _POLL_S = 1.0
@@ -42,3 +42,14 @@ def die_with_parent(parent_pid: int | None = None) -> None:
                 os._exit(1)
 
     threading.Thread(target=watch, name="stoker-parent-watch", daemon=True).start()
+
+
+def pid_alive(pid: int) -> bool:
+    """Whether process ``pid`` runs on this machine (one we may not signal counts as running)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True

@@ -21,8 +21,9 @@ Example:
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from stoker._lazy import lazy_names
 
 if TYPE_CHECKING:
     from stoker.bench.benchmark import bench, quick_bench, run_bench
@@ -95,15 +96,4 @@ _HOMES: dict[str, str] = {
     "tune": "stoker.bench.tuner",
 }
 
-
-def __getattr__(name: str) -> Any:
-    home = _HOMES.get(name)
-    if home is None:
-        raise AttributeError(f"module 'stoker.bench' has no attribute {name!r}")
-    value = getattr(importlib.import_module(home), name)
-    globals()[name] = value  # later lookups skip this function
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *__all__})
+__getattr__, __dir__ = lazy_names(__name__, _HOMES, globals(), __all__)

@@ -7,8 +7,9 @@ without torch, as ``stoker --help`` does.
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from stoker._lazy import lazy_names
 
 if TYPE_CHECKING:
     from stoker.loading.collate import Batch, collate, to_device
@@ -26,15 +27,4 @@ _HOMES: dict[str, str] = {
     "to_device": "stoker.loading.collate",
 }
 
-
-def __getattr__(name: str) -> Any:
-    home = _HOMES.get(name)
-    if home is None:
-        raise AttributeError(f"module 'stoker.loading' has no attribute {name!r}")
-    value = getattr(importlib.import_module(home), name)
-    globals()[name] = value  # later lookups skip this function
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *__all__})
+__getattr__, __dir__ = lazy_names(__name__, _HOMES, globals(), __all__)

@@ -22,6 +22,7 @@ import numpy as np
 import torch
 
 from stoker.errors import CheckpointError
+from stoker.lifetime import pid_alive
 
 __all__ = ["get_rng_state", "load_checkpoint", "save_checkpoint", "set_rng_state"]
 
@@ -105,19 +106,9 @@ def _remove_stale_temporaries(path: Path) -> None:
         return
     for name in names:
         pid_text = name[len(prefix) :].split(".", 1)[0]
-        if pid_text.isdigit() and _pid_alive(int(pid_text)) and int(pid_text) != os.getpid():
+        if pid_text.isdigit() and pid_alive(int(pid_text)) and int(pid_text) != os.getpid():
             continue  # another live process is writing it
         (path.parent / name).unlink(missing_ok=True)
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def load_checkpoint(

@@ -18,6 +18,7 @@ from typing import Any
 import torch
 
 from stoker.errors import ConfigError, DataError
+from stoker.lifetime import pid_alive
 from stoker.train.history import History
 
 __all__ = ["BEST_FILE", "LAST_FILE", "RUN_FILE", "device_name", "prepare_run_dir", "read_run_json", "versions", "write_run_json"]
@@ -111,13 +112,7 @@ def _alive(pid: object, host: object) -> bool:
         return False  # a record from before pids were kept
     if host != socket.gethostname():
         return True  # cannot tell from here
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
+    return pid_alive(pid)
 
 
 def write_run_json(run_dir: Path, record: Mapping[str, Any], history: History | None = None) -> Path:
