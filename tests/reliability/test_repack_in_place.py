@@ -94,7 +94,7 @@ def test_full_disk_while_packing_says_how_much_space_is_needed(tmp_path: Path, m
     def write(self: ShardWriter, *args: object) -> None:
         raise OSError(errno.ENOSPC, "No space left on device")
 
-    monkeypatch.setattr(ShardWriter, "write", write)
+    monkeypatch.setattr(ShardWriter, "write_row", write)
     with pytest.raises(ShardError, match=r"the disk is full: the pack needs about .* MiB .* re-run the same command"):
         pack(tmp_path / "cls", tmp_path / "out", workers=0, progress=False)
     assert not (tmp_path / "out" / "manifest.json").exists()

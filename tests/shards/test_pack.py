@@ -178,7 +178,7 @@ _INTERRUPT = textwrap.dedent(
     from stoker.packer import pack
 
     rows = 0
-    original = writer_module.ShardWriter.write
+    original = writer_module.ShardWriter.write_row
 
     def write_then_die(self, *args, **kwargs):
         global rows
@@ -187,7 +187,7 @@ _INTERRUPT = textwrap.dedent(
         if rows == int(sys.argv[3]):  # half way through a shard: no cleanup runs
             os.kill(os.getpid(), signal.SIGKILL)
 
-    writer_module.ShardWriter.write = write_then_die
+    writer_module.ShardWriter.write_row = write_then_die
     pack(sys.argv[1], sys.argv[2], store="pixels", size=(6, 6), shard_samples=6, valid=0.2,
          seed=1, workers=0, progress=False)
     """

@@ -48,7 +48,7 @@ from stoker.shards.manifest import Manifest, ShardInfo
 from stoker.shards.plan import PackPlan, ShardPlan, make_plan
 from stoker.shards.ray_engine import ENGINES, import_ray, write_on_ray
 from stoker.shards.replace import LOCK_NAME, is_ours, pack_lock, staging_dir, swap_in
-from stoker.shards.rows import RowSource, as_rows
+from stoker.shards.rows import RowSource, as_rows, row_values
 from stoker.shards.upload import RemoteOut, upload_shard
 from stoker.sources.dataset import FileDataset
 from stoker.sources.index import Source
@@ -193,7 +193,7 @@ def _write_shard(job: _Job, plan: ShardPlan, report: Callable[[int], None]) -> S
     with ShardWriter(job.out / plan.name, plan.split, job.store, job.size, channels=job.channels) as writer:
         for i in plan.rows.tolist():
             image = rows.read_encoded(i) if job.store == "encoded" else _pixels(rows, i, job.size, job.channels)  # type: ignore[arg-type]
-            writer.write(str(rows.keys[i]), int(rows.labels[i]), str(rows.source_names[i]), str(rows.files[i]), image)
+            writer.write_row(row_values(rows, i), image)  # every column of format.COLUMNS, by name
             pending += 1
             if pending == _PROGRESS_EVERY:
                 report(pending)
