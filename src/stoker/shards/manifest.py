@@ -201,14 +201,7 @@ class Manifest:
                 raise ShardError(f"{path}: larger than {_MAX_MANIFEST_BYTES >> 20} MiB; this is not a stoker manifest")
             data = path.read_bytes()
         except FileNotFoundError:
-            if (root / PLAN_NAME).exists():
-                raise ShardError(
-                    f"{root}: the pack did not finish (no {MANIFEST_NAME}, a {PLAN_NAME} is there); "
-                    "re-run the same `stoker pack` command to resume it"
-                ) from None
-            if not root.is_dir():
-                raise ShardError(f"{root}: folder not found; pass the folder `stoker pack` wrote") from None
-            raise ShardError(f"{root}: no {MANIFEST_NAME}, so this is not a shard set; make one with `stoker pack`") from None
+            raise _no_manifest(str(root), (root / PLAN_NAME).exists(), root.is_dir(), "the folder") from None
         except OSError as exc:
             raise ShardError(f"{path}: cannot read ({exc.strerror or exc})") from None
         return cls.from_bytes(data, str(path))
@@ -217,19 +210,24 @@ class Manifest:
 _REPACK_HINT = "the manifest was edited or damaged; restore it or re-pack with `stoker pack`"
 
 
+def _no_manifest(where: str, has_plan: bool, exists: bool, what: str) -> ShardError:
+    """The error for a shard set without ``manifest.json``: a pack half done, nothing there, or not a set."""
+    if has_plan:
+        return ShardError(
+            f"{where}: the pack did not finish (no {MANIFEST_NAME}, a {PLAN_NAME} is there); "
+            "re-run the same `stoker pack` command to resume it"
+        )
+    if not exists:
+        return ShardError(f"{where}: not found; pass {what} `stoker pack` wrote")
+    return ShardError(f"{where}: no {MANIFEST_NAME}, so this is not a shard set; make one with `stoker pack`")
+
+
 def _load_remote(place: Location) -> Manifest:
     """``Manifest.load`` for a shard set at a URL (the manifest is read first, nothing else)."""
     try:
         data = place.read_bytes(MANIFEST_NAME, max_bytes=_MAX_MANIFEST_BYTES)
     except MissingFileError:
-        if place.exists(PLAN_NAME):
-            raise ShardError(
-                f"{place.url}: the pack did not finish (no {MANIFEST_NAME}, a {PLAN_NAME} is there); "
-                "re-run the same `stoker pack` command to resume it"
-            ) from None
-        if not place.exists():
-            raise ShardError(f"{place.url}: not found; pass the URL `stoker pack` wrote to") from None
-        raise ShardError(f"{place.url}: no {MANIFEST_NAME}, so this is not a shard set; make one with `stoker pack`") from None
+        raise _no_manifest(place.url, place.exists(PLAN_NAME), place.exists(), "the URL") from None
     except ConfigError as exc:
         raise ShardError(f"{exc}; this is not a stoker manifest") from None
     except OSError as exc:

@@ -76,18 +76,17 @@ class Ranks:
 
     def sum(self, values: Sequence[float]) -> list[float]:
         """Element-wise sums over ranks (float64 on the CPU group or the device)."""
-        if not self.active:
-            return [float(v) for v in values]
-        t = torch.tensor(list(values), dtype=torch.float64, device=self._comm_device())
-        dist.all_reduce(t, op=dist.ReduceOp.SUM)
-        return t.cpu().tolist()
+        return self._reduce(values, dist.ReduceOp.SUM)
 
     def max(self, values: Sequence[float]) -> list[float]:
         """Element-wise maxima over ranks (the slowest rank's time, the worst loss)."""
+        return self._reduce(values, dist.ReduceOp.MAX)
+
+    def _reduce(self, values: Sequence[float], op: Any) -> list[float]:  # op: a dist.ReduceOp member
         if not self.active:
             return [float(v) for v in values]
         t = torch.tensor(list(values), dtype=torch.float64, device=self._comm_device())
-        dist.all_reduce(t, op=dist.ReduceOp.MAX)
+        dist.all_reduce(t, op=op)
         return t.cpu().tolist()
 
     def any(self, flag: bool) -> bool:
