@@ -247,12 +247,14 @@ def _decode_with_pil(data: memoryview, name: str, max_pixels: int) -> torch.Tens
             if img.mode in ("I;16", "I;16B", "I;16L", "I"):
                 gray = np.asarray(img, dtype=np.uint32) >> 8  # the high byte, as libpng and PIL do for 16-bit RGB
                 return to_rgb(torch.from_numpy(gray.clip(0, 255).astype(np.uint8)), name)
-            if img.mode == "RGB":
-                rgb = np.array(img)
+            # RGB and RGBA (dropping alpha is Pillow's own RGBA -> RGB) are read as they are, with
+            # no conversion pass; np.asarray's view is copied once, below.
+            if img.mode in ("RGB", "RGBA"):
+                rgb = np.asarray(img)[:, :, :3]
             elif img.mode in ("P", "PA"):  # through RGBA: a palette's transparency would warn
-                rgb = np.array(img.convert("RGBA"))[:, :, :3]
+                rgb = np.asarray(img.convert("RGBA"))[:, :, :3]
             else:
-                rgb = np.array(img.convert("RGB"))
+                rgb = np.asarray(img.convert("RGB"))
     except (Image.DecompressionBombError, Image.DecompressionBombWarning) as exc:  # the warning, when warnings are errors
         raise DecodeError(
             f"{name}: {exc} (more than the limit of {max_pixels:,} pixels); {_BAD_SAMPLE_HINT}, "
@@ -260,7 +262,8 @@ def _decode_with_pil(data: memoryview, name: str, max_pixels: int) -> torch.Tens
         ) from None
     except (UnidentifiedImageError, OSError, ValueError, SyntaxError, EOFError) as exc:
         raise DecodeError(f"{name}: cannot decode image ({exc}); {_BAD_SAMPLE_HINT}") from None
-    return torch.from_numpy(rgb).permute(2, 0, 1).contiguous()
+    # HWC -> CHW by numpy: several times faster than torch's permute(...).contiguous() on one thread.
+    return torch.from_numpy(np.ascontiguousarray(rgb.transpose(2, 0, 1)))
 
 
 def decode_array(data: bytes | bytearray | memoryview | np.ndarray, name: str) -> torch.Tensor:

@@ -14,7 +14,7 @@ from torch.utils.data import Dataset, default_collate, get_worker_info
 
 from stoker.errors import ConfigError, DataError
 from stoker.fs import PathOrURL
-from stoker.jpeg import decode_batch_on_device, decode_jpegs_into
+from stoker.jpeg import decode_batch_on_device, decode_jpeg_resized, decode_jpegs_into
 from stoker.loading.collate import Batch, collate
 from stoker.loading.skips import OnError, Skipped
 from stoker.shards.manifest import Manifest
@@ -340,7 +340,7 @@ class ShardDataset(Dataset):
         shard_ids, rows = self.shards.locate(idx)
         blobs: list[np.ndarray] = []
         boxes: list[Any] = []
-        where: list[tuple[int, int]] = []
+        names: list[str] = []
         keep: list[int] = []
         skipped: list[Skipped] = []
 
@@ -351,23 +351,26 @@ class ShardDataset(Dataset):
 
         for j, (s, r) in enumerate(zip(shard_ids.tolist(), rows.tolist(), strict=True)):
             try:
-                data, _, box = self.shards.checked_bytes(s, r)
+                data, name, box = self.shards.checked_bytes(s, r)
             except DataError as exc:
                 skip(j, exc)
                 continue
             blobs.append(data)
             boxes.append(box)
-            where.append((s, r))
+            names.append(name)
             keep.append(j)
         bad: list[int] = []  # positions in ``keep`` that fail by the full path too
 
-        def full_path(k: int) -> torch.Tensor:
-            return self.shards.decode(*where[k])
+        def full_path(k: int) -> torch.Tensor:  # the bytes were checked above: not again
+            return self.shards.decode_checked(blobs[k], names[k], boxes[k])
 
         if self.decoder == "nvjpeg":
             device = torch.device(self.decode_device)
 
-            def on_cpu(k: int) -> torch.Tensor:
+            def on_cpu(k: int) -> torch.Tensor:  # the CPU's own path: reduced where it can, else full
+                image = decode_jpeg_resized(blobs[k], size, boxes[k])
+                if image is not None:
+                    return image
                 try:
                     return full_path(k)
                 except DataError as exc:

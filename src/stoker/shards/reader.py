@@ -604,8 +604,16 @@ class ShardSet:
             image = decode_jpeg_resized(data, size, box)
             if image is not None:
                 return image
+        return self.decode_checked(data, name, box, resized)
+
+    def decode_checked(self, data: np.ndarray, name: str, box: Box | None, resized: bool = True) -> torch.Tensor:
+        """Bytes :meth:`checked_bytes` returned, decoded by the full path, cropped and (``resized``) resized.
+
+        Raises:
+            DecodeError: the image does not decode (the message names ``name``).
+        """
         image = decode_sample(data, name, box)
-        return resize(image, size) if resized else image
+        return resize(image, self.manifest.image_size) if resized else image
 
     def read_encoded(self, index: int) -> tuple[np.ndarray, int, int]:
         """One sample's encoded bytes (a read-only view), its shard number and its row."""
