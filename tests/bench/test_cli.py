@@ -18,6 +18,7 @@ def test_bench_prints_the_table_and_writes_the_report(tiny_root: Path, tmp_path:
                                        "--batch-size", "8", "--device", "cpu", "--limit-seconds", "0.05", "--out", str(out)])
     assert result.exit_code == 0, result.output
     assert "| workers | files | pipe |" in result.output
+    assert result.output.count("Recommendation:") == 1  # in the markdown, not again after it
     runs = json.loads((out / "bench.json").read_text())["runs"]
     assert [(r["method"], r["status"], r["samples"]) for r in runs] == [("files", "ok", 40), ("pipe", "ok", 40)]
     assert (out / "bench.png").is_file() and (out / "bench.md").is_file()

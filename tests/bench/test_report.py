@@ -11,7 +11,7 @@ import pytest
 
 from stoker.bench import BenchResult, Limits, RunResult, recommendation, render_markdown, save_report
 from stoker.bench.monitor import ProcessMonitor
-from stoker.bench.report import figure
+from stoker.bench.report import figure, step_img_per_s
 
 # Decode-bound PNGs on 2 cores: 1,000 img/s per core; reads and copies are far faster.
 _LIMITS = Limits(cores=2, decode_img_per_s=1000.0, memcpy_bytes_per_s=1e10, read_bytes_per_s=1e9, read_cold=True,
@@ -48,12 +48,45 @@ def test_the_report_ends_with_a_recommendation_and_its_ratio_to_plain_files_at_t
     line = recommendation(result)
     assert line.startswith("Recommendation: use pixel shards with 0 workers: 27,400 img/s, 20x plain files at their best")
     assert "(2 workers, 1,370 img/s)" in line
-    # decode is the limit of the encoded images: the line makes the case for pixel shards
-    assert "decoding is the limit" in line and "2,000 img/s on 2 cores" in line and "decode nothing" in line
+    # decode is the limit of the encoded images: the line makes the case for pixel shards, with the figures
+    assert "decoding is the limit" in line and "decode nothing" in line
+    assert "(encoded shards, 2 workers) reaches 1,500 img/s, 75% of the 2,000 img/s this machine decodes on 2 cores" in line
+    assert "27,400 img/s here (0 workers), 18x the fastest method that decodes" in line
+    assert line.endswith("pack them once with `stoker pack DATA OUT --store pixels`.")
     text = render_markdown(result)
-    assert text.rstrip().splitlines()[-1] == f"**{line}**"
+    assert text.rstrip().splitlines()[-1] == f"**{line}**" and text.count("Recommendation:") == 1
     assert render_markdown(result, details=False).rstrip().endswith(f"**{line}**")
+    assert "Recommendation:" not in render_markdown(result, recommend=False)
     assert result.to_dict()["recommendation"] == line
+
+
+def _trained(run: RunResult, wait: float) -> RunResult:
+    run.data_wait_share = wait
+    return run
+
+
+def test_in_train_mode_the_case_for_pixel_shards_names_what_the_step_could_take() -> None:
+    # the step waited 75% of the time for encoded shards: it could take 4x their rate
+    result = _result([_trained(_run("files", 2, 1400.0), 0.8), _trained(_run("shards-encoded", 2, 1600.0), 0.75)])
+    result.size = (112, 112)
+    line = recommendation(result)
+    assert "reaches 1,600 img/s, 80% of the 2,000 img/s" in line
+    assert "the training step alone could take 6,400 img/s" in line
+    assert "`stoker pack DATA OUT --store pixels --size 112x112`" in line
+    assert step_img_per_s(result) == pytest.approx(6400.0)
+
+
+def test_no_case_for_pixel_shards_when_the_step_or_something_else_is_the_limit() -> None:
+    # the step is slower than decoding: the data hardly waited
+    step_bound = _result([_trained(_run("files", 2, 1800.0), 0.05)])
+    line = recommendation(step_bound)
+    assert "the training step (about 1,895 img/s alone) is the limit here, not decoding" in line
+    assert "--store pixels" not in line
+    # decoding far below the machine's decode rate: not decode-bound (more workers would help)
+    assert "decoding is the limit" not in recommendation(_result([_run("files", 2, 600.0)]))
+    # pixel shards measured no faster: nothing to argue for
+    slow_pixels = recommendation(_result([_run("shards-encoded", 2, 1800.0), _run("shards-pixels", 0, 1500.0, work="pixels")]))
+    assert "pixel shards were no faster here (1,500 img/s)" in slow_pixels and "--store pixels" not in slow_pixels
 
 
 def test_without_pixel_shards_a_decode_bound_report_suggests_them() -> None:
@@ -120,3 +153,16 @@ def test_the_monitor_counts_a_worker_process_that_exits_between_polls() -> None:
     with ProcessMonitor(interval_s=100.0, pss_interval_s=0) as monitor:
         subprocess.run([sys.executable, "-c", _BURN], check=True)
     assert monitor.cpu_seconds >= 0.3
+
+
+def test_the_quick_bench_of_the_demo_prints_the_recommendation_once_as_its_last_line(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import stoker.bench.benchmark as benchmark
+
+    result = _decode_bound()
+    monkeypatch.setattr(benchmark, "run_bench", lambda plan, echo=None: result)
+    printed: list[str] = []
+    benchmark.quick_bench("photos", echo=printed.append)
+    text = "\n".join(printed)
+    assert text.count("Recommendation:") == 1 and printed[-1] == recommendation(result)

@@ -380,7 +380,7 @@ def quick_bench(
     plan = BenchPlan(data, workers=workers, batch_size=batch_size, max_seconds=max_seconds, size=size,
                      limits_time_s=0.5, progress=False)
     result = run_bench(plan)
-    echo(render_markdown(result, details=False))
+    echo(render_markdown(result, details=False, recommend=False))  # the recommendation is the last line, once
     echo("")
     echo(f"Limits on this machine: {result.limits.summary()}.")
     for note in result.notes():

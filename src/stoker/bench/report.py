@@ -38,6 +38,7 @@ __all__ = [
     "save_json",
     "save_report",
     "share_explanation",
+    "step_img_per_s",
 ]
 
 # How the report names a built-in method in a sentence.
@@ -235,19 +236,89 @@ def _times(ratio: float) -> str:
     return f"{ratio:,.1f}x" if ratio < 10 else f"{ratio:,.0f}x"
 
 
+# Decoding is "the limit" when the fastest method that decodes reaches this share of the
+# machine's decode rate (more workers or tuning cannot add much) ...
+NEAR_DECODE_LIMIT = 0.7
+# ... and, in train mode, the training step could take this many times what it delivers.
+STEP_HEADROOM = 1.25
+
+
+def step_img_per_s(result: BenchResult) -> float | None:
+    """Images per second the training step alone could take (train mode), or ``None``.
+
+    A train-mode run spends ``1 - data_wait_share`` of its time computing, so its step
+    rate without waiting is ``img_per_s / (1 - data_wait_share)``; the run that waited
+    least measures it best (its compute is least disturbed by waiting).
+    """
+    measured = [r for r in result.runs if r.timed and r.img_per_s and r.data_wait_share is not None
+                and r.data_wait_share < 1.0]
+    if not measured:
+        return None
+    least = min(measured, key=lambda r: r.data_wait_share or 0.0)
+    return (least.img_per_s or 0.0) / (1.0 - (least.data_wait_share or 0.0))
+
+
+def _pixels_command(result: BenchResult) -> str:
+    size = f" --size {result.size[0]}x{result.size[1]}" if result.size else ""
+    return f"`stoker pack DATA OUT --store pixels{size}`"
+
+
+def _decode_case(result: BenchResult, runs: list[RunResult], backends: Sequence[str]) -> str:
+    """The clause that makes the case for pixel shards when decoding is what limits loading, else ``""``.
+
+    Decoding limits loading when the fastest method that decodes is bound by the decode
+    rate (not storage or memory), reaches :data:`NEAR_DECODE_LIMIT` of it, and (train
+    mode) is well below what the training step could take (:data:`STEP_HEADROOM`).
+    """
+    decoding = [r for r in runs if r.method in METHODS and METHODS[r.method].work == "decode"]
+    if not decoding:
+        return ""
+    top = max(decoding, key=lambda r: r.img_per_s or 0.0)
+    cores = result.limits.cores
+    limit = result.limits.bounds("decode", cores)["decode"]
+    rate = top.img_per_s or 0.0
+    step = step_img_per_s(result)
+    if top.extra.get("limit_name") != "decode" or rate < NEAR_DECODE_LIMIT * limit:
+        return ""
+    if step is not None and step < STEP_HEADROOM * rate:
+        return (f"; the training step (about {step:,.0f} img/s alone) is the limit here, not decoding "
+                f"({rate:,.0f} img/s by {_PLAIN_NAMES.get(top.method, top.method)})")
+    text = (f"; decoding is the limit for these images: the fastest method that decodes "
+            f"({_PLAIN_NAMES.get(top.method, top.method)}, {_setting(top, backends)}) reaches {rate:,.0f} img/s, "
+            f"{rate / limit:.0%} of the {limit:,.0f} img/s this machine decodes on {cores} core{'s' if cores != 1 else ''}")
+    if step is not None:
+        text += f", while the training step alone could take {step:,.0f} img/s"
+    else:
+        text += " (a training step faster than that waits for data)"
+    pixels = max((r for r in runs if r.method == "shards-pixels"), key=lambda r: r.img_per_s or 0.0, default=None)
+    if pixels is None:
+        ran = any(r.method == "shards-pixels" for r in result.runs)
+        if ran:
+            return text  # pixel shards ran but gave no timed result: nothing measured to argue with
+        return (text + "; pixel shards decode nothing, try them: `stoker bench DATA --methods files,shards-pixels`, "
+                f"then {_pixels_command(result)}")
+    pixels_rate = pixels.img_per_s or 0.0
+    if pixels_rate <= rate:
+        return text + f"; pixel shards were no faster here ({pixels_rate:,.0f} img/s): memory or storage is the next limit"
+    return (text + f"; pixel shards decode nothing: {pixels_rate:,.0f} img/s here ({_setting(pixels, backends)}), "
+            f"{_times(pixels_rate / rate)} the fastest method that decodes: pack them once with {_pixels_command(result)}")
+
+
 def recommendation(result: BenchResult) -> str:
     """One line: what to use, how fast it was, and how many times plain files.
 
     The fastest correct run wins (whole epochs before partial ones). Its ratio is taken
     against plain files at *their* best setting here (the fastest correct ``files`` run
     over every workers and backend tried), and the line says which setting that was.
-    When decoding is what limits the methods that decode (their binding limit is the
-    machine's decode rate), the line makes the case for pixel shards, which decode
-    nothing: it says so when they won, and suggests packing them when they were not run.
+    When decoding is what limits loading (the fastest method that decodes is near the
+    machine's decode rate and, in train mode, well below what the training step could
+    take), the line makes the case for pixel shards, which decode nothing, with the
+    measured figures: the pack command when they were faster, how to try them when they
+    were not run.
 
     Example:
         >>> print(recommendation(result))  # doctest: +SKIP
-        Recommendation: use pixel shards with 0 workers: 27,400 img/s, 20x plain files at their best (2 workers, 1,370 img/s).
+        Recommendation: use pixel shards with 0 workers: 27,400 img/s, 20x plain files at their best (2 workers, 1,370 img/s); decoding is the limit ...
     """
     runs = [r for r in result.runs if r.timed and r.img_per_s]
     best = max(runs, key=lambda r: (r.status == "ok", r.img_per_s or 0.0), default=None)
@@ -266,29 +337,19 @@ def recommendation(result: BenchResult) -> str:
             runner_up = max(others, key=lambda r: r.img_per_s or 0.0)
             text += (f", ahead of {_PLAIN_NAMES.get(runner_up.method, runner_up.method)} "
                      f"({_setting(runner_up, backends)}, {runner_up.img_per_s:,.0f} img/s): packing does not pay here")
-    decoding = [r for r in runs if r.method in METHODS and METHODS[r.method].work == "decode"]
-    decode_bound = bool(decoding) and all(r.extra.get("limit_name") == "decode" for r in decoding)
-    if decode_bound:
-        limit = max(r.extra.get("limit_img_per_s") or 0.0 for r in decoding)
-        why = (f"decoding is the limit for these images: it caps every method that decodes at {limit:,.0f} img/s "
-               f"on {result.limits.cores} core{'s' if result.limits.cores != 1 else ''}")
-        ran_pixels = any(r.method == "shards-pixels" for r in result.runs)
-        if best.method == "shards-pixels":
-            text += f"; {why}, and pixel shards decode nothing"
-        elif not ran_pixels:
-            text += (f"; {why}: pixel shards decode nothing, try them: "
-                     "`stoker bench DATA --methods files,shards-pixels`, then `stoker pack DATA OUT --store pixels`")
+    text += _decode_case(result, runs, backends)
     if best.status == "partial":
         text += " (partial runs: stopped by --max-seconds)"
     return text + "."
 
 
-def render_markdown(result: BenchResult, details: bool = True) -> str:
+def render_markdown(result: BenchResult, details: bool = True, recommend: bool = True) -> str:
     """The whole report as markdown: the main table, then limits, packing, shuffle, details and the recommendation.
 
     Args:
         result: what :func:`~stoker.bench.bench` returned.
         details: add the per-run table and the notes after the main table.
+        recommend: end with the recommendation (leave it out to print it elsewhere, once).
     """
     parts = [
         f"**{result.description}** — {result.samples} images, {result.num_classes} classes, "
@@ -312,7 +373,8 @@ def render_markdown(result: BenchResult, details: bool = True) -> str:
         if notes:
             parts += [""] + [f"- {note}" for note in notes]
         parts += ["", _details_table(result.runs)]
-    parts += ["", f"**{recommendation(result)}**"]
+    if recommend:
+        parts += ["", f"**{recommendation(result)}**"]
     return "\n".join(parts)
 
 
