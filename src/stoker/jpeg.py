@@ -122,8 +122,14 @@ def decode_jpeg_resized(
         >>> image.shape  # doctest: +SKIP
         torch.Size([3, 112, 112])
     """
-    out = torch.empty((1, 3, *size), dtype=torch.uint8)
-    return None if decode_jpegs_into([data], [box], size, out) else out[0]
+    simplejpeg = _decoder()
+    plan = _plan_of(simplejpeg, data, box, size) if simplejpeg is not None else None
+    if plan is None:  # before allocating anything: most callers then take the full path
+        return None
+    out = np.empty((1, 3, *size), dtype=np.uint8)
+    if _decode_group(simplejpeg, [data], [0], plan, size, out):
+        return None
+    return torch.from_numpy(out[0])
 
 
 def decode_jpegs_into(
