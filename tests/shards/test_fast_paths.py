@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import functools
+import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -64,6 +66,46 @@ def test_a_threaded_gather_equals_reading_row_by_row(
         ds.shards.read_pixels(indices, out, threads=threads)
         assert np.array_equal(out, _reference_rows(ds, indices))
     ds.shards.read_pixels(np.zeros(0, dtype=np.int64), np.zeros((0, ds.shards.row_bytes), np.uint8), threads=threads)
+
+
+def test_one_fancy_index_over_every_shard_equals_reading_row_by_row(many_batches: Path) -> None:
+    ds = ShardDataset(many_batches)
+    rng = np.random.default_rng(0)
+    n = len(ds)
+    for indices in [rng.permutation(n), rng.integers(0, n, 50), np.arange(n), np.arange(2, 6), np.asarray([n - 1, 0, n - 1]),
+                    np.asarray([3]), np.zeros(0, dtype=np.int64)]:
+        rows = ds.shards.gather_pixels(indices)
+        assert rows.shape == (len(indices), ds.shards.row_bytes) and rows.flags.c_contiguous and rows.flags.writeable
+        if len(indices):
+            assert np.array_equal(rows, _reference_rows(ds, indices))
+    for bad in ([n], [-1], [0, n + 5]):
+        with pytest.raises(IndexError, match="out of range"):
+            ds.shards.gather_pixels(np.asarray(bad))
+
+
+_AFTER_CLOSE = """
+import gc, sys
+import numpy as np
+from stoker.shards import ShardDataset
+ds = ShardDataset(sys.argv[1])
+order = np.arange(len(ds))[::-1].copy()
+expected = ds.shards.gather_pixels(order)
+span = ds.shards._span
+segment, local = ds.shards._segments(order)
+where, rows = span._first[segment] + local * span._per_row, span.rows
+ds.shards.close()  # closes every shard file; the span's array still points into their maps
+del span
+gc.collect()
+assert np.array_equal(rows[where], expected)  # a freed map crashes here
+assert np.array_equal(ds.shards.gather_pixels(order), expected)  # reopened
+"""
+
+
+def test_the_row_span_keeps_the_memory_maps_alive_after_close(many_batches: Path) -> None:
+    # In a child process: a map freed too early is a crash, which must fail this test, not the suite.
+    done = subprocess.run([sys.executable, "-c", _AFTER_CLOSE, str(many_batches)], capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
 
 
 def test_a_gather_in_a_forked_worker_makes_its_own_threads(many_batches: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -288,8 +288,12 @@ class ShardDataset(Dataset):
         labels = self.shards.read_labels(idx)
         if self.shards.row_bytes:
             height, width = self.image_size  # type: ignore[misc]
-            images = _empty_uint8((len(idx), self.shards.channels, height, width))
-            self.shards.read_pixels(idx, images.numpy().reshape(len(idx), self.shards.row_bytes))
+            shape = (len(idx), self.shards.channels, height, width)
+            if get_worker_info() is None and self.shards.gather_threads == 1:
+                images = torch.from_numpy(self.shards.gather_pixels(idx)).view(shape)  # one fancy index, any layout
+            else:  # into a worker's shared memory, or copied by several threads
+                images = _empty_uint8(shape)
+                self.shards.read_pixels(idx, images.numpy().reshape(len(idx), self.shards.row_bytes))
             if self.transform is None:
                 return ShardBatch(images, torch.from_numpy(labels), [])
             return ShardBatch([self.transform(image) for image in images], torch.from_numpy(labels), [])
