@@ -2,7 +2,9 @@
 
 Reading is by the batch: a call takes an array of row numbers and fills one output
 array, so the Python work per batch is a handful of numpy calls, not one per sample.
-Pixel rows are copied exactly once, from the memory-mapped file into the batch tensor.
+Pixel rows are copied exactly once, from the memory-mapped file into the batch tensor;
+in the training process a batch from any number of shards is one numpy fancy index
+(:meth:`ShardSet.gather_pixels`, over :class:`_RowSpan`).
 
 Files open lazily, in the process that reads them, and are dropped when the reader is
 pickled, so a reader can be handed to DataLoader worker processes.
