@@ -137,13 +137,19 @@ def test_every_pixel_sample_once_per_epoch_whatever_the_gather(
         assert sorted(seen) == sorted(expected)  # every sample once (the images are distinct)
 
 
-def test_pixel_shards_default_to_an_in_process_gather(many_batches: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_pixel_shards_default_to_one_fancy_index_in_the_training_process(many_batches: Path) -> None:
     ds = ShardDataset(many_batches)
     assert ds.loader_defaults == {"backend": "process", "num_workers": 0}
-    assert ds.shards.gather_threads == reader_module._default_gather_threads()
-    for cores, threads in ((1, 1), (2, 1), (4, 2), (16, 2)):
-        monkeypatch.setattr(reader_module.os, "sched_getaffinity", lambda pid, c=cores: set(range(c)), raising=False)
-        assert reader_module._default_gather_threads() == threads
+    assert ds.shards.gather_threads == 1
+    calls: list[str] = []
+    for name in ("gather_pixels", "read_pixels"):
+        method = getattr(ds.shards, name)
+        setattr(ds.shards, name, lambda *a, _m=method, _n=name, **k: (calls.append(_n), _m(*a, **k))[1])
+    ds.__getitems__(np.arange(len(ds))[::-1].copy())
+    assert calls == ["gather_pixels"]  # not a row-by-row copy
+    ds.shards.gather_threads = 2
+    ds.__getitems__(np.arange(len(ds))[::-1].copy())
+    assert calls[-1] == "read_pixels"
 
 
 # -- encoded JPEG shards -----------------------------------------------------------------

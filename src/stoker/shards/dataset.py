@@ -237,8 +237,8 @@ class ShardDataset(Dataset):
 
         Pixel shards are read fastest in the training process itself (``num_workers=0``):
         a batch is one numpy fancy index over the memory-mapped files
-        (:meth:`ShardSet.gather_pixels`; copied by two threads into the batch on four
-        cores or more: :attr:`ShardSet.gather_threads`), and shipping it from a
+        (:meth:`ShardSet.gather_pixels`; set :attr:`ShardSet.gather_threads` above 1 to
+        copy with several threads instead), and shipping it from a
         worker process costs several times more than reading it. Encoded shards are decoded fastest by loader
         threads, one per core (up to 4): libjpeg-turbo, libpng and the resize release the
         GIL, and a batch made in a thread is not copied again between processes (JPEG

@@ -239,17 +239,6 @@ _pool: tuple[int, ThreadPoolExecutor] | None = None  # (pid, pool): a forked chi
 _pool_lock = threading.Lock()
 
 
-def _default_gather_threads() -> int:
-    """Copying threads of a pixel gather: two where the process has four cores or more, else one.
-
-    On two shared cores a second copying thread measured no faster (``benchmarks/bench_decode.py``:
-    the other core is busy with the training step and the rest of the machine), so a
-    small machine copies on the calling thread alone.
-    """
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-    return 2 if cores >= 4 else 1
-
-
 def _gather_pool() -> ThreadPoolExecutor:
     """The process's pool of gather threads (made on first use, again after a fork)."""
     global _pool
@@ -393,7 +382,10 @@ class ShardSet:
         self.row_bytes = (
             image_row_bytes(self.manifest.image_size, self.channels) if self.manifest.store == "pixels" else 0  # type: ignore[arg-type]
         )
-        self.gather_threads = _default_gather_threads()
+        # Copying threads of read_pixels. 1: in the training process a batch is one fancy index
+        # (gather_pixels); a second copying thread measured slower on two cores, and no larger
+        # machine has been measured yet (benchmarks/bench_decode.py --only gather).
+        self.gather_threads = 1
         self.reduced_jpeg = True  # decode JPEGs at a reduced scale where the output allows (stoker.jpeg)
         self._lock = threading.Lock()
         self._reset()
