@@ -42,7 +42,7 @@ import math
 import os
 import socket
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any, cast
 
@@ -59,8 +59,8 @@ from stoker.train.loggers import ConsoleLogger, CsvLogger, Logger, RunInfo, Tens
 from stoker.train.plots import plot_curves
 from stoker.train.record import BEST_FILE, LAST_FILE, device_name, prepare_run_dir, versions, write_run_json
 from stoker.train.resume import CHECKPOINT_FORMAT, check_last, restore_last, restore_loader
-from stoker.train.scenario import Scenario
-from stoker.train.tally import Tally, mid_epoch_entry, notify_batch_end
+from stoker.train.scenario import SYNC_EVERY_CUDA, Scenario
+from stoker.train.tally import PendingBatches, Tally, mid_epoch_entry, notify_batch_end
 from stoker.train.threads import ComputeThreads
 from stoker.train.timing import PhaseTimer
 
@@ -115,6 +115,7 @@ def fit(scenario: Scenario, callbacks: Sequence[Logger] = ()) -> History:
     model = unwrap(s.model).to(device)  # state is saved from `model`, never a wrapper: no `module.` prefix
     preprocess = s.preprocess.to(device) if isinstance(s.preprocess, nn.Module) else s.preprocess
     amp_dtype = _AMP_DTYPES[s.amp]
+    sync_every = s.sync_every if s.sync_every is not None else (SYNC_EVERY_CUDA if device.type == "cuda" else 1)
     scaler = torch.amp.GradScaler(device.type, enabled=s.amp == "fp16")
     config = json.loads(json.dumps(dict(s.config), default=str))  # plain types, for weights_only checkpoints
 
@@ -150,6 +151,7 @@ def fit(scenario: Scenario, callbacks: Sequence[Logger] = ()) -> History:
         "parameters": sum(p.numel() for p in model.parameters()),
         "amp": s.amp,
         "compile": s.compile,
+        "sync_every": sync_every,
         "epochs": s.epochs,
         "world_size": ranks.world_size,
         "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
@@ -209,23 +211,30 @@ def fit(scenario: Scenario, callbacks: Sequence[Logger] = ()) -> History:
                 trimmed = 0  # samples this rank had but did not train on, so that every rank runs the same steps
                 if here is None or here["phase"] == "train":
                     stream, batch, first = train_timer.iterate(s.train_loader), train.batches, train.batches
-                    bad: float | None = None  # the last batch's loss, when it was not finite
+                    pending = PendingBatches(train, sync_every)  # losses and hits not yet read back from the device
+                    report = _reporter(loggers, train, train_timer, stop)
+                    bad: tuple[int, float] | None = None  # (batch, loss) of the first non-finite loss read back
                     while True:
-                        # 4a. Fetch, then agree with the other ranks (one tiny all-reduce; local when alone):
-                        #     does every rank have a batch, was a stop asked for, was the last loss finite?
+                        # 4a. Fetch; read back a full window of losses (every rank at the same batches; the device
+                        #     finished them while the batch was on its way); agree with the other ranks in one tiny
+                        #     all-reduce (local when alone): does every rank have a batch, was a stop asked for,
+                        #     was a loss read back not finite?
                         at_step = batch % s.grad_accum == 0  # only here can last.pt be written mid-epoch
                         position = cast(Any, s.train_loader).state_dict() if resumable and at_step else None  # resumes here
                         item = next(stream, None)
+                        if pending.full:
+                            bad = pending.flush(report)
                         ended, stopping, non_finite = ranks.agree(item is None, stop.requested, bad is not None)
+                        # 4b. A checkpoint, a stop and the end of the epoch need exact figures: read back the rest
+                        #     first, so last.pt is never written after a bad loss.
+                        saving = batch > first and at_step and (stopping or _due(s, batch))
+                        if (saving or ended) and len(pending) and not non_finite:
+                            bad = pending.flush(report)
+                            non_finite = ranks.agree(bad is not None)[0]
                         if non_finite:
-                            value = f"{bad}" if not ranks.active else "on at least one rank"
-                            raise TrainingError(
-                                f"non-finite loss ({value}) at epoch {epoch}, batch {batch}; the run stopped and "
-                                f"{last_path} still holds the last good point. Lower the learning "
-                                "rate, check the data for bad values, or use amp='bf16' instead of 'fp16'"
-                            )
-                        # 4b. At a step boundary: a periodic checkpoint, or the stop that was asked for.
-                        if batch > first and at_step and (stopping or _due(s, batch)):
+                            raise _non_finite(ranks, bad, epoch, last_path)
+                        # 4c. At a step boundary: a periodic checkpoint, or the stop that was asked for.
+                        if saving:
                             if not resumable:
                                 raise KeyboardInterrupt  # no loader position to save: last.pt keeps the last epoch
                             save_last(epoch - 1, _mid_epoch(ranks, epoch, "train", train, train_timer, lr, position))
@@ -237,7 +246,8 @@ def fit(scenario: Scenario, callbacks: Sequence[Logger] = ()) -> History:
                             if item is not None:  # read the rest of this rank's share (a few batches at most) to count it
                                 trimmed += _size(item) + sum(_size(rest) for rest in stream)
                             break
-                        # 4c. Copy, zero, forward under autocast, loss, backward, step.
+                        # 4d. Copy, zero, forward under autocast, loss, backward, step; the loss and hits stay
+                        #     on the device until the next read-back.
                         images, labels = cast(Any, item)
                         batch += 1
                         images = images.to(device, non_blocking=True)  # uint8 [B, C, H, W]; no-op if the loader moved it
@@ -251,14 +261,7 @@ def fit(scenario: Scenario, callbacks: Sequence[Logger] = ()) -> History:
                         scaler.scale(loss / s.grad_accum).backward()
                         if batch % s.grad_accum == 0:
                             _step(s, scaler)
-                        # Reading the loss back waits for the step: one sync per batch, which keeps
-                        # the data-wait/compute split honest and names the batch of a bad loss.
-                        loss_value, hits = torch.stack([loss.detach().float(), (logits.argmax(1) == labels).sum().float()]).tolist()
-                        if not math.isfinite(loss_value):
-                            bad = loss_value  # every rank learns of it at the next agreement, and all stop
-                            continue
-                        train.add(loss_value, int(hits), labels.shape[0])
-                        notify_batch_end(loggers, train.progress(train_timer), stop)
+                        pending.add(loss, (logits.argmax(1) == labels).sum(), labels.shape[0])
                     if train.batches % s.grad_accum:
                         _step(s, scaler)  # the last, partial accumulation window
                 if ranks.sum([train.samples])[0] == 0:
@@ -271,6 +274,7 @@ def fit(scenario: Scenario, callbacks: Sequence[Logger] = ()) -> History:
                     model.eval()
                     ranks.broadcast_buffers(model)  # BatchNorm statistics: rank 0's, like the weights
                     _set_epoch(s.valid_loader, epoch - 1)
+                    pending_valid, report_valid = PendingBatches(valid, sync_every), _reporter(loggers, valid, valid_timer, stop)
                     with torch.no_grad():
                         for images, labels in valid_timer.iterate(s.valid_loader):
                             images = images.to(device, non_blocking=True)
@@ -279,13 +283,14 @@ def fit(scenario: Scenario, callbacks: Sequence[Logger] = ()) -> History:
                             with torch.autocast(device.type, dtype=amp_dtype, enabled=amp_dtype is not None):
                                 logits = evaluate(x)
                                 loss = s.loss_fn(logits, labels)
-                            loss_value, hits = torch.stack([loss.float(), (logits.argmax(1) == labels).sum().float()]).tolist()
-                            valid.add(loss_value, int(hits), labels.shape[0])
-                            notify_batch_end(loggers, valid.progress(valid_timer), stop)
+                            pending_valid.add(loss, (logits.argmax(1) == labels).sum(), labels.shape[0])
+                            if pending_valid.full:
+                                pending_valid.flush(report_valid, check_finite=False)  # a bad loss shows in valid_loss
                             if stop.requested and not ranks.active:  # several ranks: agreed at the next epoch's start
                                 save_last(epoch - 1, mid_epoch_entry(epoch, "valid", train, train_timer, lr, None), trained_rng)
                                 _say_saved(last_path, epoch, "after training, during validation (it is redone)")
                                 raise KeyboardInterrupt
+                    pending_valid.flush(report_valid, check_finite=False)
 
                 # 6. Epoch figures, over all ranks (sums of loss x n, hits and n; the slowest rank's
                 #    time and data-wait share); the scheduler steps after them so `lr` is the one this epoch used.
@@ -427,6 +432,26 @@ def _my_partial(partial: dict[str, Any] | None, ranks: Ranks, path: Path) -> dic
     if "ranks" not in partial:
         return partial
     return {**partial, **partial["ranks"][ranks.rank]}
+
+
+def _reporter(loggers: Sequence[Logger], tally: Tally, timer: PhaseTimer, stop: StopRequest) -> Callable[[], None] | None:
+    """What a read-back calls after each batch it counts: the loggers' ``batch_end`` (nothing without loggers)."""
+    if not loggers:
+        return None
+    return lambda: notify_batch_end(loggers, tally.progress(timer), stop)
+
+
+def _non_finite(ranks: Ranks, bad: tuple[int, float] | None, epoch: int, last_path: Path) -> TrainingError:
+    """The error for a non-finite loss, naming its batch: the earliest any rank read back (all ranks say the same)."""
+    batch = bad[0] if bad is not None else math.inf
+    if ranks.active:  # every rank gets here together (they agreed); one more small reduce, on the way out
+        batch = -ranks.max([-batch])[0]
+    value = f"{bad[1]}" if bad is not None and not ranks.active else "on at least one rank"
+    return TrainingError(
+        f"non-finite loss ({value}) at epoch {epoch}, batch {int(batch)}; the run stopped and "
+        f"{last_path} still holds the last good point. Lower the learning "
+        "rate, check the data for bad values, or use amp='bf16' instead of 'fp16'"
+    )
 
 
 def _size(batch: Any) -> int:
