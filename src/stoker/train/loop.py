@@ -5,7 +5,15 @@ One function, numbered steps. What it guarantees:
 * the epoch loss is the sum of each batch's mean loss times its size, over the number
   of samples (exact when the last batch is short); accuracy is the share of argmax hits;
 * the time of every epoch is split into waiting for data and computing (see
-  :mod:`stoker.train.timing`);
+  :mod:`stoker.train.timing`; on CUDA by events, honestly although the host runs ahead);
+* the host waits for the device only every ``sync_every`` batches (16 on CUDA, 1
+  elsewhere): the batches' loss and hits stay on the device and are read back in one
+  copy (:class:`~stoker.train.tally.PendingBatches`), always before a checkpoint, a stop
+  and the end of a phase, so the figures and what is saved are the same, to the bit, for
+  every ``sync_every``. Loggers hear of the batches at read-backs, several at once.
+  Under ``amp="fp16"`` torch's ``GradScaler.step`` still reads its inf-gradient flag
+  back at every optimizer step (not with a fused optimizer); a batch whose step it skips
+  counts in the figures with its finite loss, as it always did;
 * ``last.pt`` after every epoch (and every ``checkpoint_every_steps`` optimizer steps)
   and ``best.pt`` whenever validation accuracy improves, both written atomically;
   resuming from ``last.pt`` continues exactly (weights, optimizer, scaler, scheduler,
@@ -14,14 +22,17 @@ One function, numbered steps. What it guarantees:
 * Ctrl-C or SIGTERM stops at the next optimizer-step boundary and saves ``last.pt``
   there (see :mod:`stoker.train.interrupt`); during validation it saves the epoch as
   trained and the resumed run redoes the validation, which changes no weights;
-* a non-finite loss stops the run at once, naming the epoch and batch, and leaves the
-  last good checkpoint as it was.
+* a non-finite loss stops the run at the read-back that finds it, naming the epoch and
+  its own batch, and leaves the last good checkpoint as it was (a checkpoint due after
+  it reads back first, and is not written).
 
 Under ``torch.distributed`` (``torchrun``, or a group the caller initialised) ``fit`` is
 one run spread over the ranks: the model is wrapped in ``DistributedDataParallel``;
 before every step the ranks agree, in one small all-reduce, whether each still has a
-batch, whether a stop was asked for and whether the last loss was finite, so every rank
-runs the same number of steps and stops at the same step (a rank's batches past the
+batch, whether a stop was asked for and whether a loss read back was not finite (every
+rank reads back at the same batches, and agrees once more after a read-back that a
+checkpoint, a stop or the epoch's end called for), so every rank runs the same number of
+steps and stops at the same step (a rank's batches past the
 shortest rank's are trimmed and counted in ``EpochStats.trimmed``); the epoch figures
 are sums over ranks; validation runs on the unwrapped model without collectives (so
 unequal validation shares cannot hang); rank 0 alone writes the run folder and calls
