@@ -5,7 +5,8 @@ packs it into pixel shards, and (for the ``jpeg``/``nvjpeg`` cases) CelebA-like 
 packed as encoded shards (crop ``(40, 20, 138, 138)``, 112x112 out), then trains the
 model for a few epochs per case and records the last epoch's img/s and data-wait share
 (the first epoch pays for worker start-up, cuDNN autotuning and compilation). A case is
-``source:amp[+compile]`` with source one of
+``source:amp[+compile][+syncN]`` (``+syncN``: read the loss back every N batches,
+``Scenario.sync_every``; default: fit's own, 16 on CUDA) with source one of
 
 * ``files``: the PNG class folders, worker processes;
 * ``shards`` or ``pixels``: pixel shards, the loader settings they pick themselves;
@@ -15,7 +16,10 @@ model for a few epochs per case and records the last epoch's img/s and data-wait
 
 ``--suite issue13`` runs the issue's GPU measurement in one go: ResNet-50, AMP bf16,
 channels_last, batch 256, pixels vs jpeg vs nvjpeg vs synthetic, plus the nvJPEG decode
-rate against this machine's CPU full-decode limit. Every case is a normal stoker run folder, so
+rate against this machine's CPU full-decode limit. ``--suite fitsync`` compares reading the
+loss back every batch (``+sync1``) with fit's default on a ResNet-18 at batch 128, where
+a per-step wait for the GPU costs most, with data on the device and from pixel shards.
+Every case is a normal stoker run folder, so
 
     stoker compare OUT/runs --group-by category --metric img_per_s
 
@@ -26,6 +30,7 @@ Usage (on a machine with a GPU)::
     python benchmarks/bench_gpu_train.py --out bench-gpu            # default cases
     python benchmarks/bench_gpu_train.py --cases files:bf16 shards:bf16+compile --n 20000
     python benchmarks/bench_gpu_train.py --suite issue13 --out $OUT/gpu   # a few minutes on one GPU
+    python benchmarks/bench_gpu_train.py --suite fitsync --out $OUT/sync  # sync_every=1 vs the default
 
 ``--allow-cpu --n 64 --epochs 1 --cases files:off`` runs it on a CPU as a smoke test.
 """
@@ -52,6 +57,8 @@ DEFAULT_CASES = ("files:off", "files:bf16", "files:fp16", "files:bf16+compile", 
 SOURCES = ("files", "shards", "pixels", "jpeg", "nvjpeg", "synthetic")
 SUITES: dict[str, dict[str, Any]] = {
     "issue13": {"model": "resnet50", "batch_size": 256, "cases": ["pixels:bf16", "jpeg:bf16", "nvjpeg:bf16", "synthetic:bf16"]},
+    "fitsync": {"model": "resnet18", "batch_size": 128,
+                "cases": ["synthetic:bf16+sync1", "synthetic:bf16", "pixels:bf16+sync1", "pixels:bf16"]},
 }
 CELEBA_CROP = (40, 20, 138, 138)
 
@@ -145,10 +152,13 @@ def open_case_data(source: str, files: Path, shards: Path, workers: int, device:
 
 def run_case(case: str, args: argparse.Namespace, device: torch.device, files: Path, shards: Path) -> dict[str, Any]:
     source, _, mode = case.partition(":")
-    amp, _, flag = mode.partition("+")
-    compile_ = flag == "compile"
-    if source not in SOURCES or amp not in ("off", "bf16", "fp16") or flag not in ("", "compile"):
-        raise SystemExit(f"bad case {case!r}: expected {'|'.join(SOURCES)}:off|bf16|fp16[+compile]")
+    amp, *flags = mode.split("+")
+    compile_ = "compile" in flags
+    syncs = [int(f[4:]) for f in flags if f.startswith("sync") and f[4:].isdigit() and int(f[4:]) >= 1]
+    if (source not in SOURCES or amp not in ("off", "bf16", "fp16") or len(syncs) > 1
+            or len(flags) != int(compile_) + len(syncs)):
+        raise SystemExit(f"bad case {case!r}: expected {'|'.join(SOURCES)}:off|bf16|fp16[+compile][+syncN]")
+    sync_every = syncs[0] if syncs else None
     train_loader: Any
     valid_loader: Any
     if source == "synthetic":
@@ -170,7 +180,7 @@ def run_case(case: str, args: argparse.Namespace, device: torch.device, files: P
         model, optimizer, nn.CrossEntropyLoss(), train_loader, valid_loader, epochs=args.epochs, device=device,
         amp=amp, compile=compile_, log_dir=args.out / "runs", name=f"{name}-{time.strftime('%H%M%S')}",
         tags={"category": source, "amp": amp, "compile": str(compile_).lower()}, progress=not args.quiet,
-        preprocess=ChannelsLastPreprocess(),
+        preprocess=ChannelsLastPreprocess(), sync_every=sync_every,
     )
     start = time.perf_counter()
     history = fit(scenario)
@@ -182,6 +192,7 @@ def run_case(case: str, args: argparse.Namespace, device: torch.device, files: P
         "source": source,
         "amp": amp,
         "compile": compile_,
+        "sync_every": json.loads((history.run_dir / "run.json").read_text())["sync_every"],  # type: ignore[operator]
         "batches_on": str(batch.device),
         "img_per_s": last.img_per_s,
         "data_wait_share": last.data_wait_share,
@@ -263,12 +274,12 @@ def write_results(out: Path, meta: dict[str, Any], transfer: dict[str, Any] | No
         f"{meta['model']}, {meta['image_size']}x{meta['image_size']} images, batch {meta['batch_size']}, "
         f"{meta['workers']} workers, {meta['device_name']}; last of {meta['epochs']} epochs.",
         "",
-        "| case | img/s | data wait | epoch (s) | first epoch (s) | valid acc |",
-        "|---|---:|---:|---:|---:|---:|",
+        "| case | sync every | img/s | data wait | epoch (s) | first epoch (s) | valid acc |",
+        "|---|---:|---:|---:|---:|---:|---:|",
     ]
     for r in results:
         lines.append(
-            f"| {r['case']} | {r['img_per_s']:.0f} | {r['data_wait_share']:.0%} | {r['epoch_time_s']:.1f} | "
+            f"| {r['case']} | {r['sync_every']} | {r['img_per_s']:.0f} | {r['data_wait_share']:.0%} | {r['epoch_time_s']:.1f} | "
             f"{r['first_epoch_time_s']:.1f} | {r['valid_acc']:.3f} |"
         )
     if transfer:

@@ -29,8 +29,8 @@ def test_bench_shards_reports_every_target(tmp_path: Path) -> None:
 
 def test_bench_gpu_train_smoke_on_cpu(tmp_path: Path) -> None:
     out = _run("bench_gpu_train.py", "--allow-cpu", "--n", "48", "--classes", "4", "--epochs", "1",
-               "--cases", "files:off", "--quiet", "--out", str(tmp_path / "gpu"), cwd=tmp_path)
-    assert "| files:off |" in out
+               "--cases", "files:off+sync4", "--quiet", "--out", str(tmp_path / "gpu"), cwd=tmp_path)
+    assert "| files:off+sync4 | 4 |" in out
     assert (tmp_path / "gpu" / "results.json").is_file()
 
 

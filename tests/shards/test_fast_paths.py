@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import functools
+import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -66,6 +68,46 @@ def test_a_threaded_gather_equals_reading_row_by_row(
     ds.shards.read_pixels(np.zeros(0, dtype=np.int64), np.zeros((0, ds.shards.row_bytes), np.uint8), threads=threads)
 
 
+def test_one_fancy_index_over_every_shard_equals_reading_row_by_row(many_batches: Path) -> None:
+    ds = ShardDataset(many_batches)
+    rng = np.random.default_rng(0)
+    n = len(ds)
+    for indices in [rng.permutation(n), rng.integers(0, n, 50), np.arange(n), np.arange(2, 6), np.asarray([n - 1, 0, n - 1]),
+                    np.asarray([3]), np.zeros(0, dtype=np.int64)]:
+        rows = ds.shards.gather_pixels(indices)
+        assert rows.shape == (len(indices), ds.shards.row_bytes) and rows.flags.c_contiguous and rows.flags.writeable
+        if len(indices):
+            assert np.array_equal(rows, _reference_rows(ds, indices))
+    for bad in ([n], [-1], [0, n + 5]):
+        with pytest.raises(IndexError, match="out of range"):
+            ds.shards.gather_pixels(np.asarray(bad))
+
+
+_AFTER_CLOSE = """
+import gc, sys
+import numpy as np
+from stoker.shards import ShardDataset
+ds = ShardDataset(sys.argv[1])
+order = np.arange(len(ds))[::-1].copy()
+expected = ds.shards.gather_pixels(order)
+span = ds.shards._span
+segment, local = ds.shards._segments(order)
+where, rows = span._first[segment] + local * span._per_row, span.rows
+ds.shards.close()  # closes every shard file; the span's array still points into their maps
+del span
+gc.collect()
+assert np.array_equal(rows[where], expected)  # a freed map crashes here
+assert np.array_equal(ds.shards.gather_pixels(order), expected)  # reopened
+"""
+
+
+def test_the_row_span_keeps_the_memory_maps_alive_after_close(many_batches: Path) -> None:
+    # In a child process: a map freed too early is a crash, which must fail this test, not the suite.
+    done = subprocess.run([sys.executable, "-c", _AFTER_CLOSE, str(many_batches)], capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+
+
 def test_a_gather_in_a_forked_worker_makes_its_own_threads(many_batches: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     ds = ShardDataset(many_batches)
     reader_module._gather_pool()  # a pool in this process, which a forked child must not use
@@ -95,13 +137,19 @@ def test_every_pixel_sample_once_per_epoch_whatever_the_gather(
         assert sorted(seen) == sorted(expected)  # every sample once (the images are distinct)
 
 
-def test_pixel_shards_default_to_an_in_process_gather(many_batches: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_pixel_shards_default_to_one_fancy_index_in_the_training_process(many_batches: Path) -> None:
     ds = ShardDataset(many_batches)
     assert ds.loader_defaults == {"backend": "process", "num_workers": 0}
-    assert ds.shards.gather_threads == reader_module._default_gather_threads()
-    for cores, threads in ((1, 1), (2, 1), (4, 2), (16, 2)):
-        monkeypatch.setattr(reader_module.os, "sched_getaffinity", lambda pid, c=cores: set(range(c)), raising=False)
-        assert reader_module._default_gather_threads() == threads
+    assert ds.shards.gather_threads == 1
+    calls: list[str] = []
+    for name in ("gather_pixels", "read_pixels"):
+        method = getattr(ds.shards, name)
+        setattr(ds.shards, name, lambda *a, _m=method, _n=name, **k: (calls.append(_n), _m(*a, **k))[1])
+    ds.__getitems__(np.arange(len(ds))[::-1].copy())
+    assert calls == ["gather_pixels"]  # not a row-by-row copy
+    ds.shards.gather_threads = 2
+    ds.__getitems__(np.arange(len(ds))[::-1].copy())
+    assert calls[-1] == "read_pixels"
 
 
 # -- encoded JPEG shards -----------------------------------------------------------------

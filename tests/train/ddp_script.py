@@ -11,6 +11,7 @@ Modes:
     stop          Ctrl-C (SIGINT) on rank 1 during batch 3 of a Pipe epoch: both stop and save last.pt.
     resume        continues ``stop`` from its mid-epoch last.pt, each rank from its own position.
     nan           a non-finite loss on rank 1 at batch 3: records each rank's message.
+    nan-late      the same, read back every 5 batches: found after batch 5, named batch 3 on both ranks.
     crash         rank 1 raises at batch 2 (the test checks that the launch ends).
 """
 
@@ -101,7 +102,7 @@ def fit_once(mode: str, root: str | None, rank: int, out: Path) -> dict[str, Any
         loss = nn.functional.cross_entropy(logits, labels)
         if mode == "stop" and rank == 1 and steps == 3:
             os.kill(os.getpid(), signal.SIGINT)  # as Ctrl-C would: fit finishes the step, then all ranks stop
-        if mode == "nan" and rank == 1 and steps == 3:
+        if mode in ("nan", "nan-late") and rank == 1 and steps == 3:
             return loss * float("nan")
         if mode == "crash" and rank == 1 and steps == 2:
             raise RuntimeError("rank 1 breaks down")
@@ -114,7 +115,8 @@ def fit_once(mode: str, root: str | None, rank: int, out: Path) -> dict[str, Any
     scenario = Scenario(model, torch.optim.SGD(model.parameters(), lr=0.1), loss_fn, loader, None, epochs=1,
                         preprocess=preprocess,
                         device="cpu", log_dir=str(out / "runs"), name="stop" if mode == "resume" else mode,
-                        resume=mode == "resume", loggers=(), progress=False, plot=False)
+                        resume=mode == "resume", loggers=(), progress=False, plot=False,
+                        sync_every=5 if mode == "nan-late" else None)
     try:
         history = fit(scenario)
     except TrainingError as exc:

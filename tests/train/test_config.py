@@ -56,6 +56,7 @@ tags = { category = "shards", gpu = 1 }
         ("[trainer]\nepochs = 1", r"unknown table \[trainer\]; the tables are \[data\], \[model\], \[optim\], \[run\]"),
         ("[run]\nresume = true", r"run\.resume needs run\.name"),
         ("[run]\ndevice = 'gpu0'", r"run\.device must be auto, cpu, cuda or cuda:N"),
+        ("[run]\nsync_every = 0", r"run\.sync_every must be a whole number >= 1, got 0"),
     ],
 )
 def test_bad_keys_and_values_name_the_key_and_the_allowed_values(tmp_path: Path, text: str, message: str) -> None:

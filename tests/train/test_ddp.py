@@ -143,7 +143,7 @@ def test_two_torchrun_agents_train_over_a_stream_and_a_pipe_in_step(tmp_path: Pa
 
 
 def test_stop_resume_nan_and_crash_agree_over_the_ranks(tmp_path: Path) -> None:
-    done = _torchrun("stop,resume,nan,crash", str(tmp_path))
+    done = _torchrun("stop,resume,nan,nan-late,crash", str(tmp_path))
     assert (tmp_path / "nan-rank1.json").is_file(), done.stdout[-2000:] + done.stderr[-6000:]
     # Ctrl-C on rank 1: both ranks stop after the same step; last.pt holds each rank's loader position.
     stopped, resumed = _ranks_out(tmp_path, "stop"), _ranks_out(tmp_path, "resume")
@@ -157,6 +157,9 @@ def test_stop_resume_nan_and_crash_agree_over_the_ranks(tmp_path: Path) -> None:
     a, b = _ranks_out(tmp_path, "nan")
     assert a["error"] == b["error"] and "non-finite loss" in a["error"] and "epoch 1, batch 3" in a["error"]
     assert a["steps"] == b["steps"] == 3
+    # Read back every 5 batches: both ranks train on to batch 5, then agree, and name the bad batch alike.
+    a, b = _ranks_out(tmp_path, "nan-late")
+    assert a["error"] == b["error"] and "epoch 1, batch 3;" in a["error"] and a["steps"] == b["steps"] == 5
     # Then rank 1 raises at its second step: the launch ends (with an error) instead of waiting on it.
     assert done.returncode != 0 and "rank 1 breaks down" in done.stderr
 

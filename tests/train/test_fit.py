@@ -163,6 +163,67 @@ def test_nan_loss_stops_the_run_and_last_good_checkpoint_loads(folders: Path, tm
     assert json.loads((tmp_path / "nan" / "run.json").read_text())["status"] == "non-finite loss"
 
 
+def _every(folders: Path, tmp_path: Path, name: str, sync_every: int, grad_accum: int = 1, loss_fn=None,
+           every_steps: int | None = None, epochs: int = 2) -> Scenario:
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Dropout(0.1), SmallCNN(4, width=8))  # dropout draws from the global RNG
+    optimizer = torch.optim.AdamW(model.parameters(), lr=2e-3)
+    train, valid = ClassFolderDataset(folders).split(valid=0.25, seed=0)
+    return Scenario(
+        model, optimizer, loss_fn or nn.CrossEntropyLoss(),
+        make_loader(train, batch_size=16, device="cpu", seed=3),  # 8 batches, the last short: not a multiple of 5
+        make_loader(valid, batch_size=6, shuffle=False, device="cpu"),  # 7 batches: a full window, then a short one
+        epochs=epochs, log_dir=tmp_path, name=name, grad_accum=grad_accum, sync_every=sync_every,
+        checkpoint_every_steps=every_steps, scheduler=torch.optim.lr_scheduler.StepLR(optimizer, step_size=1, gamma=0.5),
+        plot=False, **_quiet(),
+    )
+
+
+@pytest.mark.parametrize("grad_accum", [1, 3])
+def test_reading_back_every_few_batches_changes_no_figure_and_no_weight(folders: Path, tmp_path: Path,
+                                                                         grad_accum: int) -> None:
+    seen: dict[int, list[tuple[str, int, float, float]]] = {}
+
+    class Record(Logger):
+        def __init__(self, key: int) -> None:
+            self.key = key
+
+        def batch_end(self, progress):  # type: ignore[no-untyped-def]
+            seen.setdefault(self.key, []).append((progress.phase, progress.batch, progress.loss, progress.acc))
+
+    runs = {}
+    for sync_every in (1, 5):
+        scenario = _every(folders, tmp_path, f"s{sync_every}", sync_every, grad_accum)
+        runs[sync_every] = (fit(scenario, callbacks=[Record(sync_every)]), scenario.model)
+    (one, one_model), (five, five_model) = runs[1], runs[5]
+    figures = ("train_loss", "train_acc", "valid_loss", "valid_acc", "lr", "train_samples", "valid_samples")
+    assert [[getattr(e, f) for f in figures] for e in one.epochs] == [[getattr(e, f) for f in figures] for e in five.epochs]
+    assert (one.best_acc, one.best_epoch) == (five.best_acc, five.best_epoch)
+    a, b = _state(one_model), _state(five_model)
+    assert all(torch.equal(a[key], b[key]) for key in a)
+    assert seen[1] == seen[5] and len(seen[5]) == 2 * (8 + 7)  # every batch reported, each with its own figures
+    assert json.loads((tmp_path / "s5" / "run.json").read_text())["sync_every"] == 5
+
+
+@pytest.mark.parametrize(("nan_batch", "saved_at"), [(3, None), (6, 4)])
+def test_a_non_finite_loss_read_back_late_names_its_batch_and_saves_nothing_after_it(
+        folders: Path, tmp_path: Path, nan_batch: int, saved_at: int | None) -> None:
+    # Read back every 8 batches: the bad loss is found after it, at the checkpoint due after batch 4
+    # (which must then not be written) or at the end of the epoch.
+    scenario = _every(folders, tmp_path, "nan", sync_every=8, loss_fn=_NanAt(2, nan_batch, 8), every_steps=4, epochs=3)
+    with pytest.raises(TrainingError, match=rf"epoch 2, batch {nan_batch};"):
+        fit(scenario)
+    state = load_checkpoint(tmp_path / "nan" / "last.pt")
+    assert state["epoch"] == 1
+    assert (state["partial"]["train"]["batches"] if state["partial"] else None) == saved_at
+    if saved_at is not None:
+        assert math.isfinite(state["partial"]["train"]["loss_sum"])
+    fresh = nn.Sequential(nn.Dropout(0.1), SmallCNN(4, width=8))
+    fresh.load_state_dict(state["model"])
+    assert all(torch.isfinite(p).all() for p in fresh.parameters())
+    assert len(read_csv(tmp_path / "nan" / "metrics.csv")) == 1
+
+
 class _ShrinkingLoss:
     """Cross-entropy scaled down every call: the loss falls while accuracy stays put."""
 

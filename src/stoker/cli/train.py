@@ -48,6 +48,8 @@ stops; --resume continues with the next batch (a second Ctrl-C stops at once).
               help="run.resume: continue the run --name from its last.pt, with the config in its run.json.")
 @click.option("--checkpoint-every-steps", type=int, metavar="N",
               help="run.checkpoint_every_steps: also write last.pt every N optimizer steps.")
+@click.option("--sync-every", type=int, metavar="N",
+              help="run.sync_every: read the loss back from the device every N batches (default 16 on CUDA, 1 on the CPU).")
 @click.option("--no-progress", is_flag=True, help="Hide progress bars (run.progress = false).")
 @click.option("--loader-config", "--loader", "loader_file", type=click.Path(dir_okay=False, path_type=Path), metavar="FILE",
               help="Loader settings from `stoker tune --out FILE` (its [data] table); flags still win.")
@@ -58,7 +60,7 @@ def train(config: Path | None, data: tuple[str, ...], valid: tuple[str, ...], mo
           epochs: int | None, batch_size: int | None, workers: int | None, image_size: int | None,
           device: str | None, amp: str | None, compile_: bool | None, log_dir: str | None, name: str | None,
           tags: tuple[str, ...], seed: int | None, patience: int | None, resume: bool | None,
-          checkpoint_every_steps: int | None, no_progress: bool,
+          checkpoint_every_steps: int | None, sync_every: int | None, no_progress: bool,
           loader_file: Path | None, assignments: tuple[str, ...], keys: bool) -> None:
     """Train a model on image data, as CONFIG (a TOML file) says; flags override its keys.
 
@@ -92,6 +94,7 @@ def train(config: Path | None, data: tuple[str, ...], valid: tuple[str, ...], mo
         "run.patience": patience,
         "run.resume": resume,
         "run.checkpoint_every_steps": checkpoint_every_steps,
+        "run.sync_every": sync_every,
         "run.progress": False if no_progress else None,
     }
     values = _loader_settings(loader_file) if loader_file is not None else {}

@@ -236,8 +236,9 @@ class ShardDataset(Dataset):
         """The loader settings that measured fastest for this storage mode (``benchmarks/bench_shards.py``).
 
         Pixel shards are read fastest in the training process itself (``num_workers=0``):
-        a batch is one gather from the memory-mapped files (copied by two threads on
-        four cores or more: :attr:`ShardSet.gather_threads`), and shipping it from a
+        a batch is one numpy fancy index over the memory-mapped files
+        (:meth:`ShardSet.gather_pixels`; set :attr:`ShardSet.gather_threads` above 1 to
+        copy with several threads instead), and shipping it from a
         worker process costs several times more than reading it. Encoded shards are decoded fastest by loader
         threads, one per core (up to 4): libjpeg-turbo, libpng and the resize release the
         GIL, and a batch made in a thread is not copied again between processes (JPEG
@@ -288,8 +289,12 @@ class ShardDataset(Dataset):
         labels = self.shards.read_labels(idx)
         if self.shards.row_bytes:
             height, width = self.image_size  # type: ignore[misc]
-            images = _empty_uint8((len(idx), self.shards.channels, height, width))
-            self.shards.read_pixels(idx, images.numpy().reshape(len(idx), self.shards.row_bytes))
+            shape = (len(idx), self.shards.channels, height, width)
+            if get_worker_info() is None and self.shards.gather_threads == 1:
+                images = torch.from_numpy(self.shards.gather_pixels(idx)).view(shape)  # one fancy index, any layout
+            else:  # into a worker's shared memory, or copied by several threads
+                images = _empty_uint8(shape)
+                self.shards.read_pixels(idx, images.numpy().reshape(len(idx), self.shards.row_bytes))
             if self.transform is None:
                 return ShardBatch(images, torch.from_numpy(labels), [])
             return ShardBatch([self.transform(image) for image in images], torch.from_numpy(labels), [])

@@ -2,7 +2,9 @@
 
 Reading is by the batch: a call takes an array of row numbers and fills one output
 array, so the Python work per batch is a handful of numpy calls, not one per sample.
-Pixel rows are copied exactly once, from the memory-mapped file into the batch tensor.
+Pixel rows are copied exactly once, from the memory-mapped file into the batch tensor;
+in the training process a batch from any number of shards is one numpy fancy index
+(:meth:`ShardSet.gather_pixels`, over :class:`_RowSpan`).
 
 Files open lazily, in the process that reads them, and are dropped when the reader is
 pickled, so a reader can be handed to DataLoader worker processes.
@@ -237,17 +239,6 @@ _pool: tuple[int, ThreadPoolExecutor] | None = None  # (pid, pool): a forked chi
 _pool_lock = threading.Lock()
 
 
-def _default_gather_threads() -> int:
-    """Copying threads of a pixel gather: two where the process has four cores or more, else one.
-
-    On two shared cores a second copying thread measured no faster (``benchmarks/bench_decode.py``:
-    the other core is busy with the training step and the rest of the machine), so a
-    small machine copies on the calling thread alone.
-    """
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-    return 2 if cores >= 4 else 1
-
-
 def _gather_pool() -> ThreadPoolExecutor:
     """The process's pool of gather threads (made on first use, again after a fork)."""
     global _pool
@@ -298,6 +289,45 @@ def _copy_rows(views: list[np.ndarray], segment: np.ndarray, local: np.ndarray, 
         return
     for j, (s, r) in enumerate(zip(segment.tolist(), local.tolist(), strict=True)):
         out[j] = views[s][r]
+
+
+class _RowSpan:
+    """The pixel rows of many record batches, in many memory maps, reachable by one numpy fancy index.
+
+    No array holds rows of different shards (each shard is its own memory map), so a
+    batch from many shards was once copied row by row in Python, at 0.7x one fancy
+    index over a single array. This object exposes the address range from the lowest
+    record batch to the end of the highest as one byte array (``__array_interface__``)
+    and keeps every record batch's view, and so every map, alive as long as that array
+    lives. :attr:`rows` is a read-only strided view of it whose row ``k`` starts ``k * step``
+    bytes in, ``step`` dividing the row size and every record batch's offset from the
+    lowest; :meth:`gather` turns (record batch, row) into those row numbers and copies
+    the whole batch with one fancy index, in C.
+
+    Only rows inside record batches are ever read: the callers check sample indices
+    (:meth:`ShardSet.locate`) before they come here, so the gaps between the maps, which
+    may not be mapped at all, are never touched.
+    """
+
+    def __init__(self, views: list[np.ndarray], row_bytes: int) -> None:
+        self._views = views  # kept alive: the array below points into them
+        sized = [v for v in views if len(v)]
+        addresses = np.asarray([v.ctypes.data if len(v) else 0 for v in views], dtype=np.int64)
+        base = min(v.ctypes.data for v in sized)
+        end = max(v.ctypes.data + v.nbytes for v in sized)
+        offsets = np.where([len(v) > 0 for v in views], addresses - base, 0)
+        step = int(np.gcd.reduce(np.append(offsets, row_bytes)))
+        self.__array_interface__ = {"version": 3, "shape": (end - base,), "typestr": "|u1", "data": (base, True)}
+        flat = np.asarray(self)  # its base is self, so the views outlive every array made from it
+        self.rows = np.lib.stride_tricks.as_strided(
+            flat, shape=((end - base - row_bytes) // step + 1, row_bytes), strides=(step, 1), writeable=False
+        )
+        self._first = offsets // step  # row number (in steps) of each record batch's first row
+        self._per_row = row_bytes // step
+
+    def gather(self, segment: np.ndarray, local: np.ndarray) -> np.ndarray:
+        """A new ``[len, row_bytes]`` array: row ``local[j]`` of record batch ``segment[j]`` (checked by the caller)."""
+        return self.rows[self._first[segment] + local * self._per_row]
 
 
 class ShardSet:
@@ -352,7 +382,10 @@ class ShardSet:
         self.row_bytes = (
             image_row_bytes(self.manifest.image_size, self.channels) if self.manifest.store == "pixels" else 0  # type: ignore[arg-type]
         )
-        self.gather_threads = _default_gather_threads()
+        # Copying threads of read_pixels. 1: in the training process a batch is one fancy index
+        # (gather_pixels); a second copying thread measured slower on two cores, and no larger
+        # machine has been measured yet (benchmarks/bench_decode.py --only gather).
+        self.gather_threads = 1
         self.reduced_jpeg = True  # decode JPEGs at a reduced scale where the output allows (stoker.jpeg)
         self._lock = threading.Lock()
         self._reset()
@@ -362,6 +395,7 @@ class ShardSet:
         self._files: list[ShardFile | None] = [None] * len(self.infos)
         self._segment_starts: np.ndarray | None = None
         self._segment_views: list[np.ndarray] = []
+        self._span: _RowSpan | None = None
         self._labels: np.ndarray | None = None
 
     def check_sizes(self) -> None:
@@ -514,6 +548,7 @@ class ShardSet:
             labels.append(opened.labels)
         self._labels = np.concatenate(labels)
         self._segment_views = views
+        self._span = _RowSpan(views, self.row_bytes) if any(len(v) for v in views) else None
         self._segment_starts = np.asarray(starts, dtype=np.int64)
 
     def read_labels(self, indices: np.ndarray) -> np.ndarray:
@@ -562,12 +597,39 @@ class ShardSet:
             for j, (s, r) in enumerate(zip(shard_ids.tolist(), shard_rows.tolist(), strict=True)):
                 out[j] = self.file(s).pixel_row(r)
             return
+        segment, local = self._segments(indices)
+        views = self._segment_views
+        _split(len(indices), threads, self.row_bytes, lambda lo, hi: _copy_rows(views, segment[lo:hi], local[lo:hi], out[lo:hi]))
+
+    def gather_pixels(self, indices: np.ndarray) -> np.ndarray:
+        """The pixel rows of the given samples as a new ``uint8 [len(indices), 3*H*W]`` array, in the order of ``indices``.
+
+        The fastest read in the training process: rows from any number of shards and
+        record batches are copied by one numpy fancy index (:class:`_RowSpan`), at parity
+        with one fancy index over a single memory-mapped array, where copying them row
+        by row into a given buffer (:meth:`read_pixels`) is 0.7x that
+        (``benchmarks/bench_decode.py``). Use :meth:`read_pixels` to fill a buffer of
+        your own (a worker's shared memory) or to copy with several threads.
+
+        Args:
+            indices: sample numbers of this split, any order, repeats allowed.
+        """
+        if not self.row_bytes:
+            raise ConfigError("this shard set stores encoded images; decode them with read_encoded")
+        one = self._one_shard(indices)  # checks the indices
+        if one is not None or len(indices) == 0 or (self.remote is not None and self._segment_starts is None):
+            out = np.empty((len(indices), self.row_bytes), dtype=np.uint8)
+            self.read_pixels(indices, out, threads=1)
+            return out
+        segment, local = self._segments(indices)
+        return cast(_RowSpan, self._span).gather(segment, local)  # _open_all made it: the set has rows
+
+    def _segments(self, indices: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(record batch, row within it) of each sample, every shard open and laid end to end."""
         self._open_all()
         starts = cast(np.ndarray, self._segment_starts)  # set by _open_all
         segment = np.searchsorted(starts, indices, side="right") - 1
-        local = indices - starts[segment]
-        views = self._segment_views
-        _split(len(indices), threads, self.row_bytes, lambda lo, hi: _copy_rows(views, segment[lo:hi], local[lo:hi], out[lo:hi]))
+        return segment, indices - starts[segment]
 
     def checked_bytes(self, shard: int, row: int) -> tuple[np.ndarray, str, Box | None]:
         """Row ``row`` of shard ``shard``: its encoded bytes (checked against their CRC-32), a name for messages, its crop box.
@@ -651,7 +713,7 @@ class ShardSet:
 
     def __getstate__(self) -> dict[str, Any]:
         # Memory maps do not cross processes: the copy reopens the files where it runs.
-        state = {k: v for k, v in self.__dict__.items() if k not in ("_lock", "_files", "_segment_starts", "_segment_views", "_labels")}
+        state = {k: v for k, v in self.__dict__.items() if k not in ("_lock", "_files", "_segment_starts", "_segment_views", "_span", "_labels")}
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:

@@ -280,6 +280,9 @@ class RunConfig:
     checkpoint_every_steps: int | None = _key(
         _optional(_int(1)), None, doc="also write last.pt every this many optimizer steps (mid-epoch resume)"
     )
+    sync_every: int | None = _key(
+        _optional(_int(1)), None, doc="read the loss back from the device every N batches; default 16 on CUDA, 1 elsewhere"
+    )
     progress: bool = _key(_bool, True, doc="show progress bars")
     loader_bound_share: float = _key(_float(0.0, 1.0), 0.3, doc="data-wait share that counts as loader-bound")
 
@@ -290,7 +293,7 @@ _TABLES: dict[str, type] = {"data": DataConfig, "model": ModelConfig, "optim": O
 # fast it loads, how long it goes on, what it shows. Every other key is the run itself.
 RESUME_MAY_CHANGE: frozenset[str] = frozenset({
     "run.epochs", "run.device", "run.progress", "run.patience", "run.resume", "run.log_dir", "run.name",
-    "run.loader_bound_share", "run.checkpoint_every_steps", "run.cpu_threads", "data.workers", "data.prefetch_factor", "data.backend",
+    "run.loader_bound_share", "run.checkpoint_every_steps", "run.sync_every", "run.cpu_threads", "data.workers", "data.prefetch_factor", "data.backend",
 })
 _PATH_KEYS = ("data.path", "data.valid_path", "data.labels")
 

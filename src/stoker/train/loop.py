@@ -5,7 +5,15 @@ One function, numbered steps. What it guarantees:
 * the epoch loss is the sum of each batch's mean loss times its size, over the number
   of samples (exact when the last batch is short); accuracy is the share of argmax hits;
 * the time of every epoch is split into waiting for data and computing (see
-  :mod:`stoker.train.timing`);
+  :mod:`stoker.train.timing`; on CUDA by events, honestly although the host runs ahead);
+* the host waits for the device only every ``sync_every`` batches (16 on CUDA, 1
+  elsewhere): the batches' loss and hits stay on the device and are read back in one
+  copy (:class:`~stoker.train.tally.PendingBatches`), always before a checkpoint, a stop
+  and the end of a phase, so the figures and what is saved are the same, to the bit, for
+  every ``sync_every``. Loggers hear of the batches at read-backs, several at once.
+  Under ``amp="fp16"`` torch's ``GradScaler.step`` still reads its inf-gradient flag
+  back at every optimizer step (not with a fused optimizer); a batch whose step it skips
+  counts in the figures with its finite loss, as it always did;
 * ``last.pt`` after every epoch (and every ``checkpoint_every_steps`` optimizer steps)
   and ``best.pt`` whenever validation accuracy improves, both written atomically;
   resuming from ``last.pt`` continues exactly (weights, optimizer, scaler, scheduler,
@@ -14,14 +22,17 @@ One function, numbered steps. What it guarantees:
 * Ctrl-C or SIGTERM stops at the next optimizer-step boundary and saves ``last.pt``
   there (see :mod:`stoker.train.interrupt`); during validation it saves the epoch as
   trained and the resumed run redoes the validation, which changes no weights;
-* a non-finite loss stops the run at once, naming the epoch and batch, and leaves the
-  last good checkpoint as it was.
+* a non-finite loss stops the run at the read-back that finds it, naming the epoch and
+  its own batch, and leaves the last good checkpoint as it was (a checkpoint due after
+  it reads back first, and is not written).
 
 Under ``torch.distributed`` (``torchrun``, or a group the caller initialised) ``fit`` is
 one run spread over the ranks: the model is wrapped in ``DistributedDataParallel``;
 before every step the ranks agree, in one small all-reduce, whether each still has a
-batch, whether a stop was asked for and whether the last loss was finite, so every rank
-runs the same number of steps and stops at the same step (a rank's batches past the
+batch, whether a stop was asked for and whether a loss read back was not finite (every
+rank reads back at the same batches, and agrees once more after a read-back that a
+checkpoint, a stop or the epoch's end called for), so every rank runs the same number of
+steps and stops at the same step (a rank's batches past the
 shortest rank's are trimmed and counted in ``EpochStats.trimmed``); the epoch figures
 are sums over ranks; validation runs on the unwrapped model without collectives (so
 unequal validation shares cannot hang); rank 0 alone writes the run folder and calls
@@ -42,7 +53,7 @@ import math
 import os
 import socket
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any, cast
 
@@ -59,8 +70,8 @@ from stoker.train.loggers import ConsoleLogger, CsvLogger, Logger, RunInfo, Tens
 from stoker.train.plots import plot_curves
 from stoker.train.record import BEST_FILE, LAST_FILE, device_name, prepare_run_dir, versions, write_run_json
 from stoker.train.resume import CHECKPOINT_FORMAT, check_last, restore_last, restore_loader
-from stoker.train.scenario import Scenario
-from stoker.train.tally import Tally, mid_epoch_entry, notify_batch_end
+from stoker.train.scenario import SYNC_EVERY_CUDA, Scenario
+from stoker.train.tally import PendingBatches, Tally, mid_epoch_entry, notify_batch_end
 from stoker.train.threads import ComputeThreads
 from stoker.train.timing import PhaseTimer
 
@@ -115,6 +126,7 @@ def fit(scenario: Scenario, callbacks: Sequence[Logger] = ()) -> History:
     model = unwrap(s.model).to(device)  # state is saved from `model`, never a wrapper: no `module.` prefix
     preprocess = s.preprocess.to(device) if isinstance(s.preprocess, nn.Module) else s.preprocess
     amp_dtype = _AMP_DTYPES[s.amp]
+    sync_every = s.sync_every if s.sync_every is not None else (SYNC_EVERY_CUDA if device.type == "cuda" else 1)
     scaler = torch.amp.GradScaler(device.type, enabled=s.amp == "fp16")
     config = json.loads(json.dumps(dict(s.config), default=str))  # plain types, for weights_only checkpoints
 
@@ -150,6 +162,7 @@ def fit(scenario: Scenario, callbacks: Sequence[Logger] = ()) -> History:
         "parameters": sum(p.numel() for p in model.parameters()),
         "amp": s.amp,
         "compile": s.compile,
+        "sync_every": sync_every,
         "epochs": s.epochs,
         "world_size": ranks.world_size,
         "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
@@ -209,23 +222,30 @@ def fit(scenario: Scenario, callbacks: Sequence[Logger] = ()) -> History:
                 trimmed = 0  # samples this rank had but did not train on, so that every rank runs the same steps
                 if here is None or here["phase"] == "train":
                     stream, batch, first = train_timer.iterate(s.train_loader), train.batches, train.batches
-                    bad: float | None = None  # the last batch's loss, when it was not finite
+                    pending = PendingBatches(train, sync_every)  # losses and hits not yet read back from the device
+                    report = _reporter(loggers, train, train_timer, stop)
+                    bad: tuple[int, float] | None = None  # (batch, loss) of the first non-finite loss read back
                     while True:
-                        # 4a. Fetch, then agree with the other ranks (one tiny all-reduce; local when alone):
-                        #     does every rank have a batch, was a stop asked for, was the last loss finite?
+                        # 4a. Fetch; read back a full window of losses (every rank at the same batches; the device
+                        #     finished them while the batch was on its way); agree with the other ranks in one tiny
+                        #     all-reduce (local when alone): does every rank have a batch, was a stop asked for,
+                        #     was a loss read back not finite?
                         at_step = batch % s.grad_accum == 0  # only here can last.pt be written mid-epoch
                         position = cast(Any, s.train_loader).state_dict() if resumable and at_step else None  # resumes here
                         item = next(stream, None)
+                        if pending.full:
+                            bad = pending.flush(report)
                         ended, stopping, non_finite = ranks.agree(item is None, stop.requested, bad is not None)
+                        # 4b. A checkpoint, a stop and the end of the epoch need exact figures: read back the rest
+                        #     first, so last.pt is never written after a bad loss.
+                        saving = batch > first and at_step and (stopping or _due(s, batch))
+                        if (saving or ended) and len(pending) and not non_finite:
+                            bad = pending.flush(report)
+                            non_finite = ranks.agree(bad is not None)[0]
                         if non_finite:
-                            value = f"{bad}" if not ranks.active else "on at least one rank"
-                            raise TrainingError(
-                                f"non-finite loss ({value}) at epoch {epoch}, batch {batch}; the run stopped and "
-                                f"{last_path} still holds the last good point. Lower the learning "
-                                "rate, check the data for bad values, or use amp='bf16' instead of 'fp16'"
-                            )
-                        # 4b. At a step boundary: a periodic checkpoint, or the stop that was asked for.
-                        if batch > first and at_step and (stopping or _due(s, batch)):
+                            raise _non_finite(ranks, bad, epoch, last_path)
+                        # 4c. At a step boundary: a periodic checkpoint, or the stop that was asked for.
+                        if saving:
                             if not resumable:
                                 raise KeyboardInterrupt  # no loader position to save: last.pt keeps the last epoch
                             save_last(epoch - 1, _mid_epoch(ranks, epoch, "train", train, train_timer, lr, position))
@@ -237,7 +257,8 @@ def fit(scenario: Scenario, callbacks: Sequence[Logger] = ()) -> History:
                             if item is not None:  # read the rest of this rank's share (a few batches at most) to count it
                                 trimmed += _size(item) + sum(_size(rest) for rest in stream)
                             break
-                        # 4c. Copy, zero, forward under autocast, loss, backward, step.
+                        # 4d. Copy, zero, forward under autocast, loss, backward, step; the loss and hits stay
+                        #     on the device until the next read-back.
                         images, labels = cast(Any, item)
                         batch += 1
                         images = images.to(device, non_blocking=True)  # uint8 [B, C, H, W]; no-op if the loader moved it
@@ -251,14 +272,7 @@ def fit(scenario: Scenario, callbacks: Sequence[Logger] = ()) -> History:
                         scaler.scale(loss / s.grad_accum).backward()
                         if batch % s.grad_accum == 0:
                             _step(s, scaler)
-                        # Reading the loss back waits for the step: one sync per batch, which keeps
-                        # the data-wait/compute split honest and names the batch of a bad loss.
-                        loss_value, hits = torch.stack([loss.detach().float(), (logits.argmax(1) == labels).sum().float()]).tolist()
-                        if not math.isfinite(loss_value):
-                            bad = loss_value  # every rank learns of it at the next agreement, and all stop
-                            continue
-                        train.add(loss_value, int(hits), labels.shape[0])
-                        notify_batch_end(loggers, train.progress(train_timer), stop)
+                        pending.add(loss, (logits.argmax(1) == labels).sum(), labels.shape[0])
                     if train.batches % s.grad_accum:
                         _step(s, scaler)  # the last, partial accumulation window
                 if ranks.sum([train.samples])[0] == 0:
@@ -271,6 +285,7 @@ def fit(scenario: Scenario, callbacks: Sequence[Logger] = ()) -> History:
                     model.eval()
                     ranks.broadcast_buffers(model)  # BatchNorm statistics: rank 0's, like the weights
                     _set_epoch(s.valid_loader, epoch - 1)
+                    pending_valid, report_valid = PendingBatches(valid, sync_every), _reporter(loggers, valid, valid_timer, stop)
                     with torch.no_grad():
                         for images, labels in valid_timer.iterate(s.valid_loader):
                             images = images.to(device, non_blocking=True)
@@ -279,13 +294,14 @@ def fit(scenario: Scenario, callbacks: Sequence[Logger] = ()) -> History:
                             with torch.autocast(device.type, dtype=amp_dtype, enabled=amp_dtype is not None):
                                 logits = evaluate(x)
                                 loss = s.loss_fn(logits, labels)
-                            loss_value, hits = torch.stack([loss.float(), (logits.argmax(1) == labels).sum().float()]).tolist()
-                            valid.add(loss_value, int(hits), labels.shape[0])
-                            notify_batch_end(loggers, valid.progress(valid_timer), stop)
+                            pending_valid.add(loss, (logits.argmax(1) == labels).sum(), labels.shape[0])
+                            if pending_valid.full:
+                                pending_valid.flush(report_valid, check_finite=False)  # a bad loss shows in valid_loss
                             if stop.requested and not ranks.active:  # several ranks: agreed at the next epoch's start
                                 save_last(epoch - 1, mid_epoch_entry(epoch, "valid", train, train_timer, lr, None), trained_rng)
                                 _say_saved(last_path, epoch, "after training, during validation (it is redone)")
                                 raise KeyboardInterrupt
+                    pending_valid.flush(report_valid, check_finite=False)
 
                 # 6. Epoch figures, over all ranks (sums of loss x n, hits and n; the slowest rank's
                 #    time and data-wait share); the scheduler steps after them so `lr` is the one this epoch used.
@@ -427,6 +443,26 @@ def _my_partial(partial: dict[str, Any] | None, ranks: Ranks, path: Path) -> dic
     if "ranks" not in partial:
         return partial
     return {**partial, **partial["ranks"][ranks.rank]}
+
+
+def _reporter(loggers: Sequence[Logger], tally: Tally, timer: PhaseTimer, stop: StopRequest) -> Callable[[], None] | None:
+    """What a read-back calls after each batch it counts: the loggers' ``batch_end`` (nothing without loggers)."""
+    if not loggers:
+        return None
+    return lambda: notify_batch_end(loggers, tally.progress(timer), stop)
+
+
+def _non_finite(ranks: Ranks, bad: tuple[int, float] | None, epoch: int, last_path: Path) -> TrainingError:
+    """The error for a non-finite loss, naming its batch: the earliest any rank read back (all ranks say the same)."""
+    batch = bad[0] if bad is not None else math.inf
+    if ranks.active:  # every rank gets here together (they agreed); one more small reduce, on the way out
+        batch = -ranks.max([-batch])[0]
+    value = f"{bad[1]}" if bad is not None and not ranks.active else "on at least one rank"
+    return TrainingError(
+        f"non-finite loss ({value}) at epoch {epoch}, batch {int(batch)}; the run stopped and "
+        f"{last_path} still holds the last good point. Lower the learning "
+        "rate, check the data for bad values, or use amp='bf16' instead of 'fp16'"
+    )
 
 
 def _size(batch: Any) -> int:

@@ -12,13 +12,18 @@ from torch import nn
 
 from stoker.errors import ConfigError
 
-__all__ = ["AMP_MODES", "Amp", "IMAGENET_MEAN", "IMAGENET_STD", "Preprocess", "Scenario"]
+__all__ = ["AMP_MODES", "Amp", "IMAGENET_MEAN", "IMAGENET_STD", "Preprocess", "SYNC_EVERY_CUDA", "Scenario"]
 
 Amp = Literal["off", "bf16", "fp16"]
 AMP_MODES: tuple[str, ...] = ("off", "bf16", "fp16")
 
 IMAGENET_MEAN: tuple[float, float, float] = (0.485, 0.456, 0.406)
 IMAGENET_STD: tuple[float, float, float] = (0.229, 0.224, 0.225)
+
+# Batches between read-backs of the loss on CUDA when Scenario.sync_every is not given: a
+# wait for the device every 16 steps instead of every step; a window's figures are a few
+# dozen bytes on the device.
+SYNC_EVERY_CUDA = 16
 
 
 class Preprocess(nn.Module):
@@ -87,6 +92,19 @@ class Scenario:
         checkpoint_every_steps: also write ``last.pt`` every this many optimizer steps
             of an epoch, with the train loader's position (``None``: after every epoch
             only). Needs a loader with ``state_dict`` (stoker's ``make_loader``).
+        sync_every: read the batches' loss and accuracy back from the device every this
+            many batches (``None``: :data:`SYNC_EVERY_CUDA` on CUDA, 1 elsewhere). A
+            read-back waits for the device to finish, so the host cannot queue the next
+            step meanwhile; in between, the figures wait on the device. The results are
+            the same, to the bit, for every value: a checkpoint, a stop and the end of
+            a phase read back first, and a non-finite loss is named by its own batch (the
+            run stops at the read-back that finds it, before any later checkpoint). What
+            changes: loggers get their ``batch_end`` calls at read-backs, several at once
+            (a progress bar moves in steps of ``sync_every``), and a stop asked for by a
+            logger takes effect at the step boundary after that read-back. On CUDA the
+            data-wait/compute split is measured with events and stays honest for any
+            value; elsewhere it is by wall clock, honest on the CPU for any value and on
+            other accelerators (MPS) with 1 only.
         loader_bound_share: an epoch that waits for data longer than this share of its
             time is reported as loader-bound.
         loggers: built-in loggers by name (``"console"``, ``"csv"``, ``"tensorboard"``)
@@ -120,6 +138,7 @@ class Scenario:
     patience: int | None = None
     resume: bool = False
     checkpoint_every_steps: int | None = None
+    sync_every: int | None = None
     cpu_threads: int | None = None
     loader_bound_share: float = 0.3
     loggers: tuple[Any, ...] = ("console", "csv", "tensorboard")
@@ -148,6 +167,10 @@ class Scenario:
             raise ConfigError(
                 f"Scenario: checkpoint_every_steps must be None or a whole number >= 1, got {self.checkpoint_every_steps!r}"
             )
+        if self.sync_every is not None and (
+            isinstance(self.sync_every, bool) or not isinstance(self.sync_every, int) or self.sync_every < 1
+        ):
+            raise ConfigError(f"Scenario: sync_every must be None or a whole number >= 1, got {self.sync_every!r}")
         if not 0.0 <= self.loader_bound_share <= 1.0:
             raise ConfigError(f"Scenario: loader_bound_share must be in [0, 1], got {self.loader_bound_share!r}")
         for key, value in self.tags.items():

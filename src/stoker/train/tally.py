@@ -1,16 +1,24 @@
-"""The running figures of one phase of an epoch, and what a mid-epoch ``last.pt`` keeps of them."""
+"""The running figures of one phase of an epoch, and what a mid-epoch ``last.pt`` keeps of them.
+
+A batch's loss and hits are tensors on the device; turning them into numbers makes the
+host wait for the device to finish the batch, so that it cannot queue the next one
+meanwhile. :class:`PendingBatches` keeps them on the device and reads a whole window of
+batches back in one copy; :class:`Tally` sums what was read back.
+"""
 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
+
+import torch
 
 from stoker.train.interrupt import StopRequest
 from stoker.train.loggers import BatchProgress, Logger
 from stoker.train.timing import PhaseTimer
 
-__all__ = ["Tally", "mid_epoch_entry", "notify_batch_end"]
+__all__ = ["PendingBatches", "Tally", "mid_epoch_entry", "notify_batch_end"]
 
 
 class Tally:
@@ -55,6 +63,75 @@ class Tally:
         return self.hits / self.samples if self.samples else math.nan
 
 
+class PendingBatches:
+    """The loss and argmax hits of the batches since the last read-back, still on the device.
+
+    :meth:`flush` reads them all back in one copy (the one wait for the device per
+    window) and counts them in ``tally`` in batch order, so the sums are the same, to
+    the bit, whatever the window's size.
+
+    Args:
+        tally: where the batches are counted when they are read back.
+        every: batches per window: :attr:`full` says when a read-back is due.
+
+    Example:
+        >>> tally = Tally("train", 1, None)
+        >>> pending = PendingBatches(tally, every=2)
+        >>> pending.add(torch.tensor(0.5), torch.tensor(3), 4)
+        >>> pending.add(torch.tensor(float("nan")), torch.tensor(1), 4)
+        >>> pending.full, pending.flush()
+        (True, (2, nan))
+        >>> tally.batches, tally.loss
+        (1, 0.5)
+    """
+
+    def __init__(self, tally: Tally, every: int) -> None:
+        self.tally, self.every = tally, every
+        self._losses: list[torch.Tensor] = []  # 0-d: the batch's mean loss
+        self._hits: list[torch.Tensor] = []  # 0-d: how many argmax predictions were right
+        self._sizes: list[int] = []
+
+    def __len__(self) -> int:
+        return len(self._sizes)
+
+    @property
+    def full(self) -> bool:
+        """Whether the window holds ``every`` batches."""
+        return len(self._sizes) >= self.every
+
+    def add(self, loss: torch.Tensor, hits: torch.Tensor, size: int) -> None:
+        """Keep one batch's mean ``loss`` and ``hits`` (0-d tensors, not read) and its ``size``."""
+        self._losses.append(loss.detach())
+        self._hits.append(hits.detach())
+        self._sizes.append(size)
+
+    def flush(self, notify: Callable[[], None] | None = None, check_finite: bool = True) -> tuple[int, float] | None:
+        """Read the window back and count its batches in the tally, in order, calling ``notify`` after each.
+
+        Args:
+            notify: called after each batch is counted (the loggers' ``batch_end``).
+            check_finite: stop at the first non-finite loss: that batch and the ones after
+                it are not counted (the run is stopping). Off, they are counted as they are.
+
+        Returns:
+            ``(batch, loss)`` of the first non-finite loss (the batch numbered from 1 in the
+            phase, as the tally counts), or ``None``.
+        """
+        if not self._sizes:
+            return None
+        # float64 holds every float32 loss and every hit count exactly: one stack, one copy, one wait.
+        rows = torch.stack([torch.stack(self._losses).double(), torch.stack(self._hits).double()], dim=1).tolist()
+        sizes = self._sizes
+        self._losses, self._hits, self._sizes = [], [], []
+        for (loss, hits), size in zip(rows, sizes, strict=True):
+            if check_finite and not math.isfinite(loss):
+                return self.tally.batches + 1, loss
+            self.tally.add(loss, int(hits), size)
+            if notify is not None:
+                notify()
+        return None
+
+
 def notify_batch_end(loggers: Iterable[Logger], progress: BatchProgress, stop: StopRequest) -> None:
     """Tell the loggers; a ``KeyboardInterrupt`` from one asks the run to stop at the next step boundary."""
     for logger in loggers:
@@ -65,12 +142,17 @@ def notify_batch_end(loggers: Iterable[Logger], progress: BatchProgress, stop: S
 
 
 def mid_epoch_entry(epoch: int, phase: str, train: Tally, timer: PhaseTimer, lr: float, loader: Any) -> dict[str, Any]:
-    """The ``partial`` entry of a mid-epoch ``last.pt`` (see :mod:`stoker.train.resume`)."""
+    """The ``partial`` entry of a mid-epoch ``last.pt`` (see :mod:`stoker.train.resume`).
+
+    ``train`` must have been flushed (its pending batches read back); the timer is
+    settled here, so the saved data wait covers every batch trained.
+    """
+    data_wait_s = timer.settle()
     return {
         "epoch": epoch,
         "phase": phase,
         "loader": loader,
         "train": train.state_dict(),
-        "train_timer": {"wall_s": timer.elapsed_s, "data_wait_s": timer.data_wait_s},
+        "train_timer": {"wall_s": timer.elapsed_s, "data_wait_s": data_wait_s},
         "lr": lr,
     }

@@ -52,8 +52,9 @@ class BatchProgress:
         batch: 1-based batch number within the phase.
         batches: batches in the phase (``None`` when the loader has no length).
         samples: samples seen so far in the phase.
-        loss, acc: running mean loss and accuracy of the phase.
-        elapsed_s, data_wait_s: running times of the phase.
+        loss, acc: running mean loss and accuracy of the phase, up to this batch.
+        elapsed_s, data_wait_s: running times of the phase when the batch was read
+            back (the same for every batch of one read-back; see ``Scenario.sync_every``).
     """
 
     phase: str
@@ -79,8 +80,11 @@ class Logger:
     """Receives the events of a run; every method is optional (the defaults do nothing).
 
     ``fit`` calls, in order: :meth:`start` once, then per epoch :meth:`epoch_start`,
-    :meth:`batch_end` after every batch of both phases and :meth:`epoch_end`, and
-    :meth:`end` once, also when the run stops early or fails.
+    :meth:`batch_end` for every batch of both phases and :meth:`epoch_end`, and
+    :meth:`end` once, also when the run stops early or fails. ``batch_end`` comes when
+    the batch's loss is read back from the device, every ``Scenario.sync_every``
+    batches (each batch in order, with its own figures): on CUDA 16 calls at a time
+    by default, on the CPU one per batch.
 
     Example:
         >>> class Best(Logger):
