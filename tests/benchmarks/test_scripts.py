@@ -50,6 +50,7 @@ def test_bench_decode_measures_every_part(tmp_path: Path) -> None:
     for part in ("| gather |", "| jpeg |", "| png |", "| nvjpeg |"):
         assert part in out
     assert "torchvision Dataset + DataLoader" in out and "x baseline" in out
+    assert "full decode, 2 processes at once" in out and "PNG decode, 2 processes at once" in out
 
 
 def test_bench_gpu_train_issue_cases_smoke_on_cpu(tmp_path: Path) -> None:
