@@ -36,6 +36,18 @@ def test_lossless_png_pixels_are_exact() -> None:
     assert torch.equal(decode_image(buf.getvalue(), "x.png"), torch.from_numpy(pixels).permute(2, 0, 1))
 
 
+@pytest.mark.parametrize("mode", ["RGB", "RGBA", "L", "LA", "P"])
+def test_png_of_every_mode_is_pillows_own_rgb_and_contiguous(mode: str) -> None:
+    pixels = np.random.default_rng(2).integers(0, 255, size=(13, 11, 4), dtype=np.uint8)
+    buf = io.BytesIO()
+    Image.fromarray(pixels, "RGBA").convert(mode).save(buf, "PNG")
+    with Image.open(io.BytesIO(buf.getvalue())) as img:  # Pillow's RGB of it: alpha dropped, gray repeated
+        through = "RGBA" if img.mode in ("P", "PA") else "RGB"
+        expected = torch.from_numpy(np.array(img.convert(through))[:, :, :3]).permute(2, 0, 1)
+    image = decode_image(buf.getvalue(), "x.png")
+    assert image.is_contiguous() and image.shape == (3, 13, 11) and torch.equal(image, expected)
+
+
 def test_to_rgb_drops_alpha_and_repeats_gray() -> None:
     rgba = torch.arange(4 * 2 * 2, dtype=torch.uint8).view(4, 2, 2)
     assert torch.equal(to_rgb(rgba), rgba[:3])

@@ -125,6 +125,69 @@ def test_a_batch_equals_image_by_image_and_reports_what_it_could_not_take() -> N
         assert jpeg.decode_jpeg_resized(blobs[j], size, boxes[j]) is None
 
 
+def _mixed_batch() -> tuple[list[bytes], list[tuple[int, int, int, int] | None], list[int]]:
+    """JPEGs of several sizes, kinds and boxes interleaved, with ones only the full path takes among them."""
+    kinds = ["baseline", "progressive", "4:4:4", "grayscale"]
+    blobs: list[bytes] = []
+    boxes: list[tuple[int, int, int, int] | None] = []
+    for i in range(14):
+        options = dict(KINDS[kinds[i % len(kinds)]])
+        mode = str(options.pop("mode", "RGB"))
+        height, width = (64, 48) if i % 3 else (96, 80)  # two decoded sizes, interleaved
+        blobs.append(encode(photo(height, width, seed=i), mode, **options))
+        boxes.append((8, 8, 32, 32) if i % 2 else None)
+    cmyk = io.BytesIO()
+    Image.fromarray(photo(64, 48)).convert("CMYK").save(cmyk, "JPEG", quality=90)
+    blobs[5] = cmyk.getvalue()
+    blobs[8] = blobs[8][: len(blobs[8]) // 2]  # truncated, in the middle of a group: its slot is reused
+    return blobs, boxes, [5, 8]
+
+
+@pytest.mark.parametrize("chunk_bytes", [jpeg.CHUNK_BYTES, 2 * 64 * 48 * 3, 100])
+def test_chunks_and_groups_give_the_same_batch_as_image_by_image(
+    monkeypatch: pytest.MonkeyPatch, chunk_bytes: int
+) -> None:
+    # 100 bytes: every image is larger than a chunk and gets a buffer of its own
+    blobs, boxes, rejected = _mixed_batch()
+    size = (20, 24)
+    alone = [jpeg.decode_jpeg_resized(data, size, box) for data, box in zip(blobs, boxes, strict=True)]
+    monkeypatch.setattr(jpeg, "CHUNK_BYTES", chunk_bytes)
+    out = torch.full((len(blobs), 3, *size), 7, dtype=torch.uint8)
+    assert jpeg.decode_jpegs_into(blobs, boxes, size, out) == rejected
+    for j, image in enumerate(alone):
+        if j in rejected:
+            assert image is None and bool((out[j] == 7).all())  # left for the full path, untouched
+        else:
+            assert image is not None and torch.equal(out[j], image)
+            assert mean_abs_diff(out[j], reference(blobs[j], size, boxes[j])) <= MAX_MEAN_ABS_DIFF
+
+
+def test_threads_decode_side_by_side_into_buffers_of_their_own() -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    blobs, boxes, rejected = _mixed_batch()
+    size = (16, 16)
+
+    def batch(shift: int) -> torch.Tensor:
+        order = [(j + shift) % len(blobs) for j in range(len(blobs))]
+        out = torch.zeros((len(blobs), 3, *size), dtype=torch.uint8)
+        jpeg.decode_jpegs_into([blobs[j] for j in order], [boxes[j] for j in order], size, out)
+        return out[torch.as_tensor([order.index(j) for j in range(len(blobs))])]  # back in the original order
+
+    expected = batch(0)
+    with ThreadPoolExecutor(4) as pool:
+        for result in pool.map(batch, [1, 2, 3, 4, 5, 6, 7, 8] * 3):
+            assert torch.equal(result, expected)
+    assert all(not bool(expected[j].any()) for j in rejected)
+
+
+def test_a_cmyk_jpeg_is_left_to_the_full_path() -> None:
+    cmyk = io.BytesIO()
+    Image.fromarray(photo(64, 48)).convert("CMYK").save(cmyk, "JPEG", quality=90)
+    assert jpeg.decode_jpeg_resized(cmyk.getvalue(), (16, 16), None) is None
+    assert decode_sample(cmyk.getvalue(), "x.jpg").shape == (3, 64, 48)  # which reads it
+
+
 def test_boxes_outside_the_image_are_left_to_the_full_path() -> None:
     data = encode(photo(50, 40))
     assert jpeg.decode_jpeg_resized(data, (10, 10), (40, 0, 20, 20)) is None
