@@ -218,12 +218,30 @@ def test_the_batched_jpeg_path_is_within_two_grey_levels_of_full_decode(
             assert torch.equal(a.images[j], fast[i][0])
 
 
-def test_encoded_shards_default_to_loader_threads_unless_a_python_transform_runs(
+def test_encoded_jpeg_shards_default_to_loader_threads_unless_a_python_transform_runs(
     jpeg_shards: Callable[..., Path],
 ) -> None:
     root = jpeg_shards((24, 20))
+    assert ShardDataset(root).mostly_jpeg()  # one PNG among 30 JPEGs
     assert ShardDataset(root).loader_defaults["backend"] == "thread"
     assert ShardDataset(root, transform=lambda image: image).loader_defaults["backend"] == "process"
+
+
+@pytest.mark.parametrize(("jpegs", "backend"), [(0, "process"), (4, "process"), (12, "thread")])
+def test_encoded_shards_of_mostly_png_default_to_worker_processes(tmp_path: Path, jpegs: int, backend: str) -> None:
+    from stoker.packer import pack
+
+    folder = tmp_path / "src" / "0"
+    folder.mkdir(parents=True)
+    for i in range(16):
+        Image.fromarray(_photo(i, 20, 20)).save(folder / (f"{i:02d}.jpg" if i < jpegs else f"{i:02d}.png"))
+    pack(tmp_path / "src", tmp_path / "shards", store="encoded", size=(16, 16), progress=False, workers=0)
+    ds = ShardDataset(tmp_path / "shards")
+    assert ds.mostly_jpeg() == (backend == "thread")
+    assert ds.loader_defaults["backend"] == backend and ds.loader_defaults["num_workers"] >= 1
+    assert ds.subset([0, 1]).loader_defaults == ds.loader_defaults
+    images, _ = next(iter(make_loader(ds, batch_size=8, device="cpu", persistent_workers=False)))
+    assert images.shape == (8, 3, 16, 16)
 
 
 def test_decoder_full_is_the_reference_path(jpeg_shards: Callable[..., Path], monkeypatch: pytest.MonkeyPatch) -> None:

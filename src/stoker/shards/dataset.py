@@ -14,17 +14,18 @@ from torch.utils.data import Dataset, default_collate, get_worker_info
 
 from stoker.errors import ConfigError, DataError
 from stoker.fs import PathOrURL
-from stoker.jpeg import decode_batch_on_device, decode_jpeg_resized, decode_jpegs_into
+from stoker.jpeg import decode_batch_on_device, decode_jpeg_resized, decode_jpegs_into, is_jpeg
 from stoker.loading.collate import Batch, collate
 from stoker.loading.skips import OnError, Skipped
 from stoker.shards.manifest import Manifest
 from stoker.shards.reader import ShardSet
 
-__all__ = ["DECODERS", "Decoder", "ShardBatch", "ShardDataset", "collate_shard_batch", "load_shard_image"]
+__all__ = ["DECODERS", "Decoder", "SNIFF_ROWS", "ShardBatch", "ShardDataset", "collate_shard_batch", "load_shard_image"]
 
 Transform = Callable[[torch.Tensor], Any]
 Decoder = Literal["auto", "full", "nvjpeg"]
 DECODERS: tuple[Decoder, ...] = ("auto", "full", "nvjpeg")  # how encoded shards decode (ShardDataset's decoder=)
+SNIFF_ROWS = 16  # rows read to tell what an encoded set holds (ShardDataset.mostly_jpeg)
 
 
 def _empty_uint8(shape: tuple[int, ...]) -> torch.Tensor:
@@ -170,6 +171,7 @@ class ShardDataset(Dataset):
         self.decoder: Decoder = decoder
         self.decode_device = str(decode_device)
         self._rows: np.ndarray | None = None  # a view of some rows of the split (subset, split)
+        self._mostly_jpeg: bool | None = None  # what the shards hold (mostly_jpeg), once known
 
     # -- what the set holds ---------------------------------------------------------
     @property
@@ -239,10 +241,13 @@ class ShardDataset(Dataset):
         a batch is one numpy fancy index over the memory-mapped files
         (:meth:`ShardSet.gather_pixels`; set :attr:`ShardSet.gather_threads` above 1 to
         copy with several threads instead), and shipping it from a
-        worker process costs several times more than reading it. Encoded shards are decoded fastest by loader
-        threads, one per core (up to 4): libjpeg-turbo, libpng and the resize release the
-        GIL, and a batch made in a thread is not copied again between processes (JPEG
-        2.1x, PNG 1.2x worker processes in ``benchmarks/bench_decode.py``); with a
+        worker process costs several times more than reading it. Encoded shards use one
+        loader worker per core (up to 4), of the kind that measured faster for what they
+        hold (``benchmarks/bench_decode.py``, 2 cores): JPEGs on threads (libjpeg-turbo and
+        the resize release the GIL, and a batch made in a thread is not copied again
+        between processes: 1.13x worker processes), PNGs and the other formats on worker
+        processes (Pillow runs Python around each decode that holds the GIL: threads were
+        0.92x). What they hold is read from the first rows (:meth:`mostly_jpeg`). With a
         per-sample ``transform``, which holds the GIL, worker processes.
         ``decoder="nvjpeg"`` decodes on the GPU from one loader thread.
 
@@ -255,8 +260,23 @@ class ShardDataset(Dataset):
             return {"backend": "thread", "num_workers": 1}
         cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
         # A per-sample Python transform holds the GIL: then worker processes, as before.
-        backend = "process" if self.transform is not None else "thread"
+        backend = "thread" if self.transform is None and self.mostly_jpeg() else "process"
         return {"backend": backend, "num_workers": min(4, cores)}
+
+    def mostly_jpeg(self) -> bool:
+        """Whether most stored images are JPEGs, judged by the first :data:`SNIFF_ROWS` rows (read once).
+
+        A packed set is shuffled, so its first rows stand for the rest. A remote set is
+        not downloaded only to decide: it counts as JPEG (loader threads).
+        """
+        if self._mostly_jpeg is None:
+            n = min(SNIFF_ROWS, len(self.shards))
+            if self.store != "encoded" or self.shards.remote is not None or n == 0:
+                self._mostly_jpeg = True
+            else:
+                jpegs = sum(is_jpeg(self.shards.read_encoded(i)[0]) for i in range(n))
+                self._mostly_jpeg = 2 * jpegs >= n
+        return self._mostly_jpeg
 
     def trace(self, i: int) -> dict[str, Any]:
         """Where sample ``i`` lives and came from: shard, row, key, source, file, label."""
