@@ -82,3 +82,18 @@ def test_bench_remote_reports_cold_and_warm(tmp_path: Path) -> None:
     pytest.importorskip("moto.server", reason="bench_remote needs moto's server: pip install 'moto[server]'")
     out = _run("bench_remote.py", "--n", "120", "--shard-samples", "40", "--size", "16", "--out", str(tmp_path / "r"), cwd=tmp_path)
     assert "S3, cold cache" in out and "S3, warm cache" in out and "| local disk" in out
+
+
+def test_gpu_check_runs_its_parts_and_says_what_happened(tmp_path: Path) -> None:
+    # On a machine without a GPU the GPU parts say so and the script still finishes: a lent GPU's
+    # minutes must not be spent finding a broken script.
+    out = tmp_path / "gpu"
+    env = {**os.environ, "OUT": str(out), "PYTHONPATH": str(BENCHMARKS.parent / "src")}
+    done = subprocess.run(["bash", str(BENCHMARKS / "gpu_check.sh"), "quick"], env=env,
+                          capture_output=True, text=True, timeout=280)
+    assert done.returncode == 0, done.stderr[-2000:]
+    summary = (out / "summary.txt").read_text()
+    assert "== env" in summary and "== tests" in summary and "== fitsync" in summary
+    assert summary.count("rc=0") >= 2  # env and tests
+    if "available False" in summary:
+        assert "no CUDA device" in summary

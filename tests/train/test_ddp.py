@@ -140,6 +140,9 @@ def test_two_torchrun_agents_train_over_a_stream_and_a_pipe_in_step(tmp_path: Pa
         seen = a["seen"] + b["seen"]
         assert len(seen) == len(set(seen)) and set(seen) <= set(range(1001))  # every sample at most once
         assert a["train_samples"] == len(seen) and a["trimmed"] == 1001 - len(seen)
+    # The Pipe accumulated over 3 batches: DDP all-reduced at batches 3, 6 and 9 only (the partial
+    # window of batch 10 is averaged by hand), not at every batch.
+    assert _ranks_out(tmp_path, "pipe")[0]["reductions"] == 3
 
 
 def test_stop_resume_nan_and_crash_agree_over_the_ranks(tmp_path: Path) -> None:

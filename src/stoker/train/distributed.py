@@ -138,6 +138,20 @@ class Ranks:
             if buffer.device.type == "cuda" or dist.get_backend() != "nccl":
                 dist.broadcast(buffer.data, src=0)
 
+    def average_gradients(self, model: nn.Module) -> None:
+        """Average every gradient over the ranks, as DDP's backward does.
+
+        For an accumulation window whose backward passes all ran under ``no_sync()`` (the
+        last, partial window of an epoch): without it each rank would step with its own
+        gradients and the weights would drift apart.
+        """
+        if not self.active:
+            return
+        for param in model.parameters():
+            if param.grad is not None:
+                dist.all_reduce(param.grad)
+                param.grad.div_(self.world_size)
+
     def broadcast_text(self, text: str | None) -> str | None:
         """Rank 0's text on every rank (a run name chosen by the clock, a message)."""
         data = self.broadcast_bytes(text.encode() if text is not None else None)

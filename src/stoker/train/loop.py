@@ -47,6 +47,7 @@ not bitwise, the same.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import math
@@ -144,6 +145,9 @@ def fit(scenario: Scenario, callbacks: Sequence[Logger] = ()) -> History:
         net = s.model if isinstance(s.model, nn.parallel.DistributedDataParallel) else nn.parallel.DistributedDataParallel(
             model, device_ids=[device.index] if device.type == "cuda" else None)
     forward = torch.compile(net) if s.compile else net
+    # Accumulating under DDP: the gradients are all-reduced once per optimizer step, not once per batch.
+    # (Not with torch.compile, whose graph of the DDP module is not known to honour no_sync.)
+    no_sync = getattr(net, "no_sync", None) if ranks.active and s.grad_accum > 1 and not s.compile else None
     evaluate = forward if not ranks.active else (torch.compile(model) if s.compile else model)  # no collectives
 
     # 3. Loggers and the run's record.
@@ -266,15 +270,19 @@ def fit(scenario: Scenario, callbacks: Sequence[Logger] = ()) -> History:
                         if (batch - 1) % s.grad_accum == 0:
                             s.optimizer.zero_grad(set_to_none=True)
                         x = preprocess(images) if preprocess is not None else images  # float [B, C, H, W], on the device
-                        with torch.autocast(device.type, dtype=amp_dtype, enabled=amp_dtype is not None):
-                            logits = forward(x)  # [B, classes]
-                            loss = s.loss_fn(logits, labels)  # mean over the batch
-                        scaler.scale(loss / s.grad_accum).backward()
+                        local = no_sync() if no_sync is not None and batch % s.grad_accum else contextlib.nullcontext()
+                        with local:  # no all-reduce inside an accumulation window under DDP
+                            with torch.autocast(device.type, dtype=amp_dtype, enabled=amp_dtype is not None):
+                                logits = forward(x)  # [B, classes]
+                                loss = s.loss_fn(logits, labels)  # mean over the batch
+                            scaler.scale(loss / s.grad_accum).backward()
                         if batch % s.grad_accum == 0:
                             _step(s, scaler)
                         pending.add(loss, (logits.argmax(1) == labels).sum(), labels.shape[0])
-                    if train.batches % s.grad_accum:
-                        _step(s, scaler)  # the last, partial accumulation window
+                    if train.batches % s.grad_accum:  # the last, partial accumulation window
+                        if no_sync is not None:
+                            ranks.average_gradients(model)  # its backward passes all ran under no_sync
+                        _step(s, scaler)
                 if ranks.sum([train.samples])[0] == 0:
                     raise TrainingError(f"epoch {epoch}: the train loader gave no batches; check the data and drop_last")
                 trained_rng = get_rng_state()  # validation draws nothing, but a stop during it resumes from here

@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# One prepared run of every GPU check, for a session that is lent a GPU machine (the
+# project never needs one). Each part has its own time limit, so one slow part cannot eat
+# the others' time; everything goes under $OUT (default ./gpu-check), a part's log beside
+# its results. About 9 minutes on one H200 (16 cores):
+#
+#   bash benchmarks/gpu_check.sh                     # after: pip install -e ".[test]"
+#   OUT=/tmp/g bash benchmarks/gpu_check.sh quick    # ~3 minutes: tests, transfer, fitsync
+#
+# Parts:
+#   env       the GPU, CUDA, torch, cores
+#   tests     the suite's CUDA-only tests (nvJPEG decode, the nvjpeg loader)
+#   issue13   ResNet-50, AMP bf16, channels_last, batch 256: pixel shards, JPEG shards (CPU
+#             decode and nvJPEG) vs synthetic data on the GPU; nvJPEG vs the CPU decode limit
+#   fitsync   fit reading the loss back every batch vs every 16 (ResNet-18, batch 128)
+#   gather    the pixel gather on this machine's cores (1 vs 2 copying threads)
+#   ddp       DDP over NCCL, when there are two GPUs or more
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT="${OUT:-gpu-check}"
+mkdir -p "$OUT"
+: >"$OUT/summary.txt"
+quick="${1:-}"
+
+part() {  # part NAME SECONDS COMMAND...: run COMMAND with a limit; its log in $OUT/NAME.log
+    local name=$1 limit=$2
+    shift 2
+    echo "== $name (limit ${limit}s)" | tee -a "$OUT/summary.txt"
+    local start=$SECONDS
+    timeout --kill-after=10 "$limit" "$@" >"$OUT/$name.log" 2>&1
+    local rc=$?
+    echo "   rc=$rc in $((SECONDS - start))s" | tee -a "$OUT/summary.txt"
+    tail -n 25 "$OUT/$name.log" >>"$OUT/summary.txt"
+}
+
+part env 60 python -c "
+import os, torch
+print('torch', torch.__version__, 'cuda', torch.version.cuda, 'available', torch.cuda.is_available())
+print('devices', [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())])
+print('cores', len(os.sched_getaffinity(0)))"
+part tests 180 python -m pytest -q -p no:cacheprovider tests/test_jpeg.py tests/shards/test_fast_paths.py -k "cuda or nvjpeg or gpu"
+part fitsync 240 python benchmarks/bench_gpu_train.py --suite fitsync --out "$OUT/fitsync" --n 6000 --epochs 2 --quiet
+if [ "$quick" != "quick" ]; then
+    part issue13 330 python benchmarks/bench_gpu_train.py --suite issue13 --out "$OUT/issue13" --n 8000 --epochs 2 --quiet
+    part gather 150 python benchmarks/bench_decode.py --only gather --n 6000 --seconds 2 --rounds 2 --out "$OUT/decode-data"
+    gpus=$(python -c "import torch; print(torch.cuda.device_count())" 2>/dev/null || echo 0)
+    if [ "${gpus:-0}" -ge 2 ]; then
+        part ddp 240 python benchmarks/bench_ddp_gpu.py --nproc 2 --n 6000 --epochs 2 --timeout-s 220 --out "$OUT/ddp"
+    else
+        echo "== ddp: skipped ($gpus GPU; DDP over NCCL needs two)" | tee -a "$OUT/summary.txt"
+    fi
+fi
+rm -rf "$OUT/decode-data" "$OUT"/*/data 2>/dev/null  # generated data: not worth bringing back
+echo "done: $OUT/summary.txt"
