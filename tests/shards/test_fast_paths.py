@@ -18,6 +18,7 @@ from stoker import jpeg
 from stoker.errors import ConfigError, DecodeError
 from stoker.loading import make_loader
 from stoker.shards import ShardDataset
+from stoker.shards import gather as gather_module
 from stoker.shards import reader as reader_module
 from stoker.shards import writer as writer_module
 
@@ -55,7 +56,7 @@ def test_the_test_set_spans_many_shards_and_record_batches(many_batches: Path) -
 def test_a_threaded_gather_equals_reading_row_by_row(
     many_batches: Path, threads: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(reader_module, "GATHER_SPLIT_BYTES", 3 * 8 * 8)  # split even these tiny batches
+    monkeypatch.setattr(gather_module, "GATHER_SPLIT_BYTES", 3 * 8 * 8)  # split even these tiny batches
     ds = ShardDataset(many_batches)
     rng = np.random.default_rng(threads)
     n = len(ds)
@@ -110,7 +111,7 @@ def test_the_row_span_keeps_the_memory_maps_alive_after_close(many_batches: Path
 
 def test_a_gather_in_a_forked_worker_makes_its_own_threads(many_batches: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     ds = ShardDataset(many_batches)
-    reader_module._gather_pool()  # a pool in this process, which a forked child must not use
+    gather_module.gather_pool()  # a pool in this process, which a forked child must not use
     loader = make_loader(ds, batch_size=16, num_workers=2, backend="process", device="cpu", persistent_workers=False)
     seen = [int(label) for _, labels in loader for label in labels]
     assert sorted(seen) == sorted(ds.labels.tolist())
@@ -120,7 +121,7 @@ def test_a_gather_in_a_forked_worker_makes_its_own_threads(many_batches: Path, m
 def test_every_pixel_sample_once_per_epoch_whatever_the_gather(
     many_batches: Path, backend: str, workers: int, threads: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(reader_module, "GATHER_SPLIT_BYTES", 3 * 8 * 8)
+    monkeypatch.setattr(gather_module, "GATHER_SPLIT_BYTES", 3 * 8 * 8)
     ds = ShardDataset(many_batches)
     ds.shards.gather_threads = threads
     expected = {bytes(_reference_rows(ds, np.asarray([i]))[0]): int(ds.labels[i]) for i in range(len(ds))}

@@ -4,7 +4,7 @@ Reading is by the batch: a call takes an array of row numbers and fills one outp
 array, so the Python work per batch is a handful of numpy calls, not one per sample.
 Pixel rows are copied exactly once, from the memory-mapped file into the batch tensor;
 in the training process a batch from any number of shards is one numpy fancy index
-(:meth:`ShardSet.gather_pixels`, over :class:`_RowSpan`).
+(:meth:`ShardSet.gather_pixels`, over :class:`stoker.shards.gather.RowSpan`).
 
 Files open lazily, in the process that reads them, and are dropped when the reader is
 pickled, so a reader can be handed to DataLoader worker processes.
@@ -13,12 +13,10 @@ pickled, so a reader can be handed to DataLoader worker processes.
 from __future__ import annotations
 
 import bisect
-import itertools
 import os
 import stat
 import threading
 import zlib
-from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, cast
@@ -33,6 +31,7 @@ from stoker.fs import Location, PathOrURL, where
 from stoker.jpeg import decode_jpeg_resized
 from stoker.shards.cache import ShardCache
 from stoker.shards.format import COLUMN_INDEX, MANIFEST_NAME, image_row_bytes, shard_schema
+from stoker.shards.gather import RowSpan, copy_rows, split_copy
 from stoker.shards.manifest import Manifest, ShardInfo
 
 __all__ = ["ShardFile", "ShardSet", "repair_hint"]
@@ -232,104 +231,6 @@ def _short(exc: BaseException) -> str:
     return text if len(text) <= 160 else text[:157] + "..."
 
 
-# A pixel gather is shared among threads in parts of this many bytes (a smaller part costs
-# more to hand over than it saves; a larger one leaves a thread idle at the end).
-GATHER_SPLIT_BYTES = 1 << 20
-_pool: tuple[int, ThreadPoolExecutor] | None = None  # (pid, pool): a forked child makes its own
-_pool_lock = threading.Lock()
-
-
-def _gather_pool() -> ThreadPoolExecutor:
-    """The process's pool of gather threads (made on first use, again after a fork)."""
-    global _pool
-    with _pool_lock:
-        if _pool is None or _pool[0] != os.getpid():
-            _pool = (os.getpid(), ThreadPoolExecutor(max_workers=7, thread_name_prefix="stoker-gather"))
-        return _pool[1]
-
-
-def _split(n: int, threads: int, row_bytes: int, copy: Callable[[int, int], None]) -> None:
-    """Run ``copy(lo, hi)`` over ``0..n`` in chunks of about :data:`GATHER_SPLIT_BYTES`, on up to ``threads`` threads.
-
-    The calling thread works too, and the threads take chunks as they come free, so a
-    helper that a busy machine does not schedule costs nothing: the caller does its share,
-    and a helper that has not started by then is cancelled.
-    """
-    rows = max(1, GATHER_SPLIT_BYTES // max(row_bytes, 1))
-    chunks = -(-n // rows)
-    helpers = min(threads, chunks) - 1
-    if helpers <= 0:
-        copy(0, n)
-        return
-    counter = itertools.count()  # next() on it is atomic under the GIL
-
-    def work() -> None:
-        while (k := next(counter)) < chunks:
-            copy(k * rows, min(n, (k + 1) * rows))
-
-    pool = _gather_pool()
-    futures = [pool.submit(work) for _ in range(helpers)]
-    try:
-        work()
-    finally:
-        for future in futures:
-            if not future.cancel():
-                future.result()
-
-
-def _copy_rows(views: list[np.ndarray], segment: np.ndarray, local: np.ndarray, out: np.ndarray) -> None:
-    """``out[j] = views[segment[j]][local[j]]``: one copy per row, straight into the batch.
-
-    Rows of one record batch are taken by one ``np.take`` when they are all there are;
-    otherwise a loop copies row by row (a vectorised gather over several record batches
-    would need a temporary and a second copy of every row).
-    """
-    if len(segment) and segment[0] == segment[-1] and (segment == segment[0]).all():
-        np.take(views[int(segment[0])], local, axis=0, out=out, mode="clip")  # rows are in range
-        return
-    for j, (s, r) in enumerate(zip(segment.tolist(), local.tolist(), strict=True)):
-        out[j] = views[s][r]
-
-
-class _RowSpan:
-    """The pixel rows of many record batches, in many memory maps, reachable by one numpy fancy index.
-
-    No array holds rows of different shards (each shard is its own memory map), so a
-    batch from many shards was once copied row by row in Python, at 0.7x one fancy
-    index over a single array. This object exposes the address range from the lowest
-    record batch to the end of the highest as one byte array (``__array_interface__``)
-    and keeps every record batch's view, and so every map, alive as long as that array
-    lives. :attr:`rows` is a read-only strided view of it whose row ``k`` starts ``k * step``
-    bytes in, ``step`` dividing the row size and every record batch's offset from the
-    lowest; :meth:`gather` turns (record batch, row) into those row numbers and copies
-    the whole batch with one fancy index, in C.
-
-    Only rows inside record batches are ever read: the callers check sample indices
-    (:meth:`ShardSet.locate`) before they come here, so the gaps between the maps, which
-    may not be mapped at all, are never touched.
-    """
-
-    def __init__(self, views: list[np.ndarray], row_bytes: int) -> None:
-        self._views = views  # kept alive: the array below points into them
-        sized = [v for v in views if len(v)]
-        addresses = np.asarray([v.ctypes.data if len(v) else 0 for v in views], dtype=np.int64)
-        base = min(v.ctypes.data for v in sized)
-        end = max(v.ctypes.data + v.nbytes for v in sized)
-        offsets = np.where([len(v) > 0 for v in views], addresses - base, 0)
-        step = int(np.gcd.reduce(np.append(offsets, row_bytes)))
-        self.__array_interface__ = {"version": 3, "shape": (end - base,), "typestr": "|u1", "data": (base, True)}
-        flat = np.asarray(self)  # its base is self, so the views outlive every array made from it
-        self.rows = np.lib.stride_tricks.as_strided(
-            flat, shape=((end - base - row_bytes) // step + 1, row_bytes), strides=(step, 1), writeable=False
-        )
-        self._first = offsets // step  # row number (in steps) of each record batch's first row
-        self._per_row = row_bytes // step
-
-    def gather(self, segment: np.ndarray, local: np.ndarray) -> np.ndarray:
-        """A new ``[len, row_bytes]`` array: row ``local[j]`` of record batch ``segment[j]`` (checked by the caller)."""
-        return self.rows[self._first[segment] + local * self._per_row]
-
-
 class ShardSet:
     """The shards of one split of a shard set, read a batch of rows at a time.
 
@@ -395,7 +296,7 @@ class ShardSet:
         self._files: list[ShardFile | None] = [None] * len(self.infos)
         self._segment_starts: np.ndarray | None = None
         self._segment_views: list[np.ndarray] = []
-        self._span: _RowSpan | None = None
+        self._span: RowSpan | None = None
         self._labels: np.ndarray | None = None
 
     def check_sizes(self) -> None:
@@ -548,7 +449,7 @@ class ShardSet:
             labels.append(opened.labels)
         self._labels = np.concatenate(labels)
         self._segment_views = views
-        self._span = _RowSpan(views, self.row_bytes) if any(len(v) for v in views) else None
+        self._span = RowSpan(views, self.row_bytes) if any(len(v) for v in views) else None
         self._segment_starts = np.asarray(starts, dtype=np.int64)
 
     def read_labels(self, indices: np.ndarray) -> np.ndarray:
@@ -590,7 +491,7 @@ class ShardSet:
         if one is not None:
             shard, rows = one
             opened = self.file(shard)
-            _split(len(rows), threads, self.row_bytes, lambda lo, hi: opened.take_pixels(rows[lo:hi], out[lo:hi]))
+            split_copy(len(rows), threads, self.row_bytes, lambda lo, hi: opened.take_pixels(rows[lo:hi], out[lo:hi]))
             return
         if self.remote is not None and self._segment_starts is None:
             shard_ids, shard_rows = self.locate(indices)  # a remote stream: open only the shards it reads
@@ -599,13 +500,13 @@ class ShardSet:
             return
         segment, local = self._segments(indices)
         views = self._segment_views
-        _split(len(indices), threads, self.row_bytes, lambda lo, hi: _copy_rows(views, segment[lo:hi], local[lo:hi], out[lo:hi]))
+        split_copy(len(indices), threads, self.row_bytes, lambda lo, hi: copy_rows(views, segment[lo:hi], local[lo:hi], out[lo:hi]))
 
     def gather_pixels(self, indices: np.ndarray) -> np.ndarray:
         """The pixel rows of the given samples as a new ``uint8 [len(indices), 3*H*W]`` array, in the order of ``indices``.
 
         The fastest read in the training process: rows from any number of shards and
-        record batches are copied by one numpy fancy index (:class:`_RowSpan`), at parity
+        record batches are copied by one numpy fancy index (:class:`RowSpan`), at parity
         with one fancy index over a single memory-mapped array, where copying them row
         by row into a given buffer (:meth:`read_pixels`) is 0.7x that
         (``benchmarks/bench_decode.py``). Use :meth:`read_pixels` to fill a buffer of
@@ -622,7 +523,7 @@ class ShardSet:
             self.read_pixels(indices, out, threads=1)
             return out
         segment, local = self._segments(indices)
-        return cast(_RowSpan, self._span).gather(segment, local)  # _open_all made it: the set has rows
+        return cast(RowSpan, self._span).gather(segment, local)  # _open_all made it: the set has rows
 
     def _segments(self, indices: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(record batch, row within it) of each sample, every shard open and laid end to end."""

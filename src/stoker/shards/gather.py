@@ -1,0 +1,116 @@
+"""Copy pixel rows out of memory-mapped shards: one fancy index over many maps, or a threaded row copy.
+
+:class:`RowSpan` lets one numpy fancy index read the rows of every record batch of every
+shard (:meth:`stoker.shards.reader.ShardSet.gather_pixels`); :func:`split_copy` and
+:func:`copy_rows` fill a given buffer (a worker's shared memory), on several threads if
+asked (:meth:`~stoker.shards.reader.ShardSet.read_pixels`).
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import threading
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+
+__all__ = ["GATHER_SPLIT_BYTES", "RowSpan", "copy_rows", "gather_pool", "split_copy"]
+
+# A pixel gather is shared among threads in parts of this many bytes (a smaller part costs
+# more to hand over than it saves; a larger one leaves a thread idle at the end).
+GATHER_SPLIT_BYTES = 1 << 20
+_pool: tuple[int, ThreadPoolExecutor] | None = None  # (pid, pool): a forked child makes its own
+_pool_lock = threading.Lock()
+
+
+def gather_pool() -> ThreadPoolExecutor:
+    """The process's pool of gather threads (made on first use, again after a fork)."""
+    global _pool
+    with _pool_lock:
+        if _pool is None or _pool[0] != os.getpid():
+            _pool = (os.getpid(), ThreadPoolExecutor(max_workers=7, thread_name_prefix="stoker-gather"))
+        return _pool[1]
+
+
+def split_copy(n: int, threads: int, row_bytes: int, copy: Callable[[int, int], None]) -> None:
+    """Run ``copy(lo, hi)`` over ``0..n`` in chunks of about :data:`GATHER_SPLIT_BYTES`, on up to ``threads`` threads.
+
+    The calling thread works too, and the threads take chunks as they come free, so a
+    helper that a busy machine does not schedule costs nothing: the caller does its share,
+    and a helper that has not started by then is cancelled.
+    """
+    rows = max(1, GATHER_SPLIT_BYTES // max(row_bytes, 1))
+    chunks = -(-n // rows)
+    helpers = min(threads, chunks) - 1
+    if helpers <= 0:
+        copy(0, n)
+        return
+    counter = itertools.count()  # next() on it is atomic under the GIL
+
+    def work() -> None:
+        while (k := next(counter)) < chunks:
+            copy(k * rows, min(n, (k + 1) * rows))
+
+    pool = gather_pool()
+    futures = [pool.submit(work) for _ in range(helpers)]
+    try:
+        work()
+    finally:
+        for future in futures:
+            if not future.cancel():
+                future.result()
+
+
+def copy_rows(views: list[np.ndarray], segment: np.ndarray, local: np.ndarray, out: np.ndarray) -> None:
+    """``out[j] = views[segment[j]][local[j]]``: one copy per row, straight into the batch.
+
+    Rows of one record batch are taken by one ``np.take`` when they are all there are;
+    otherwise a loop copies row by row (a vectorised gather over several record batches
+    would need a temporary and a second copy of every row).
+    """
+    if len(segment) and segment[0] == segment[-1] and (segment == segment[0]).all():
+        np.take(views[int(segment[0])], local, axis=0, out=out, mode="clip")  # rows are in range
+        return
+    for j, (s, r) in enumerate(zip(segment.tolist(), local.tolist(), strict=True)):
+        out[j] = views[s][r]
+
+
+class RowSpan:
+    """The pixel rows of many record batches, in many memory maps, reachable by one numpy fancy index.
+
+    No array holds rows of different shards (each shard is its own memory map), so a
+    batch from many shards was once copied row by row in Python, at 0.7x one fancy
+    index over a single array. This object exposes the address range from the lowest
+    record batch to the end of the highest as one byte array (``__array_interface__``)
+    and keeps every record batch's view, and so every map, alive as long as that array
+    lives. :attr:`rows` is a read-only strided view of it whose row ``k`` starts ``k * step``
+    bytes in, ``step`` dividing the row size and every record batch's offset from the
+    lowest; :meth:`gather` turns (record batch, row) into those row numbers and copies
+    the whole batch with one fancy index, in C.
+
+    Only rows inside record batches are ever read: the callers check sample indices
+    (:meth:`ShardSet.locate`) before they come here, so the gaps between the maps, which
+    may not be mapped at all, are never touched.
+    """
+
+    def __init__(self, views: list[np.ndarray], row_bytes: int) -> None:
+        self._views = views  # kept alive: the array below points into them
+        sized = [v for v in views if len(v)]
+        addresses = np.asarray([v.ctypes.data if len(v) else 0 for v in views], dtype=np.int64)
+        base = min(v.ctypes.data for v in sized)
+        end = max(v.ctypes.data + v.nbytes for v in sized)
+        offsets = np.where([len(v) > 0 for v in views], addresses - base, 0)
+        step = int(np.gcd.reduce(np.append(offsets, row_bytes)))
+        self.__array_interface__ = {"version": 3, "shape": (end - base,), "typestr": "|u1", "data": (base, True)}
+        flat = np.asarray(self)  # its base is self, so the views outlive every array made from it
+        self.rows = np.lib.stride_tricks.as_strided(
+            flat, shape=((end - base - row_bytes) // step + 1, row_bytes), strides=(step, 1), writeable=False
+        )
+        self._first = offsets // step  # row number (in steps) of each record batch's first row
+        self._per_row = row_bytes // step
+
+    def gather(self, segment: np.ndarray, local: np.ndarray) -> np.ndarray:
+        """A new ``[len, row_bytes]`` array: row ``local[j]`` of record batch ``segment[j]`` (checked by the caller)."""
+        return self.rows[self._first[segment] + local * self._per_row]
