@@ -51,3 +51,12 @@ def test_inspect_a_bucket(s3_server: str, bucket: str, small_pack: Path, cache: 
     first = result.output.splitlines()[0]
     assert first.startswith(f"{url}: 5 shards") and "to download" in first
     assert "shuffle quality" in result.output
+
+
+def test_tune_a_bucket(s3_server: str, bucket: str, small_folders: Path, cache: Path, tmp_path: Path) -> None:
+    url = upload_folder(small_folders, f"{bucket}/folders")
+    out = tmp_path / "loader.toml"
+    result = CliRunner().invoke(cli, ["tune", url, "--budget", "20s", "--out", str(out), "--batch-size", "8",
+                                      "--max-workers", "1", "--storages", "files", "--device", "cpu"])
+    assert result.exit_code == 0, result.output
+    assert f'data = "{url}"' in out.read_text()  # tuned for this bucket: used on other storage, it says so

@@ -23,7 +23,7 @@ def parse_duration(text: str) -> float:
 
 
 @click.command("tune")
-@click.argument("data", type=click.Path(exists=True, path_type=Path))
+@click.argument("data")  # a path or a URL (a str: pathlib would mangle s3://)
 @click.option("--budget", "budget_text", default="60s", show_default=True, help="Time the search may take (60s, 2m).")
 @click.option("--out", type=click.Path(dir_okay=False, path_type=Path), default=Path("loader.toml"), show_default=True,
               help="Where to write the chosen settings (read by `stoker train --loader-config`).")
@@ -36,7 +36,7 @@ def parse_duration(text: str) -> float:
 @click.option("--device", default="auto", show_default=True, help="Where batches go: auto, cpu, cuda, cuda:N.")
 @click.option("--seed", type=int, default=0, show_default=True)
 def tune(
-    data: Path,
+    data: str,
     budget_text: str,
     out: Path,
     storages: str,
@@ -48,6 +48,10 @@ def tune(
     seed: int,
 ) -> None:
     """Search workers, backend, prefetch depth and storage for DATA within a time budget.
+
+    DATA is a folder in any layout stoker reads, a label file, or a URL (s3://, gs://, ...
+    through fsspec): trials on the files read them from the bucket; trials on shards
+    pack the sample into a local temporary folder first.
 
     Every setting is measured, not guessed; the command prints each trial and why it
     chose, and writes the chosen settings as a [data] TOML table to --out.
