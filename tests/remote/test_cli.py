@@ -60,3 +60,13 @@ def test_tune_a_bucket(s3_server: str, bucket: str, small_folders: Path, cache: 
                                       "--max-workers", "1", "--storages", "files", "--device", "cpu"])
     assert result.exit_code == 0, result.output
     assert f'data = "{url}"' in out.read_text()  # tuned for this bucket: used on other storage, it says so
+
+
+def test_cache_dir_flag_says_where_a_bucket_is_cached(s3_server: str, bucket: str, small_pack: Path, tmp_path: Path,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("STOKER_CACHE", str(tmp_path / "from-env"))  # restored after the test, which the flag changes
+    url = upload_folder(small_pack, f"{bucket}/packed")
+    chosen = tmp_path / "chosen"
+    result = CliRunner().invoke(cli, ["--cache-dir", str(chosen), "verify", url, "--quiet", "--workers", "0"])
+    assert result.exit_code == 0, result.output
+    assert any(p.name.endswith(".arrow") for p in chosen.rglob("*")) and not (tmp_path / "from-env").exists()

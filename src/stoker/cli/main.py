@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import os
 import sys
 
 import click
@@ -37,11 +38,15 @@ class _Group(click.Group):
 
 @click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="stoker")
-def main() -> None:
+@click.option("--cache-dir", type=click.Path(file_okay=False), default=None,
+              help="Where shards read from a URL are cached, verified (default: $STOKER_CACHE, else ~/.cache/stoker).")
+def main(cache_dir: str | None) -> None:
     """stoker keeps the GPU fed: load, pack, stream, train and benchmark image data sets.
 
     Start with `stoker demo`, which generates a small data set and shows every part.
     """
+    if cache_dir is not None:  # what every reader of a remote set, and its loader workers, take as the default
+        os.environ["STOKER_CACHE"] = os.path.abspath(os.path.expanduser(cache_dir))
 
 
 for _module, _name in _COMMANDS:
