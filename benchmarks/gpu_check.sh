@@ -4,8 +4,16 @@
 # the others' time; everything goes under $OUT (default ./gpu-check), a part's log beside
 # its results. About 9 minutes on one H200 (16 cores):
 #
-#   bash benchmarks/gpu_check.sh                     # after: pip install -e ".[test]"
+#   bash benchmarks/gpu_check.sh                     # stoker is read from src/ (no install needed)
 #   OUT=/tmp/g bash benchmarks/gpu_check.sh quick    # ~3 minutes: tests, transfer, fitsync
+#
+# The lent machine has no package registry. Its image has torch, torchvision, pyarrow,
+# click, pillow, tqdm, tensorboard, fsspec, pytest, hypothesis and pytest-timeout, but not
+# simplejpeg: bring its wheel for Python 3.12 in .whl/ (ignored by git; name .whl in the
+# device tool's carry), made here with
+#   python3 -m pip download --no-deps --only-binary=:all: --python-version 3.12 \
+#       --implementation cp --platform manylinux_2_17_x86_64 -d .whl simplejpeg==1.9.0
+# and this script installs what .whl holds into /tmp/site first.
 #
 # Parts:
 #   env       the GPU, CUDA, torch, cores
@@ -18,6 +26,12 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT="${OUT:-gpu-check}"
+PYTHON="${PYTHON:-python3}"
+export PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
+if ! "$PYTHON" -c "import simplejpeg" 2>/dev/null && compgen -G ".whl/*.whl" >/dev/null; then
+    "$PYTHON" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
+        && export PYTHONPATH="/tmp/site:$PYTHONPATH"
+fi
 mkdir -p "$OUT"
 : >"$OUT/summary.txt"
 quick="${1:-}"
@@ -33,19 +47,19 @@ part() {  # part NAME SECONDS COMMAND...: run COMMAND with a limit; its log in $
     tail -n 25 "$OUT/$name.log" >>"$OUT/summary.txt"
 }
 
-part env 60 python -c "
+part env 60 "$PYTHON" -c "
 import os, torch
 print('torch', torch.__version__, 'cuda', torch.version.cuda, 'available', torch.cuda.is_available())
 print('devices', [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())])
 print('cores', len(os.sched_getaffinity(0)))"
-part tests 180 python -m pytest -q -p no:cacheprovider tests/test_jpeg.py tests/shards/test_fast_paths.py -k "cuda or nvjpeg or gpu"
-part fitsync 240 python benchmarks/bench_gpu_train.py --suite fitsync --out "$OUT/fitsync" --n 6000 --epochs 2 --quiet
+part tests 180 "$PYTHON" -m pytest -q -p no:cacheprovider tests/test_jpeg.py tests/shards/test_fast_paths.py -k "cuda or nvjpeg or gpu"
+part fitsync 240 "$PYTHON" benchmarks/bench_gpu_train.py --suite fitsync --out "$OUT/fitsync" --n 6000 --epochs 2 --quiet
 if [ "$quick" != "quick" ]; then
-    part issue13 330 python benchmarks/bench_gpu_train.py --suite issue13 --out "$OUT/issue13" --n 8000 --epochs 2 --quiet
-    part gather 150 python benchmarks/bench_decode.py --only gather --n 6000 --seconds 2 --rounds 2 --out "$OUT/decode-data"
-    gpus=$(python -c "import torch; print(torch.cuda.device_count())" 2>/dev/null || echo 0)
+    part issue13 330 "$PYTHON" benchmarks/bench_gpu_train.py --suite issue13 --out "$OUT/issue13" --n 8000 --epochs 2 --quiet
+    part gather 150 "$PYTHON" benchmarks/bench_decode.py --only gather --n 6000 --seconds 2 --rounds 2 --out "$OUT/decode-data"
+    gpus=$("$PYTHON" -c "import torch; print(torch.cuda.device_count())" 2>/dev/null || echo 0)
     if [ "${gpus:-0}" -ge 2 ]; then
-        part ddp 240 python benchmarks/bench_ddp_gpu.py --nproc 2 --n 6000 --epochs 2 --timeout-s 220 --out "$OUT/ddp"
+        part ddp 240 "$PYTHON" benchmarks/bench_ddp_gpu.py --nproc 2 --n 6000 --epochs 2 --timeout-s 220 --out "$OUT/ddp"
     else
         echo "== ddp: skipped ($gpus GPU; DDP over NCCL needs two)" | tee -a "$OUT/summary.txt"
     fi
