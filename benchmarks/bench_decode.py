@@ -39,6 +39,7 @@ Run::
 from __future__ import annotations
 
 import argparse
+import itertools
 import multiprocessing
 import os
 import sys
@@ -240,7 +241,7 @@ def methods(paths: dict[str, Path], seconds: float, cores: int) -> dict[str, tup
 
     src, dst = np.ones((batch, row_bytes), np.uint8), np.empty((batch, row_bytes), np.uint8)
     threading_pool = ThreadPoolExecutor(1)
-    runs = np.random.default_rng(1).integers(0, max(1, n - batch), 64)
+    runs = itertools.cycle(np.random.default_rng(1).integers(0, max(1, n - batch), 64).tolist())
 
     def two_threads(copy: Callable[[slice], None]) -> int:
         half = slice(0, batch // 2)
@@ -250,7 +251,7 @@ def methods(paths: dict[str, Path], seconds: float, cores: int) -> dict[str, tup
         return batch
 
     def memcpy_mapped() -> int:  # contiguous runs of the mapped pixels: what a gather reads, at memory speed
-        first = int(runs[next_indices()[0] % len(runs)])
+        first = next(runs)
         return two_threads(lambda part: np.copyto(dst[part], flat[first + part.start : first + part.stop]))
 
     def numpy_take_two() -> int:  # the best a 2-thread gather can do: one array, a given buffer, no Python per row

@@ -97,6 +97,15 @@ def _epoch(batches: Any) -> list[list[int]]:
     return [_ids(batch) for batch in batches]
 
 
+def _state_after(loader: Any, k: int) -> tuple[list[list[int]], dict[str, Any]]:
+    """The ids of the first ``k`` batches of ``loader``'s next epoch, and its state after them (as plain data)."""
+    batches = iter(loader)
+    seen = [_ids(next(batches)) for _ in range(k)]
+    state = json.loads(json.dumps(loader.state_dict()))  # plain data, as in a checkpoint
+    del batches
+    return seen, state
+
+
 def check_state_contract(new_loader: Callable[[], Any], expected_ids: list[int], k: int) -> None:
     """Exactly once per epoch, a new order each epoch, and resume after ``k`` batches is exact."""
     straight = new_loader()
@@ -107,10 +116,7 @@ def check_state_contract(new_loader: Callable[[], Any], expected_ids: list[int],
     assert 0 < k < len(first)
 
     interrupted = new_loader()
-    batches = iter(interrupted)
-    seen = [_ids(next(batches)) for _ in range(k)]
-    state = json.loads(json.dumps(interrupted.state_dict()))  # plain data, as in a checkpoint
-    del batches
+    seen, state = _state_after(interrupted, k)
     interrupted.close()
     assert seen == first[:k]
 
@@ -145,11 +151,7 @@ def test_resume_in_a_later_epoch_and_at_a_worker_boundary(data: dict[str, Path],
     for k in (1, 6):  # an odd and an even count: the next batch comes from either worker
         interrupted = new_loader()
         _epoch(interrupted)
-        batches = iter(interrupted)
-        for _ in range(k):
-            next(batches)
-        state = interrupted.state_dict()
-        del batches
+        _, state = _state_after(interrupted, k)
         resumed = new_loader()
         resumed.load_state_dict(state)
         assert state["epoch"] == 1 and state["batches"] == k
@@ -175,12 +177,7 @@ def test_skips_so_far_are_part_of_the_state(tmp_path: Path, data: dict[str, Path
     first = _epoch(straight)
     assert len(straight.skipped) == 3 and sum(map(len, first)) == 27
     for k in range(1, len(first), 2):
-        interrupted = new_loader()
-        batches = iter(interrupted)
-        for _ in range(k):
-            next(batches)
-        state = interrupted.state_dict()
-        del batches
+        _, state = _state_after(new_loader(), k)
         resumed = new_loader()
         resumed.load_state_dict(state)
         assert _epoch(resumed) == first[k:]

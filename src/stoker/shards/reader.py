@@ -520,7 +520,10 @@ class ShardSet:
         one = self._one_shard(indices)  # checks the indices
         if one is not None or len(indices) == 0 or (self.remote is not None and self._segment_starts is None):
             out = np.empty((len(indices), self.row_bytes), dtype=np.uint8)
-            self.read_pixels(indices, out, threads=1)
+            if one is not None:  # one shard (a sequential read): one np.take, the indices already located
+                self.file(one[0]).take_pixels(one[1], out)
+            elif len(indices):
+                self.read_pixels(indices, out, threads=1)  # a remote stream: only the shards it reads
             return out
         segment, local = self._segments(indices)
         return cast(RowSpan, self._span).gather(segment, local)  # _open_all made it: the set has rows
