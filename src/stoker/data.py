@@ -261,7 +261,8 @@ def _file_splits(
     elif layout == "split_folders":
         folders = _split_folders(p) or {}
         parts = {
-            split: _file_splits(folder, _inner_layout(folder), labels, None, name, label_order)["train"]
+            # Each split folder is its own source (root/train, root/val): packing several splits keeps them apart.
+            split: _file_splits(folder, _inner_layout(folder), labels, None, f"{name}/{folder.name}", label_order)["train"]
             for split, folder in folders.items()
         }
         classes = _common_classes([ds.index for ds in parts.values()])

@@ -99,3 +99,23 @@ def test_pack_with_named_splits_keeps_one_label_mapping(digi: Path, tmp_path: Pa
     assert len(ShardDataset(out, "train")) == 40
     code, output = _run(pack, [f"train={digi}", str(tmp_path / "val"), str(out)])
     assert code != 0 and "name every SRC" in output
+
+
+def test_pack_a_split_folder_root_keeps_its_splits(digi: Path, tmp_path: Path) -> None:
+    """``stoker pack ROOT OUT`` on train/ + val/ + test/ (ImageFolder style): three splits, one label mapping."""
+    import shutil
+
+    root = tmp_path / "tree"
+    shutil.copytree(digi, root / "train")
+    shutil.copytree(digi / "2", root / "val" / "2")  # validation holds only class 2
+    shutil.copytree(digi / "0", root / "test" / "0")
+    out = tmp_path / "o"
+    code, output = _run(pack, [str(root), str(out), "--quiet", "--workers", "0"])
+    assert code == 0, output
+    from stoker.shards import Manifest, ShardDataset
+
+    manifest = Manifest.load(out)
+    assert {s.name for s in manifest.sources} == {"tree/train", "tree/val", "tree/test"}
+    assert len(ShardDataset(out, "train")) == 40
+    assert set(ShardDataset(out, "valid").labels.tolist()) == {2}
+    assert set(ShardDataset(out, "test").labels.tolist()) == {0} and ShardDataset(out, "test").classes == ("0", "1", "2")
