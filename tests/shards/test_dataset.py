@@ -106,3 +106,21 @@ def test_loader_defaults_follow_the_storage_mode(packed: Callable[..., Path]) ->
     assert encoded.loader_defaults["num_workers"] >= 1
     images, _ = next(iter(make_loader(pixels, batch_size=4, device="cpu", **pixels.loader_defaults)))
     assert images.shape == (4, 3, 8, 8)
+
+
+def test_encoded_shards_of_mixed_sizes_stop_at_the_first_batch_naming_two_files(tmp_path: Path) -> None:
+    """Own-size encoded shards whose images differ: the promised error (two files, what to do), not torch's."""
+    from PIL import Image
+
+    from stoker.errors import DataError
+    from stoker.packer import pack
+
+    for i, (height, width) in enumerate([(12, 10), (12, 10), (9, 7), (12, 10)]):
+        (tmp_path / "src" / str(i % 2)).mkdir(parents=True, exist_ok=True)
+        Image.new("RGB", (width, height), (i * 40, 0, 0)).save(tmp_path / "src" / str(i % 2) / f"{i}.png")
+    pack(tmp_path / "src", tmp_path / "p", store="encoded", shuffle=False, progress=False, workers=0)
+    ds = ShardDataset(tmp_path / "p")
+    with pytest.raises(DataError, match=r"differ in size.*--image-size.*--size") as caught:
+        next(iter(make_loader(ds, batch_size=len(ds), shuffle=False, num_workers=0, device="cpu")))
+    message = str(caught.value)
+    assert "12x10" in message and "9x7" in message and message.count(".png") == 2

@@ -350,11 +350,33 @@ class ShardDataset(Dataset):
         kept_labels = torch.from_numpy(labels[keep] if len(keep) != len(idx) else labels)
         if out is not None:
             return ShardBatch(out[: len(keep)], kept_labels, skipped)
-        if self.transform is None and good and all(g.shape == good[0].shape for g in good):
+        if self.transform is None and good:
+            self._check_same_size(good, idx[keep])
             images = _empty_uint8((len(good), *good[0].shape))
             torch.stack(good, out=images)
             return ShardBatch(images, kept_labels, skipped)
         return ShardBatch(good, kept_labels, skipped)
+
+    def _check_same_size(self, images: list[torch.Tensor], rows: np.ndarray) -> None:
+        """Images of one batch that cannot be stacked: the promised error, naming two of them.
+
+        Raises:
+            DataError: two images differ in size; names both (shard, row, source file)
+                and says to read them at one size (``--image-size``) or re-pack with ``--size``.
+        """
+        other = next((j for j, image in enumerate(images) if image.shape != images[0].shape), None)
+        if other is None:
+            return
+
+        def name(j: int) -> str:
+            info = self.shards.row_info(int(rows[j]))
+            return f"{info['shard']} row {info['row']} ({info['source']}/{info['file']}, {images[j].shape[-2]}x{images[j].shape[-1]})"
+
+        raise DataError(
+            f"{self.root} split {self.split!r}: {name(0)} and {name(other)} differ in size, so a batch cannot be "
+            "stacked; read the set at one size (stoker train --image-size N; image_size=N for open_data, or a "
+            "resizing transform) or re-pack it at one size (stoker pack ... --size HxW)"
+        )
 
     def _decode_batch_resized(self, idx: np.ndarray, labels: np.ndarray, size: tuple[int, int]) -> ShardBatch:
         """A batch at the set's image size: JPEGs decoded no more than needed and resized together.
