@@ -83,7 +83,7 @@ def run_demo(root: Path, n: int = 600, classes: int = 10, workers: tuple[int, ..
     # open_data detects each layout; the classes stoker.LabelFileDataset, ClassFolderDataset
     # and IdDataset open one layout directly.
     layouts: dict[str, Dataset] = {
-        "celeba (label file, JPEG 178x218)": open_data(data.celeba, "train"),
+        "celeba (label file, JPEG 178x218)": open_data(data.celeba, "train", label_order="sorted"),  # identities from 1
         "digiface (class folders, RGBA PNG 112x112)": open_data(data.digiface, "train"),
         "ids (partition + labels, .pt 64x64)": open_data(data.ids, "train"),
     }

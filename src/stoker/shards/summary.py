@@ -58,7 +58,7 @@ class ShardSetSummary:
             f"stoker {made.get('stoker_version', '?')}, seed {made.get('seed', '?')}, "
             f"shard_samples {made.get('shard_samples', '?')}, "
             f"shard_bytes {_bytes_text(made['shard_bytes']) if isinstance(made.get('shard_bytes'), int) else '?'}, "
-            f"valid {made.get('valid')}"
+            f"valid {made.get('valid')}, shuffle {made.get('shuffle', True)}"
         )
         lines = [
             f"shard set  {self.root}  ({m.format} v{m.version})",
