@@ -194,6 +194,53 @@ def test_boxes_outside_the_image_are_left_to_the_full_path() -> None:
     assert jpeg.decode_jpeg_resized(data, (10, 10), (0, -1, 20, 20)) is None
 
 
+def _with_sof(data: bytes, *, height: int | None = None, width: int | None = None, luma_sampling: int | None = None) -> bytes:
+    """The same JPEG with its frame header (SOF0) changed: declared size or the first component's sampling byte."""
+    at = data.index(b"\xff\xc0")
+    frame = bytearray(data)
+    if height is not None:
+        frame[at + 5 : at + 7] = height.to_bytes(2, "big")
+    if width is not None:
+        frame[at + 7 : at + 9] = width.to_bytes(2, "big")
+    if luma_sampling is not None:
+        frame[at + 11] = luma_sampling
+    return bytes(frame)
+
+
+def test_crafted_headers_are_left_to_the_full_path_whatever_simplejpeg_raises() -> None:
+    """simplejpeg raises KeyError (not ValueError) on a luma sampling byte of 0x14: never out of stoker."""
+    data = encode(photo(48, 40))
+    crafted = _with_sof(data, luma_sampling=0x14)
+    simplejpeg = pytest.importorskip("simplejpeg")
+    with pytest.raises(Exception) as raised:  # what the library does with it, so the test keeps its point
+        simplejpeg.decode_jpeg_header(crafted)
+    assert not isinstance(raised.value, ValueError)
+    assert jpeg.decode_jpeg_resized(crafted, (16, 16), None) is None
+    out = torch.zeros((2, 3, 16, 16), dtype=torch.uint8)
+    assert jpeg.decode_jpegs_into([data, crafted], [None, None], (16, 16), out) == [1]
+    assert out[0].any()
+
+
+def test_a_huge_declared_size_is_refused_before_any_allocation() -> None:
+    """48679x59164 declared in a small file: the reduced path does not take it; the full path refuses it by the limit."""
+    from stoker.errors import DecodeError
+
+    import tracemalloc
+
+    bomb = _with_sof(encode(photo(48, 40)), height=48679, width=59164)
+    out = torch.zeros((1, 3, 32, 32), dtype=torch.uint8)
+    tracemalloc.start()
+    try:
+        assert jpeg.decode_jpeg_resized(bomb, (32, 32), (0, 0, 128, 128)) is None
+        assert jpeg.decode_jpegs_into([bomb], [None], (32, 32), out) == [0]
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 16 << 20, f"{peak / 2**20:.0f} MiB allocated for an image that is refused"
+    with pytest.raises(DecodeError, match="pixels, more than the limit"):
+        decode_sample(bomb, "bomb.jpg")
+
+
 def test_the_device_path_falls_back_to_the_cpu_image_by_image() -> None:
     size = (16, 16)
     blobs = [np.frombuffer(encode(photo(40, 32, seed=i)), dtype=np.uint8) for i in range(3)]

@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from stoker.decode import Box, resize
+from stoker.decode import Box, get_max_pixels, resize
 
 __all__ = [
     "JPEG_SCALES",
@@ -199,8 +199,10 @@ def _plan_of(simplejpeg: Any, data: np.ndarray | bytes, box: Box | None, size: t
         return None
     try:
         height, width, colorspace, _ = simplejpeg.decode_jpeg_header(data)
-    except ValueError:
+    except Exception:  # crafted headers raise KeyError and more, not only ValueError: the full path decides
         return None
+    if height * width > get_max_pixels():
+        return None  # before any allocation: the full path refuses it with the error that names the file
     if colorspace not in ("YCbCr", "Gray", "RGB"):
         return None  # CMYK/YCCK: libjpeg-turbo's RGB conversion of these is not the reference's
     return _plan(height, width, None if box is None else tuple(box), tuple(size))  # type: ignore[arg-type]
@@ -244,8 +246,8 @@ def _decode_group(
                 pixels = simplejpeg.decode_jpeg(
                     blobs[j], colorspace="RGB", min_height=want_h, min_width=want_w, strict=True, buffer=slot
                 )
-            except ValueError:
-                failed.append(j)  # corrupt or unusual: the full path decides (and names the file)
+            except Exception:  # corrupt, unusual or crafted (any error simplejpeg raises): the full path decides
+                failed.append(j)
                 continue
             if pixels.shape != (want_h, want_w, 3):
                 failed.append(j)
