@@ -223,9 +223,9 @@ def test_crafted_headers_are_left_to_the_full_path_whatever_simplejpeg_raises() 
 
 def test_a_huge_declared_size_is_refused_before_any_allocation() -> None:
     """48679x59164 declared in a small file: the reduced path does not take it; the full path refuses it by the limit."""
-    from stoker.errors import DecodeError
-
     import tracemalloc
+
+    from stoker.errors import DecodeError
 
     bomb = _with_sof(encode(photo(48, 40)), height=48679, width=59164)
     out = torch.zeros((1, 3, 32, 32), dtype=torch.uint8)
