@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import errno
+import os
 from pathlib import Path
 
 import numpy as np
@@ -84,6 +85,19 @@ def test_second_pack_into_the_same_folder_is_refused(packed: Path) -> None:
     with pack_lock(packed):
         with pytest.raises(ConfigError, match="another `stoker pack` .* is writing into this folder"):
             pack(packed.parent / "cls", packed, overwrite=True, workers=0, progress=False)
+    assert verify(packed, workers=0).ok
+
+
+def test_the_lock_covers_the_swap_a_pack_started_after_the_exchange_is_refused(packed: Path) -> None:
+    """The swap exchanges the folders: a lock inside OUT would leave with the old one, unlocking the new OUT."""
+    with pack_lock(packed):
+        moved = packed.parent / "old-set"
+        os.rename(packed, moved)  # what the exchange does to the folder the first pack locked
+        packed.mkdir()
+        with pytest.raises(ConfigError, match="another `stoker pack` .* is writing into this folder"):
+            pack(moved, packed, overwrite=True, workers=0, progress=False)
+        packed.rmdir()
+        os.rename(moved, packed)
     assert verify(packed, workers=0).ok
 
 

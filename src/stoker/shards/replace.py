@@ -8,9 +8,13 @@ Linux the swap is one atomic ``renameat2(RENAME_EXCHANGE)``; elsewhere it is two
 renames. Files in ``OUT`` that stoker did not write are moved into the new folder, never
 deleted.
 
-A lock file in ``OUT`` (``flock``, released by the kernel when the process dies, so a
-``kill -9`` never leaves a stale lock) makes a second pack into the same folder fail at
-once with a clear error.
+A lock file beside ``OUT`` (``.OUT.stoker-pack.lock``; ``flock``, released by the kernel
+when the process dies, so a ``kill -9`` never leaves a stale lock) makes a second pack
+into the same folder fail at once with a clear error. It sits beside the folder, not in
+it, so that it covers the whole pack, the swap included: a lock inside ``OUT`` would move
+away with the old folder at the exchange, and a second pack started just after it would
+find the new folder unlocked. (Where the parent folder cannot be written, the lock falls
+back to ``OUT/.stoker-pack.lock``.)
 """
 
 from __future__ import annotations
@@ -27,7 +31,7 @@ from pathlib import Path
 from stoker.errors import ConfigError, ShardError
 from stoker.shards.format import MANIFEST_NAME, PLAN_NAME, TMP_SUFFIX, is_shard_name
 
-__all__ = ["LOCK_NAME", "is_ours", "pack_lock", "staging_dir", "swap_in"]
+__all__ = ["LOCK_NAME", "is_ours", "lock_path", "pack_lock", "staging_dir", "swap_in"]
 
 LOCK_NAME = ".stoker-pack.lock"
 _RENAME_EXCHANGE = 2
@@ -45,6 +49,11 @@ def staging_dir(out: Path) -> Path:
     return out.parent / f".{out.name}.stoker-new"
 
 
+def lock_path(out: Path) -> Path:
+    """The pack lock of ``out``: beside it, so that swapping folders never moves it."""
+    return out.parent / f".{out.name}.stoker-pack.lock"
+
+
 @contextmanager
 def pack_lock(out: Path) -> Iterator[None]:
     """Hold ``out``'s pack lock; a second holder gets :class:`ConfigError` at once.
@@ -53,8 +62,13 @@ def pack_lock(out: Path) -> Iterator[None]:
         ConfigError: another pack is writing into ``out``.
     """
     out.mkdir(parents=True, exist_ok=True)
-    path = out / LOCK_NAME
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o644)
+    flags = os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0)
+    path = lock_path(out)
+    try:
+        fd = os.open(path, flags, 0o644)
+    except PermissionError:  # a folder in a parent this user cannot write: lock inside it
+        path = out / LOCK_NAME
+        fd = os.open(path, flags, 0o644)
     try:
         try:
             import fcntl
