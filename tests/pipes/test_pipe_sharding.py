@@ -122,3 +122,17 @@ def test_shard_reads_the_distributed_placement(monkeypatch: pytest.MonkeyPatch) 
     monkeypatch.undo()
     assert list(pipe) == list(range(12))
     assert list(pickle.loads(pickled)) == [1, 4, 7, 10]
+
+
+def test_len_is_what_this_rank_reads_as_for_every_reader(monkeypatch: pytest.MonkeyPatch) -> None:
+    import torch.distributed as dist
+
+    pipe = Pipe.from_iterable(range(11)).shuffle(4, seed=0).shard()
+    assert len(pipe) == 11  # one rank: the whole epoch, all workers together
+    assert [len(pipe.shard(rank=r, world_size=3)) for r in range(3)] == [4, 4, 3]
+    assert len(Pipe.from_iterable(range(11)).shard(rank=0, world_size=2, worker=1, num_workers=2)) == 3  # one worker's
+    monkeypatch.setattr(dist, "is_initialized", lambda: True)
+    monkeypatch.setattr(dist, "get_rank", lambda: 1)
+    monkeypatch.setattr(dist, "get_world_size", lambda: 2)
+    assert len(pipe) == len(list(pipe)) == 5  # rank 1 of 2 reads 5 of 11
+    assert len(Pipe.from_iterable(range(11)).map(str)) == 11  # no shard stage: every rank reads it all
