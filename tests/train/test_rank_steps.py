@@ -17,6 +17,7 @@ from collections.abc import Callable
 import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
 from stoker.loading.samplers import EpochSampler, RankSlice
 from stoker.pipes import Pipe
 from stoker.shards import stream_order
