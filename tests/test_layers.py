@@ -2,7 +2,7 @@
 
 The layers, low to high (a module may import its own layer and the ones below)::
 
-    errors, decode, _tomllib, mixing, fs  ->  loading  ->  sources  ->  pipes  ->  shards
+    errors, decode, _tomllib, mixing, order, fs  ->  loading  ->  sources  ->  pipes  ->  shards
         ->  data (open_data: sources, pipes, shards)  ->  train, bench  ->  cli
 
 Imports inside functions count (a lazy import is still a dependency); imports under
@@ -26,6 +26,7 @@ LAYERS: dict[str, int] = {
     "jpeg": 0,  # reduced-scale and on-device JPEG decoding, beside decode
     "_tomllib": 0,
     "mixing": 0,
+    "order": 0,  # the order of an epoch: seed rule, permutation, buffer shuffle, split (numpy only)
     "fs": 0,  # paths and URLs (stoker.fs): every reader of a folder or file, above only errors
     "lifetime": 0,  # workers die with their parent (pack, verify)
     "_lazy": 0,  # public names imported on first use

@@ -28,23 +28,18 @@ Example:
 
 from __future__ import annotations
 
-import random
-from collections.abc import Iterator
 from dataclasses import asdict, dataclass
-from typing import TypeVar
 
 import numpy as np
 
 from stoker.errors import ConfigError
-
-T = TypeVar("T")
+from stoker.order import buffer_shuffle, epoch_rng
 
 __all__ = [
     "GOOD_SCORE",
     "POOR_SCORE",
     "ShuffleQuality",
     "shuffle_quality",
-    "buffer_shuffle",
     "simulate_buffer_shuffle",
     "suggest_buffer_size",
 ]
@@ -244,30 +239,13 @@ def shuffle_quality(
     )
 
 
-def buffer_shuffle(items: Iterator[T], buffer_size: int, rng: random.Random) -> Iterator[T]:
-    """Yield ``items`` in an order drawn from ``rng`` through a buffer of ``buffer_size``.
-
-    Example:
-        >>> sorted(buffer_shuffle(iter(range(5)), 3, random.Random(0)))
-        [0, 1, 2, 3, 4]
-    """
-    buffer: list[T] = []
-    for item in items:
-        if len(buffer) < buffer_size:
-            buffer.append(item)
-            continue
-        index = rng.randrange(buffer_size)
-        yield buffer[index]
-        buffer[index] = item
-    rng.shuffle(buffer)
-    yield from buffer
-
-
 def simulate_buffer_shuffle(labels: np.ndarray, buffer_size: int, seed: int = 0) -> np.ndarray:
     """The label stream a shuffle buffer of ``buffer_size`` makes of ``labels`` (labels only, no images).
 
-    Uses the same algorithm as ``Pipe.shuffle``, so ``shuffle_quality`` of the result
-    tells, before any image is read, whether a buffer is large enough for a source order.
+    Uses the buffer shuffle of every stoker reader (:func:`stoker.order.buffer_shuffle`),
+    drawn as ``Pipe.shuffle(buffer_size, seed=seed)`` draws in epoch 0, so
+    ``shuffle_quality`` of the result tells, before any image is read, whether a buffer
+    is large enough for a source order.
 
     Example:
         >>> import numpy as np
@@ -281,7 +259,7 @@ def simulate_buffer_shuffle(labels: np.ndarray, buffer_size: int, seed: int = 0)
     if isinstance(buffer_size, bool) or not isinstance(buffer_size, (int, np.integer)) or buffer_size < 1:
         raise ConfigError(f"simulate_buffer_shuffle: buffer_size must be a positive integer, got {buffer_size!r}")
     stream = np.asarray(labels, dtype=np.int64)
-    return np.fromiter(buffer_shuffle(iter(stream.tolist()), int(buffer_size), random.Random(seed)), np.int64, len(stream))
+    return np.fromiter(buffer_shuffle(stream.tolist(), int(buffer_size), epoch_rng(seed, 0)), np.int64, len(stream))
 
 
 def suggest_buffer_size(
@@ -295,7 +273,7 @@ def suggest_buffer_size(
     Example:
         >>> import numpy as np
         >>> suggest_buffer_size(np.repeat(np.arange(20), 50), batch_size=32)
-        512
+        1024
     """
     stream = np.asarray(source_labels, dtype=np.int64)[:max_samples]
     buffer = max(int(batch_size), 16)

@@ -40,10 +40,18 @@ def test_the_loader_seed_is_left_out_across_ranks(monkeypatch: pytest.MonkeyPatc
 
 def test_each_input_of_the_rule_changes_the_seed() -> None:
     base = Context(epoch=None, iteration=0, loader_seed=None)
-    variants = [Context(epoch=0), Context(iteration=1), Context(loader_seed=0)]
+    variants = [Context(epoch=1), Context(iteration=1, loader_seed=0), Context(loader_seed=0)]
     seeds = {context.epoch_seed(7) for context in [base, *variants]} | {base.epoch_seed(8)}
     assert len(seeds) == 5
     assert Context(rank=1, world_size=2, worker=1, num_workers=3).epoch_seed(7) == base.epoch_seed(7)
+
+
+def test_the_epoch_is_the_set_epoch_plus_the_iterations_since() -> None:
+    # A pipe never told its epoch reads epochs 0, 1, 2, ... in one process; persistent
+    # workers that started at epoch e count on to e + 1, e + 2, ... as set_epoch would.
+    assert Context().epoch_seed(7) == Context(epoch=0).epoch_seed(7)
+    assert Context(iteration=2).epoch_seed(7) == Context(epoch=2).epoch_seed(7) == Context(epoch=1, iteration=1).epoch_seed(7)
+    assert Context(epoch=3, loader_seed=5).epoch_seed(7) == Context(epoch=3).epoch_seed(7)  # a set epoch wins
 
 
 def test_concatenated_pipes_shuffle_in_the_outer_epoch() -> None:

@@ -9,9 +9,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from stoker.errors import ConfigError
+from stoker.order import reader_of
 from stoker.pipes import Pipe
 from stoker.pipes.context import Context
-from stoker.pipes.sharding import shard_position, take_shard
 
 SETTINGS = settings(max_examples=40, deadline=None)
 
@@ -80,17 +80,12 @@ def test_plain_shard_in_simulated_workers_is_exactly_once(
         assert epochs[0] != epochs[1]
 
 
-@SETTINGS
-@given(size=st.integers(0, 100), count=st.integers(1, 12))
-def test_take_shard_splits_by_position(size: int, count: int) -> None:
-    shards = [list(take_shard(range(size), index, count)) for index in range(count)]
-    assert sorted(item for shard in shards for item in shard) == list(range(size))
-    assert all(item % count == index for index, shard in enumerate(shards) for item in shard)
-
-
-def test_shard_position_orders_workers_within_ranks() -> None:
-    positions = [shard_position(rank, 2, worker, 3) for rank in range(2) for worker in range(3)]
-    assert positions == [(index, 6) for index in range(6)]
+def test_shard_splits_by_rank_then_by_worker() -> None:
+    # The rule of stoker.order: item i to rank i % R, then worker (i // R) % N of that rank.
+    pipe = Pipe.from_iterable(range(12))
+    got = {(r, w): list(pipe.shard(rank=r, world_size=2, worker=w, num_workers=3)) for r in range(2) for w in range(3)}
+    assert got == {(r, w): [i for i in range(12) if reader_of(i, 2, 3) == (r, w)] for r in range(2) for w in range(3)}
+    assert got[0, 0] == [0, 6] and got[1, 0] == [1, 7] and got[0, 1] == [2, 8]
 
 
 def test_shard_overrides_pick_one_slice() -> None:
@@ -127,3 +122,17 @@ def test_shard_reads_the_distributed_placement(monkeypatch: pytest.MonkeyPatch) 
     monkeypatch.undo()
     assert list(pipe) == list(range(12))
     assert list(pickle.loads(pickled)) == [1, 4, 7, 10]
+
+
+def test_len_is_what_this_rank_reads_as_for_every_reader(monkeypatch: pytest.MonkeyPatch) -> None:
+    import torch.distributed as dist
+
+    pipe = Pipe.from_iterable(range(11)).shuffle(4, seed=0).shard()
+    assert len(pipe) == 11  # one rank: the whole epoch, all workers together
+    assert [len(pipe.shard(rank=r, world_size=3)) for r in range(3)] == [4, 4, 3]
+    assert len(Pipe.from_iterable(range(11)).shard(rank=0, world_size=2, worker=1, num_workers=2)) == 3  # one worker's
+    monkeypatch.setattr(dist, "is_initialized", lambda: True)
+    monkeypatch.setattr(dist, "get_rank", lambda: 1)
+    monkeypatch.setattr(dist, "get_world_size", lambda: 2)
+    assert len(pipe) == len(list(pipe)) == 5  # rank 1 of 2 reads 5 of 11
+    assert len(Pipe.from_iterable(range(11)).map(str)) == 11  # no shard stage: every rank reads it all

@@ -17,9 +17,8 @@ from collections.abc import Callable
 import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from torch.utils.data import DistributedSampler
 
-from stoker.loading.loader import RankSlice
+from stoker.loading.samplers import EpochSampler, RankSlice
 from stoker.pipes import Pipe
 from stoker.shards import stream_order
 
@@ -39,8 +38,8 @@ def _round_robin(per_worker: list[Batches]) -> Batches:
 
 
 def _map_style(n: int, rank: int, world: int, workers: int, batch: int, shards: list[int]) -> Batches:
-    # make_loader(..., even=True) under torch.distributed: a DistributedSampler that drops, never pads.
-    sampler = DistributedSampler(range(n), num_replicas=world, rank=rank, shuffle=True, seed=0, drop_last=True)
+    # make_loader(..., even=True) under torch.distributed: an even split that drops, never pads.
+    sampler = EpochSampler(range(n), rank, world, shuffle=True, seed=0, even=True)
     return _batched(list(sampler), batch)
 
 

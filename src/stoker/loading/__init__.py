@@ -14,13 +14,16 @@ from stoker._lazy import lazy_names
 if TYPE_CHECKING:
     from stoker.loading.collate import Batch, collate, to_device
     from stoker.loading.loader import Loader, make_loader, resolve_device
+    from stoker.loading.samplers import EpochSampler, RankSlice
 
-__all__ = ["Batch", "Loader", "collate", "make_loader", "resolve_device", "to_device"]
+__all__ = ["Batch", "EpochSampler", "Loader", "RankSlice", "collate", "make_loader", "resolve_device", "to_device"]
 
 # Public name -> the module it lives in (imported on first use).
 _HOMES: dict[str, str] = {
     "Batch": "stoker.loading.collate",
+    "EpochSampler": "stoker.loading.samplers",
     "Loader": "stoker.loading.loader",
+    "RankSlice": "stoker.loading.samplers",
     "collate": "stoker.loading.collate",
     "make_loader": "stoker.loading.loader",
     "resolve_device": "stoker.loading.loader",

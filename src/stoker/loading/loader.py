@@ -18,9 +18,7 @@ from torch.utils.data import (
     BatchSampler,
     DataLoader,
     Dataset,
-    DistributedSampler,
     IterableDataset,
-    RandomSampler,
     Sampler,
     SequentialSampler,
     get_worker_info,
@@ -29,7 +27,9 @@ from torch.utils.data import (
 from stoker.errors import ConfigError, StokerError
 from stoker.loading.backends import BACKENDS, Backend
 from stoker.loading.collate import Batch, collate, to_device
+from stoker.loading.samplers import EpochSampler, RankSlice
 from stoker.loading.skips import Skipped
+from stoker.order import WORKER_SEEDS, epoch_seed
 
 __all__ = ["BACKENDS", "LOADER_STATE_FORMAT", "Backend", "Loader", "RankSlice", "iter_from", "make_loader", "resolve_device"]
 
@@ -103,41 +103,6 @@ class _ResumeSampler(Sampler[int]):
 
     def __len__(self) -> int:
         return len(self.base)  # type: ignore[arg-type]
-
-
-class RankSlice(Sampler[int]):
-    """Rank ``rank``'s share of a map-style data set, without padding: indices ``rank::world_size``.
-
-    Unlike torch's ``DistributedSampler`` it never repeats a sample to even the ranks
-    out, so over all ranks every sample is read exactly once (the ranks' shares differ
-    by at most one sample). For validation: counts stay exact, and the loop runs no
-    collective inside it, so unequal batch counts cannot hang.
-
-    Example:
-        >>> list(RankSlice(range(5), rank=1, world_size=2))
-        [1, 3]
-    """
-
-    def __init__(self, dataset: Any, rank: int, world_size: int, shuffle: bool = False, seed: int = 0) -> None:
-        if not 0 <= rank < world_size:
-            raise ConfigError(f"rank={rank} is out of range for world_size={world_size}")
-        self.n, self.rank, self.world_size, self.shuffle, self.seed = len(dataset), rank, world_size, shuffle, seed
-        self.epoch = 0
-
-    def set_epoch(self, epoch: int) -> None:
-        """The epoch whose order the next pass reads (when shuffling)."""
-        self.epoch = epoch
-
-    def __iter__(self) -> Iterator[int]:
-        if self.shuffle:
-            g = torch.Generator().manual_seed(self.seed + self.epoch)
-            order = torch.randperm(self.n, generator=g).tolist()
-        else:
-            order = list(range(self.n))
-        return iter(order[self.rank :: self.world_size])
-
-    def __len__(self) -> int:
-        return len(range(self.rank, self.n, self.world_size))
 
 
 class _Positioned(IterableDataset):
@@ -281,22 +246,20 @@ class Loader:
         self.skipped: list[Skipped] = []
         self._collate = collate_fn
         self._generator = torch.Generator()  # the DataLoader's: worker base seeds
-        # The shuffle order has its own generator: a DataLoader draws worker seeds from its
-        # generator on a fresh iterator but not on a persistent one's reset, which would
-        # make epoch N's order depend on whether the workers were started this epoch.
-        self._sampler_generator = torch.Generator()
         self._iterable = isinstance(dataset, IterableDataset)
-        self._distributed = isinstance(sampler, DistributedSampler | RankSlice)
+        self._distributed = isinstance(sampler, EpochSampler)  # a rank's share (stoker.loading.samplers)
         # Samples of an epoch no rank reads: the tail an even split drops (counted on rank 0 only).
         self.split_trimmed = 0
-        if isinstance(sampler, DistributedSampler) and sampler.drop_last and sampler.rank == 0:
-            self.split_trimmed = len(dataset) - sampler.total_size  # type: ignore[arg-type]
+        if isinstance(sampler, EpochSampler) and sampler.rank == 0:
+            self.split_trimmed = sampler.trimmed
         if self._iterable:
             self._sampler: Sampler[int] | None = None
         elif sampler is not None:
             self._sampler = sampler
         elif shuffle:
-            self._sampler = RandomSampler(dataset, generator=self._sampler_generator)  # type: ignore[arg-type]
+            # The order is a function of (seed, epoch) alone (stoker.order), whether or not
+            # the workers were started this epoch.
+            self._sampler = EpochSampler(dataset, shuffle=True, seed=seed)
         else:
             self._sampler = SequentialSampler(dataset)  # type: ignore[arg-type]
         # Where this epoch stands (see state_dict): batches handed out, and for an
@@ -429,10 +392,9 @@ class Loader:
 
     def __iter__(self) -> Iterator[Any]:
         resume, self._pending = (self._pending if self._pending is not None and self._pending["epoch"] == self.epoch else None), None
-        self._generator.manual_seed(self.seed * 1_000_003 + self.epoch)
-        self._sampler_generator.manual_seed(self.seed * 1_000_003 + self.epoch)
-        if self._distributed:
-            self._sampler.set_epoch(self.epoch)  # type: ignore[union-attr]
+        self._generator.manual_seed(epoch_seed(self.seed, self.epoch, WORKER_SEEDS))
+        if isinstance(self._sampler, EpochSampler):
+            self._sampler.set_epoch(self.epoch)
         if hasattr(self.dataset, "set_epoch"):
             self.dataset.set_epoch(self.epoch)
         self._restart_epoch()
@@ -577,11 +539,12 @@ def make_loader(
             ``torch.distributed`` is initialised. (Iterable data sets, ``Pipe`` and
             ``ShardStream``, split themselves by rank.)
         even: with ``distributed``, give every rank the same number of samples (for
-            training: every rank then runs the same number of steps): a
-            ``DistributedSampler`` that drops the last ``len % world_size`` samples
-            of each (shuffled) epoch rather than repeat any. ``False``: every sample
-            exactly once over the ranks, shares differing by one (for validation;
-            see :class:`RankSlice`).
+            training: every rank then runs the same number of steps): an
+            :class:`~stoker.loading.samplers.EpochSampler` that drops the last
+            ``len % world_size`` samples of each (shuffled) epoch rather than repeat
+            any (``loader.split_trimmed``). ``False``: every sample exactly once over
+            the ranks, shares differing by one (for validation; see :class:`RankSlice`).
+            Both follow the split rule of :mod:`stoker.order`.
 
     Returns:
         A :class:`Loader`; iterate it once per epoch.
@@ -611,10 +574,8 @@ def make_loader(
         distributed = torch.distributed.is_available() and torch.distributed.is_initialized()
     sampler: Sampler[int] | None = None
     if distributed and not iterable:
-        if even:
-            sampler = DistributedSampler(dataset, shuffle=shuffle, seed=seed, drop_last=True)
-        else:
-            sampler = RankSlice(dataset, torch.distributed.get_rank(), torch.distributed.get_world_size(), shuffle, seed)
+        rank, world_size = torch.distributed.get_rank(), torch.distributed.get_world_size()
+        sampler = EpochSampler(dataset, rank, world_size, shuffle=shuffle, seed=seed, even=even)
     resolved = resolve_device(device) if device is not None else torch.device("cpu")
     return Loader(
         dataset,

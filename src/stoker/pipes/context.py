@@ -6,49 +6,45 @@ it on), so that every stage of one iteration agrees on the epoch and the placeme
 
 The epoch seed rule
 -------------------
-A shuffle stage draws its permutation from ``mix_seed(seed, epoch, iteration,
-loader_seed)``, where
+A shuffle stage draws its buffer's numbers from :func:`stoker.order.epoch_rng`, the one
+seed rule of every stoker reader, with
 
-* ``seed`` is the shuffle's own seed (``shuffle(seed=...)``, or one drawn from torch's
+* ``seed``: the shuffle's own seed (``shuffle(seed=...)``, or one drawn from torch's
   global generator when the pipe was built, so every worker and every copy agree);
-* ``epoch`` is the number given to :meth:`Pipe.set_epoch`, or ``None``;
-* ``iteration`` counts how many times this pipe object was iterated in this process
-  since the last ``set_epoch`` (it moves persistent DataLoader workers and
-  ``num_workers=0`` loops on to a new order each epoch);
-* ``loader_seed`` is the DataLoader's base seed of this epoch,
-  ``get_worker_info().seed - get_worker_info().id``: the same in every worker of one
-  epoch, new each epoch for non-persistent workers. It is left out (``None``) outside
-  DataLoader workers, under torch.distributed with more than one rank (each rank draws
-  its own base seed and the ranks must agree), and once an epoch was set: then the
-  order is a function of ``seed`` and ``epoch`` alone, whenever and wherever the
-  workers started, which is what lets a resumed run read exactly the same stream.
+* the epoch: the number given to :meth:`Pipe.set_epoch` plus ``iteration``, how many
+  times this pipe object was iterated in this process since (persistent DataLoader
+  workers and ``num_workers=0`` loops count on to the next epoch's order by
+  themselves); with no ``set_epoch``, ``iteration`` alone, so a pipe iterated in one
+  process reads the orders of epochs 0, 1, 2, ...;
+* and, only when no epoch was set, ``(LOADER_SEED, loader_seed)`` as the stream, where ``loader_seed`` is the DataLoader's base seed of this
+  epoch, ``get_worker_info().seed - get_worker_info().id``, the same in every worker of
+  one epoch and new each epoch for non-persistent workers (whose copies of the pipe are
+  always at iteration 0). It is left out (``None``) outside DataLoader workers and
+  under torch.distributed with more than one rank (each rank draws its own base seed
+  and the ranks must agree): there, non-persistent workers of a pipe that is never
+  given ``set_epoch`` read the same order every epoch; stoker's loader always sets it.
+
+Once an epoch is set the order is a function of ``seed`` and the epoch alone, whenever
+and wherever the workers started, which is what lets a resumed run read exactly the
+same stream; a full buffer (``buffer_size`` at least the stream) then gives
+:func:`stoker.order.permutation` ``(n, seed, epoch)``, the map-style samplers' order.
 
 Every input of the rule is the same in every worker and rank of one epoch, so a shuffle
 placed before ``shard()`` gives each of them the same permutation, and each keeps a
-disjoint slice of it: every sample is seen exactly once per epoch.
+disjoint share of it (:mod:`stoker.order`'s split): every sample is seen exactly once
+per epoch.
 """
 
 from __future__ import annotations
 
-import hashlib
 from dataclasses import dataclass
 
 from torch.utils.data import get_worker_info
 
 from stoker.loading.placement import distributed_placement
+from stoker.order import LOADER_SEED, epoch_seed
 
-__all__ = ["Context", "mix_seed"]
-
-
-def mix_seed(*parts: int | None) -> int:
-    """Mix integers (or ``None``) into one 63-bit seed, the same in every process.
-
-    Example:
-        >>> mix_seed(7, None, 0, None) == mix_seed(7, None, 0, None) != mix_seed(7, None, 1, None)
-        True
-    """
-    digest = hashlib.blake2b(repr(parts).encode(), digest_size=8).digest()
-    return int.from_bytes(digest, "big") >> 1
+__all__ = ["Context"]
 
 
 @dataclass(frozen=True)
@@ -92,7 +88,20 @@ class Context:
         loader_seed = info.seed - info.id if world_size == 1 else None
         return cls(epoch, iteration, loader_seed, rank, world_size, info.id, info.num_workers)
 
+    @property
+    def order_epoch(self) -> int:
+        """The epoch whose order this iteration reads: ``epoch + iteration`` (``iteration`` when no epoch is set)."""
+        return (self.epoch or 0) + self.iteration
+
     def epoch_seed(self, seed: int) -> int:
-        """The seed a shuffle with ``seed`` uses in this epoch (see the module docs)."""
-        loader_seed = self.loader_seed if self.epoch is None else None
-        return mix_seed(seed, self.epoch, self.iteration, loader_seed)
+        """The seed a shuffle with ``seed`` draws from in this iteration (see the module docs).
+
+        ``numpy.random.default_rng`` of it is :func:`stoker.order.epoch_rng` of the rule's inputs.
+
+        Example:
+            >>> Context(epoch=2).epoch_seed(7) == Context(epoch=1, iteration=1).epoch_seed(7) == epoch_seed(7, 2)
+            True
+        """
+        if self.epoch is None and self.loader_seed is not None:
+            return epoch_seed(seed, self.order_epoch, LOADER_SEED, self.loader_seed)
+        return epoch_seed(seed, self.order_epoch)

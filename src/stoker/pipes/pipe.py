@@ -175,8 +175,9 @@ class Pipe(IterableDataset[T]):
     ) -> Pipe[T]:
         """A new pipe that keeps this DataLoader worker's and torch.distributed rank's slice.
 
-        Item ``i`` goes to the shard ``i % (world_size * num_workers) == rank *
-        num_workers + worker``. Values left out are read when the pipe runs: the rank and
+        Item ``i`` goes to rank ``i % world_size`` and, within that rank's share, to
+        worker ``i // world_size % num_workers`` (the split rule of :mod:`stoker.order`,
+        the same for every stoker reader). Values left out are read when the pipe runs: the rank and
         world size from torch.distributed (0 and 1 when it is not initialised), the
         worker from ``torch.utils.data.get_worker_info()`` (0 of 1 in the main process).
 
@@ -186,7 +187,7 @@ class Pipe(IterableDataset[T]):
 
         Example:
             >>> list(Pipe.from_iterable(range(8)).shard(rank=1, world_size=2, worker=0, num_workers=2))
-            [2, 6]
+            [1, 5]
         """
         return self._then(shard_step(rank, world_size, worker, num_workers))
 
@@ -269,12 +270,19 @@ class Pipe(IterableDataset[T]):
     collate_fn = staticmethod(collate)
 
     def __len__(self) -> int:
-        """The number of items of an epoch over all shards, where known without iterating.
+        """The number of items this rank reads in one epoch (all its workers together), where known without iterating.
 
+        The same meaning as ``len`` of every stoker reader (see :mod:`stoker.order`): a
+        ``shard`` stage keeps this rank's share (the rank and world size as the pipe
+        would run here, or its overrides; with a ``worker`` override, that one worker's
+        share), so ``len(make_loader(pipe, ...))`` is this rank's number of batches.
         Known for a sized ``from_iterable`` source followed by ``map``, ``shuffle``,
-        ``shard`` (the total over all shards, as DataLoader expects), ``concat`` of
-        sized pipes and ``batch`` before any ``shard``. Otherwise raises ``TypeError``,
-        as ``len`` does for any object without a length.
+        ``shard``, ``concat`` of sized pipes and ``batch`` before any ``shard``.
+        Otherwise raises ``TypeError``, as ``len`` does for any object without a length.
+
+        Example:
+            >>> len(Pipe.from_iterable(range(10)).shuffle(4, seed=0).shard(rank=1, world_size=3))
+            3
         """
         source, *stages = self._steps
         if source.length is None:
@@ -284,8 +292,11 @@ class Pipe(IterableDataset[T]):
         for stage in stages:
             if stage.length is None or (sharded and stage.name == "batch"):
                 raise TypeError(f"{self!r} has no length: it is not known before the {stage.name} stage runs")
-            n = stage.length(n)
-            sharded = sharded or stage.name == "shard"
+            if stage.name == "shard":
+                n = stage.length(n, context=Context.current(self._epoch, self._iterations, self._placement))
+                sharded = True
+            else:
+                n = stage.length(n)
         return n
 
     def __getstate__(self) -> dict[str, Any]:

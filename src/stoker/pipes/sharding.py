@@ -1,59 +1,43 @@
 """Split a stream between DataLoader workers and torch.distributed ranks.
 
-With ``R`` ranks of ``N`` workers each there are ``R * N`` shards; the worker ``w`` of
-rank ``r`` is shard ``r * N + w`` and keeps the items ``i`` with
-``i % (R * N) == r * N + w``. The shards are disjoint and together hold every item, so
-an epoch over all of them sees each item exactly once.
+The split is the rule of :mod:`stoker.order`, the same for every stoker reader: with
+``R`` ranks of ``N`` workers each, item ``i`` of the stream (counted from 0 where the
+``shard`` stage stands) is read by rank ``i % R``, and within that rank's share (item
+``j = i // R`` of it) by worker ``j % N``. So the worker ``w`` of rank ``r`` keeps the
+items with ``i % (R * N) == r + R * w``. The shares are disjoint and together hold every
+item, so an epoch over all of them sees each item exactly once; each rank reads the
+same items as a map-style sampler's rank share of the same order would, and nothing
+is trimmed here (the stream's length need not be known).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
-from itertools import islice
+from collections.abc import Iterator
+from functools import partial
 from typing import TYPE_CHECKING, TypeVar
 
 from stoker.errors import ConfigError
-from stoker.pipes.compose import Step, same_length
+from stoker.order import check_placement, iter_share, share_size
+from stoker.pipes.compose import Step
 
 if TYPE_CHECKING:
     from stoker.pipes.context import Context
 
-__all__ = ["shard_items", "shard_position", "shard_step", "take_shard"]
+__all__ = ["shard_items", "shard_length", "shard_step"]
 
 T = TypeVar("T")
 
 
-def shard_position(rank: int, world_size: int, worker: int, num_workers: int) -> tuple[int, int]:
-    """Return ``(index, count)``: which of ``count`` shards this (rank, worker) reads.
-
-    Raises:
-        ConfigError: a count below 1, or a rank or worker outside its range.
-
-    Example:
-        >>> shard_position(rank=1, world_size=2, worker=0, num_workers=3)
-        (3, 6)
-    """
-    _check_range("rank", rank, "world_size", world_size)
-    _check_range("worker", worker, "num_workers", num_workers)
-    return rank * num_workers + worker, world_size * num_workers
-
-
-def _check_range(index_name: str, index: object, count_name: str, count: object) -> None:
-    if not (isinstance(index, int) and isinstance(count, int) and 0 <= index < count):
-        raise ConfigError(
-            f"shard: {index_name}={index!r} with {count_name}={count!r} is out of range; "
-            f"expected integers with 0 <= {index_name} < {count_name}"
-        )
-
-
-def take_shard(items: Iterable[T], index: int, count: int) -> Iterator[T]:
-    """Yield the items whose position ``i`` has ``i % count == index``.
-
-    Example:
-        >>> list(take_shard(range(10), index=1, count=3))
-        [1, 4, 7]
-    """
-    yield from islice(items, index, None, count)
+def _placement(
+    rank: int | None, world_size: int | None, worker: int | None, num_workers: int | None, context: Context
+) -> tuple[int, int, int, int]:
+    """``(rank, world_size, worker, num_workers)``: the overrides, else where the iteration runs."""
+    return (
+        context.rank if rank is None else rank,
+        context.world_size if world_size is None else world_size,
+        context.worker if worker is None else worker,
+        context.num_workers if num_workers is None else num_workers,
+    )
 
 
 def shard_items(
@@ -65,14 +49,26 @@ def shard_items(
     *,
     context: Context,
 ) -> Iterator[T]:
-    """The ``shard`` stage: keep this (rank, worker)'s slice; ``None`` means "as running"."""
-    index, count = shard_position(
-        context.rank if rank is None else rank,
-        context.world_size if world_size is None else world_size,
-        context.worker if worker is None else worker,
-        context.num_workers if num_workers is None else num_workers,
-    )
-    yield from take_shard(items, index, count)
+    """The ``shard`` stage: keep this (rank, worker)'s share; ``None`` means "as running"."""
+    rank_, world_size_, worker_, num_workers_ = _placement(rank, world_size, worker, num_workers, context)
+    check_placement(rank_, world_size_, worker_, num_workers_, where="shard")
+    yield from iter_share(items, rank_, world_size_, worker_, num_workers_)
+
+
+def shard_length(
+    rank: int | None, world_size: int | None, worker: int | None, num_workers: int | None, n: int, *, context: Context
+) -> int:
+    """Items the ``shard`` stage keeps of ``n``, for this rank: all its workers together, or the
+    one worker given as an override (see :meth:`Pipe.__len__`).
+
+    Example:
+        >>> from stoker.pipes.context import Context
+        >>> shard_length(None, None, None, None, 10, context=Context(rank=1, world_size=3))
+        3
+    """
+    rank_, world_size_, worker_, num_workers_ = _placement(rank, world_size, worker, num_workers, context)
+    check_placement(rank_, world_size_, worker_, num_workers_, where="shard")
+    return share_size(n, rank_, world_size_, worker, num_workers_)
 
 
 def shard_step(
@@ -93,6 +89,9 @@ def shard_step(
     ):
         if (index is None) != (count is None):
             raise ConfigError(f"shard: give {index_name} and {count_name} together, or neither")
-        if index is not None:
-            _check_range(index_name, index, count_name, count)
-    return Step("shard", shard_items, (rank, world_size, worker, num_workers), needs_context=True, length=same_length)
+    check_placement(
+        0 if rank is None else rank, 1 if world_size is None else world_size,
+        0 if worker is None else worker, 1 if num_workers is None else num_workers, where="shard",
+    )
+    args = (rank, world_size, worker, num_workers)
+    return Step("shard", shard_items, args, needs_context=True, length=partial(shard_length, *args))

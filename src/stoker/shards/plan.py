@@ -1,6 +1,6 @@
 """The pack plan: which rows go to which shard, fixed before a byte is written.
 
-Each split's rows are shuffled with a seeded generator, then cut into shards of at most
+Each split's rows are shuffled with a seeded permutation (:mod:`stoker.order`), then cut into shards of at most
 ``shard_samples`` rows and about ``shard_bytes`` bytes. Every shard's rows are known up
 front, so shards are written independently (in any order, by any number of processes)
 and the result depends only on the arguments. The plan's fingerprint (a SHA-256 of the
@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from stoker.order import PACK, permutation
 from stoker.shards.format import FORMAT_NAME, FORMAT_VERSION, PLAN_NAME, image_row_bytes, shard_name
 from stoker.shards.manifest import write_json_atomic
 from stoker.shards.rows import RowSource
@@ -67,9 +68,15 @@ def read_plan_fingerprint(root: Path) -> str | None:
 
 
 def shuffled_rows(n: int, seed: int, split: str) -> np.ndarray:
-    """The seeded order of a split's ``n`` rows (the same seed and split, the same order)."""
-    rng = np.random.default_rng([seed & 0xFFFFFFFF, (seed >> 32) & 0xFFFFFFFF, zlib.crc32(split.encode())])
-    return rng.permutation(n)
+    """The seeded order of a split's ``n`` rows (the same seed and split, the same order).
+
+    :func:`stoker.order.permutation` of stream ``(PACK, crc32(split))``, epoch 0.
+
+    Example:
+        >>> shuffled_rows(5, seed=0, split="train").tolist() == shuffled_rows(5, seed=0, split="train").tolist()
+        True
+    """
+    return permutation(n, seed, 0, PACK, zlib.crc32(split.encode()))
 
 
 def cut_shards(row_bytes: np.ndarray, shard_samples: int, shard_bytes: int) -> list[tuple[int, int]]:

@@ -1,16 +1,22 @@
 """``ShardStream``: an iterable torch Dataset over a shard set — shard order shuffled, then a buffer.
 
-Each epoch, the shards of the split are put in a seeded random order and their rows laid
-end to end. Rank ``r`` of ``R`` takes every ``R``-th row of that sequence (so the ranks'
-shares differ by at most one sample), and deals its rows to its workers in blocks of
-``block_rows``: worker ``w`` of ``N`` reads blocks ``w, w + N, w + 2N, ...``. Every
-(rank, worker) therefore reads across the whole epoch — all of its shards, in step with
-the others — rather than one contiguous piece of it, so how well the batches are mixed
-does not depend on the number of workers or ranks (with contiguous pieces, two workers
-over a class-sorted pack each read half of the classes: every batch held half of them).
-Every sample is read exactly once per epoch. Each reader then shuffles its rows through
-a buffer of ``shuffle_buffer`` rows; its reads stay within a window of the files (good
-for a page cache, or a disk larger than memory).
+Each epoch, the shards of the split are put in a seeded random order
+(:func:`stoker.order.permutation` of the shards) and their rows laid end to end. That
+sequence is split by the rule of :mod:`stoker.order`: rank ``r`` of ``R`` takes every
+``R``-th row (so the ranks' shares differ by at most one sample), and deals its rows to
+its workers in blocks of ``block_rows``: worker ``w`` of ``N`` reads blocks ``w, w + N,
+w + 2N, ...``. Every (rank, worker) therefore reads across the whole epoch — all of its
+shards, in step with the others — rather than one contiguous piece of it, so how well
+the batches are mixed does not depend on the number of workers or ranks (with
+contiguous pieces, two workers over a class-sorted pack each read half of the classes:
+every batch held half of them). Every sample is read exactly once per epoch; nothing is
+trimmed. Each reader then shuffles its rows through a buffer of ``shuffle_buffer`` rows
+(:func:`stoker.order.buffer_shuffle`, drawn from ``(BUFFER, rank, worker)`` of the
+epoch); its reads stay within a window of the files (good for a page cache, or a disk
+larger than memory).
+
+``len(stream)`` is what this rank reads per epoch, all its workers together, as for
+every stoker reader.
 """
 
 from __future__ import annotations
@@ -28,6 +34,7 @@ from stoker.errors import ConfigError
 from stoker.loading.collate import collate
 from stoker.loading.placement import distributed_placement
 from stoker.loading.skips import OnError, Skipped
+from stoker.order import BUFFER, buffer_shuffle, check_placement, epoch_rng, permutation, share, share_size
 from stoker.shards.cache import read_ahead
 from stoker.shards.dataset import ShardDataset
 
@@ -36,23 +43,6 @@ __all__ = ["BLOCK_ROWS", "ShardStream", "stream_order"]
 BLOCK_ROWS = 64  # rows a worker takes at a time: small enough to interleave, large enough to read in runs
 
 log = logging.getLogger("stoker")
-
-
-def _buffer_shuffle(rows: np.ndarray, buffer: int, rng: np.random.Generator) -> np.ndarray:
-    """The order a shuffle buffer of ``buffer`` items gives ``rows``."""
-    if buffer <= 1 or len(rows) <= 1:
-        return rows
-    if buffer >= len(rows):
-        return rows[rng.permutation(len(rows))]
-    items = rows.tolist()
-    pool = items[:buffer]
-    picks = rng.integers(0, buffer, len(items) - buffer).tolist()
-    out = []
-    for pick, incoming in zip(picks, items[buffer:], strict=True):
-        out.append(pool[pick])
-        pool[pick] = incoming
-    tail = np.asarray(pool, dtype=np.int64)[rng.permutation(buffer)]
-    return np.concatenate([np.asarray(out, dtype=np.int64), tail])
 
 
 def stream_order(
@@ -88,28 +78,23 @@ def stream_order(
         >>> sorted(np.concatenate(order).tolist())
         [0, 1, 2, 3, 4, 5]
     """
-    for name, index, count in (("rank", rank, world_size), ("worker", worker, num_workers)):
-        if not (0 <= index < count):
-            raise ConfigError(f"{name}={index} is out of range for {count}; expected 0 <= {name} < {count}")
+    check_placement(rank, world_size, worker, num_workers, where="stream_order")
     if block_rows < 1:
         raise ConfigError(f"block_rows must be >= 1, got {block_rows}")
     sizes = np.asarray(shard_sizes, dtype=np.int64)
     starts = np.concatenate([[0], np.cumsum(sizes)])
-    rng = np.random.default_rng([seed & 0xFFFFFFFF, epoch & 0xFFFFFFFF, 0])
-    shard_order = rng.permutation(len(sizes)) if shuffle else np.arange(len(sizes))
+    shard_order = permutation(len(sizes), seed, epoch) if shuffle else np.arange(len(sizes))
     sequence = np.concatenate(
         [np.arange(starts[k], starts[k + 1], dtype=np.int64) for k in shard_order] or [np.zeros(0, dtype=np.int64)]
     )
-    ranks_rows = sequence[rank::world_size]  # every R-th row: shares within one sample
     # Each shard must give every worker a block, or a worker would miss that shard.
     smallest = int(sizes[sizes > 0].min()) if (sizes > 0).any() else 1
     block_rows = max(1, min(block_rows, smallest // (world_size * num_workers)))
-    block = np.arange(len(ranks_rows), dtype=np.int64) // block_rows
-    mine = ranks_rows[block % num_workers == worker]  # blocks dealt round robin to the workers
-    me = rank * num_workers + worker
+    mine = share(sequence, rank, world_size, worker, num_workers, block=block_rows)
     if not shuffle:
         return mine
-    return _buffer_shuffle(mine, shuffle_buffer, np.random.default_rng([seed & 0xFFFFFFFF, epoch & 0xFFFFFFFF, me + 1]))
+    rng = epoch_rng(seed, epoch, BUFFER, rank, worker)
+    return np.fromiter(buffer_shuffle(mine.tolist(), shuffle_buffer, rng), dtype=np.int64, count=len(mine))
 
 
 class ShardStream(IterableDataset):
@@ -245,9 +230,9 @@ class ShardStream(IterableDataset):
         return read_ahead(self.dataset.shards, rows, self.read_rows, self.fetch_ahead)
 
     def __len__(self) -> int:
-        """Samples this rank reads per epoch (all its workers together)."""
+        """Samples this rank reads per epoch (all its workers together), as for every stoker reader."""
         rank, world_size, _, _ = self.placement()
-        return len(range(rank, len(self.dataset), world_size))
+        return share_size(len(self.dataset), rank, world_size)
 
     collate_fn = staticmethod(collate)
 

@@ -1,0 +1,317 @@
+"""The order of an epoch: one seed rule, one permutation, one buffer shuffle, one split by rank and worker.
+
+Every reader of stoker takes its order from here: the map-style samplers
+(:mod:`stoker.loading.samplers`), the loader's worker seeds, the ``Pipe``'s ``shuffle``
+and ``shard`` stages, ``ShardStream`` and the pack plan. The rule, in words:
+
+**Seed.** The numbers of an epoch come from :func:`epoch_seed` ``(seed, epoch, *stream)``:
+a numpy ``SeedSequence`` over the run's ``seed``, the ``epoch`` number and a few
+integers that name what the numbers are for (``stream``). An empty stream is the
+epoch's order itself; other uses name theirs, so they draw independent numbers:
+``(BUFFER, rank, worker)`` for one reader's shuffle buffer, ``(WORKER_SEEDS,)`` for the
+seeds of the loader's worker processes, ``(PACK, crc32(split))`` for the pack plan,
+``(LOADER_SEED, base_seed)`` for a ``Pipe`` in a DataLoader that never set its epoch. The
+same inputs give the same numbers in every process, on every machine.
+
+**Order.** An epoch's order of ``n`` items is :func:`permutation` ``(n, seed, epoch)``.
+A shuffle buffer (:func:`buffer_shuffle`) draws from a generator of the same rule and,
+when the buffer holds the whole stream, gives exactly that permutation.
+
+**Split.** Position ``i`` of an epoch's order (0-based, after the shuffle) is read by
+rank ``i % R`` of ``R`` ranks: every ``R``-th item, so the ranks' shares differ by at
+most one item. A rank deals its share to its ``N`` workers in blocks of ``block``
+items, round robin: item ``j`` of the share (``j = i // R``) goes to worker
+``(j // block) % N``. The shares are disjoint and together hold every item, so an epoch
+read by all of them sees each item exactly once. :func:`reader_of` is the rule itself;
+:func:`share` applies it to an array, :func:`iter_share` to a stream of unknown length,
+:func:`share_size` counts a share without building it.
+
+**Trim.** Only an *even* split trims: it first drops the last ``n % R`` items of the
+epoch's order (:func:`even_trim`), so every rank reads ``n // R`` items; this is what a
+map-style training loader does under torch.distributed (as torch's
+``DistributedSampler(drop_last=True)`` does), and a new order each epoch drops other
+items. An uneven split (validation, and the iterable readers, ``Pipe`` and
+``ShardStream``, whose length may not be known) trims nothing here.
+
+**Length.** For every reader, ``len()`` is the number of items *this rank* reads in one
+epoch, all its workers together (:func:`share_size` with ``worker=None``), which is
+what that rank's loader counts batches from.
+
+Example:
+    >>> order = permutation(10, seed=0, epoch=0)
+    >>> sorted(order.tolist()) == list(range(10))
+    True
+    >>> parts = [share(order, rank=r, world_size=2, worker=w, num_workers=2) for r in (0, 1) for w in (0, 1)]
+    >>> sorted(int(x) for p in parts for x in p) == list(range(10))
+    True
+    >>> [len(p) for p in parts], share_size(10, rank=0, world_size=2)
+    ([3, 2, 3, 2], 5)
+"""
+
+from __future__ import annotations
+
+import operator
+from collections.abc import Iterable, Iterator
+from itertools import islice
+from typing import TypeVar
+
+import numpy as np
+
+from stoker.errors import ConfigError
+
+__all__ = [
+    "BUFFER",
+    "LOADER_SEED",
+    "PACK",
+    "WORKER_SEEDS",
+    "buffer_shuffle",
+    "check_placement",
+    "epoch_rng",
+    "epoch_seed",
+    "even_trim",
+    "iter_share",
+    "permutation",
+    "reader_of",
+    "share",
+    "share_size",
+]
+
+T = TypeVar("T")
+
+# What the numbers of an epoch are for, as the first integer of ``stream`` (the epoch's
+# order itself has an empty stream).
+BUFFER = 1  # one reader's shuffle buffer: (BUFFER, rank, worker)
+WORKER_SEEDS = 2  # the base seed of the loader's worker processes
+PACK = 3  # the pack plan: (PACK, crc32(split))
+LOADER_SEED = 4  # a Pipe's order in a DataLoader epoch it was never told: (LOADER_SEED, base seed)
+
+_PICKS = 1024  # buffer positions drawn at a time (a fixed count, so the draws never depend on the caller)
+
+
+def _words(parts: tuple[int, ...]) -> list[int]:
+    """Each integer as two 32-bit words (taken mod 2**64), then how many there were.
+
+    The fixed width and the trailing count keep every tuple's words distinct (numpy's
+    ``SeedSequence`` would read ``[a, b]`` and ``[a, b, 0]`` alike).
+    """
+    words: list[int] = []
+    for part in parts:
+        if isinstance(part, bool):
+            raise ConfigError(f"order: seeds, epochs and stream ids are integers, got {part!r}")
+        try:
+            value = operator.index(part) % 2**64
+        except TypeError:
+            raise ConfigError(f"order: seeds, epochs and stream ids are integers, got {part!r}") from None
+        words += [value & 0xFFFFFFFF, value >> 32]
+    words.append(len(parts))
+    return words
+
+
+def epoch_seed(seed: int, epoch: int, *stream: int) -> int:
+    """The 63-bit seed of ``stream`` in ``epoch`` of a run seeded ``seed``: the one seed rule.
+
+    Args:
+        seed: the run's (or reader's) seed; any integer, taken mod 2**64.
+        epoch: the epoch number.
+        stream: what the numbers are for: nothing for the epoch's order, else a
+            purpose (:data:`BUFFER`, :data:`WORKER_SEEDS`, :data:`PACK`) and its ids.
+
+    Returns:
+        An integer in ``[0, 2**63)``, the same in every process (fit for
+        ``torch.manual_seed``, ``random.Random`` or numpy).
+
+    Raises:
+        ConfigError: a part is not an integer.
+
+    Example:
+        >>> epoch_seed(0, 1) == epoch_seed(0, 1) != epoch_seed(0, 2)
+        True
+        >>> epoch_seed(0, 1) != epoch_seed(0, 1, BUFFER, 0, 0)
+        True
+    """
+    state = np.random.SeedSequence(_words((seed, epoch, *stream))).generate_state(1, np.uint64)
+    return int(state[0]) >> 1
+
+
+def epoch_rng(seed: int, epoch: int, *stream: int) -> np.random.Generator:
+    """A numpy generator seeded by :func:`epoch_seed` ``(seed, epoch, *stream)``.
+
+    Example:
+        >>> int(epoch_rng(0, 0).integers(1000)) == int(epoch_rng(0, 0).integers(1000))
+        True
+    """
+    return np.random.default_rng(epoch_seed(seed, epoch, *stream))
+
+
+def permutation(n: int, seed: int, epoch: int, *stream: int) -> np.ndarray:
+    """The order of ``n`` items in ``epoch``: a permutation of ``0..n-1`` (``int64``).
+
+    Example:
+        >>> permutation(5, seed=0, epoch=0).tolist() == permutation(5, seed=0, epoch=0).tolist()
+        True
+        >>> sorted(permutation(5, seed=0, epoch=1).tolist())
+        [0, 1, 2, 3, 4]
+    """
+    if n < 0:
+        raise ConfigError(f"permutation: n must be >= 0, got {n}")
+    return epoch_rng(seed, epoch, *stream).permutation(int(n)).astype(np.int64, copy=False)
+
+
+def buffer_shuffle(items: Iterable[T], buffer_size: int, rng: np.random.Generator) -> Iterator[T]:
+    """Yield ``items`` in an order drawn from ``rng`` through a buffer of ``buffer_size`` items.
+
+    The buffer fills with the first items; then each new item takes the place of a
+    randomly drawn one, which is yielded; at the end the buffer is yielded in a random
+    order. Memory stays at ``buffer_size`` items. A buffer at least as large as the
+    stream gives ``items[rng.permutation(len(items))]``: a full shuffle.
+
+    Args:
+        items: the stream (read once, lazily).
+        buffer_size: items held at a time (at least 1).
+        rng: where the draws come from, normally :func:`epoch_rng`.
+
+    Raises:
+        ConfigError: ``buffer_size`` below 1.
+
+    Example:
+        >>> sorted(buffer_shuffle(range(5), 3, epoch_rng(0, 0)))
+        [0, 1, 2, 3, 4]
+        >>> list(buffer_shuffle(range(4), 10, epoch_rng(0, 0))) == permutation(4, 0, 0).tolist()
+        True
+    """
+    if isinstance(buffer_size, bool) or not isinstance(buffer_size, (int, np.integer)) or buffer_size < 1:
+        raise ConfigError(f"buffer_shuffle: buffer_size must be a positive integer, got {buffer_size!r}")
+    size = int(buffer_size)
+    buffer: list[T] = []
+    picks: list[int] = []
+    for item in items:
+        if len(buffer) < size:
+            buffer.append(item)
+            continue
+        if not picks:
+            picks = rng.integers(0, size, _PICKS).tolist()[::-1]  # popped from the end, in drawn order
+        index = picks.pop()
+        yield buffer[index]
+        buffer[index] = item
+    for index in rng.permutation(len(buffer)).tolist():
+        yield buffer[index]
+
+
+def check_placement(rank: object, world_size: object, worker: object = 0, num_workers: object = 1, where: str = "order") -> None:
+    """Raise unless ``0 <= rank < world_size`` and ``0 <= worker < num_workers`` (integers).
+
+    Raises:
+        ConfigError: naming the value out of range, prefixed with ``where``.
+    """
+    for index_name, index, count_name, count in (
+        ("rank", rank, "world_size", world_size),
+        ("worker", worker, "num_workers", num_workers),
+    ):
+        if not (
+            isinstance(index, (int, np.integer)) and isinstance(count, (int, np.integer))
+            and not isinstance(index, bool) and not isinstance(count, bool) and 0 <= index < count
+        ):
+            raise ConfigError(
+                f"{where}: {index_name}={index!r} with {count_name}={count!r} is out of range; "
+                f"expected integers with 0 <= {index_name} < {count_name}"
+            )
+
+
+def reader_of(position: int, world_size: int, num_workers: int = 1, block: int = 1) -> tuple[int, int]:
+    """``(rank, worker)`` that reads ``position`` of an epoch's order: the split rule itself.
+
+    Example:
+        >>> [reader_of(i, world_size=2, num_workers=2) for i in range(6)]
+        [(0, 0), (1, 0), (0, 1), (1, 1), (0, 0), (1, 0)]
+        >>> [reader_of(i, world_size=1, num_workers=2, block=2)[1] for i in range(6)]
+        [0, 0, 1, 1, 0, 0]
+    """
+    return position % world_size, (position // world_size // block) % num_workers
+
+
+def even_trim(n: int, world_size: int) -> int:
+    """Items an even split drops from the end of an epoch's order of ``n``: ``n % world_size``.
+
+    Example:
+        >>> even_trim(10, 3)
+        1
+    """
+    return n % world_size
+
+
+def share(
+    order: np.ndarray, rank: int, world_size: int, worker: int = 0, num_workers: int = 1, *, block: int = 1, even: bool = False
+) -> np.ndarray:
+    """The items of ``order`` (an epoch's order) that ``(rank, worker)`` reads, in the order it reads them.
+
+    Args:
+        order: the epoch's order (any 1-D array).
+        rank, world_size: the rank and the number of ranks.
+        worker, num_workers: the worker of that rank and the rank's number of workers.
+        block: items of the rank's share dealt to one worker at a time.
+        even: first drop the last ``len(order) % world_size`` items (:func:`even_trim`).
+
+    Raises:
+        ConfigError: a placement out of range, or ``block`` below 1.
+
+    Example:
+        >>> share(np.arange(7), rank=1, world_size=2).tolist()
+        [1, 3, 5]
+        >>> share(np.arange(7), rank=0, world_size=2, even=True).tolist()
+        [0, 2, 4]
+        >>> share(np.arange(8), rank=0, world_size=1, worker=1, num_workers=2, block=2).tolist()
+        [2, 3, 6, 7]
+    """
+    check_placement(rank, world_size, worker, num_workers)
+    if block < 1:
+        raise ConfigError(f"order: block must be >= 1, got {block}")
+    if even:
+        order = order[: len(order) - even_trim(len(order), world_size)]
+    mine = order[rank::world_size]
+    if num_workers == 1:
+        return mine
+    return mine[np.arange(len(mine)) // block % num_workers == worker]
+
+
+def iter_share(
+    items: Iterable[T], rank: int, world_size: int, worker: int = 0, num_workers: int = 1, *, block: int = 1
+) -> Iterator[T]:
+    """The items of a stream that ``(rank, worker)`` reads: the rule of :func:`share`, nothing trimmed.
+
+    Example:
+        >>> list(iter_share(range(10), rank=1, world_size=2, worker=1, num_workers=2))
+        [3, 7]
+    """
+    check_placement(rank, world_size, worker, num_workers)
+    if block < 1:
+        raise ConfigError(f"order: block must be >= 1, got {block}")
+    if block == 1:
+        yield from islice(items, rank + world_size * worker, None, world_size * num_workers)
+        return
+    for position, item in enumerate(items):
+        if reader_of(position, world_size, num_workers, block) == (rank, worker):
+            yield item
+
+
+def share_size(
+    n: int, rank: int, world_size: int, worker: int | None = None, num_workers: int = 1, *, block: int = 1, even: bool = False
+) -> int:
+    """How many of an epoch's ``n`` items ``(rank, worker)`` reads; ``worker=None``: all of the rank's workers.
+
+    Example:
+        >>> [share_size(10, r, 3) for r in range(3)], [share_size(10, r, 3, even=True) for r in range(3)]
+        ([4, 3, 3], [3, 3, 3])
+        >>> [share_size(10, 0, 1, w, num_workers=3, block=2) for w in range(3)]
+        [4, 4, 2]
+    """
+    check_placement(rank, world_size, 0 if worker is None else worker, num_workers)
+    if block < 1:
+        raise ConfigError(f"order: block must be >= 1, got {block}")
+    if even:
+        n -= even_trim(n, world_size)
+    mine = len(range(rank, n, world_size))
+    if worker is None:
+        return mine
+    cycle = block * num_workers
+    left = mine - mine // cycle * cycle
+    return mine // cycle * block + min(max(left - worker * block, 0), block)

@@ -1,0 +1,78 @@
+"""stoker's map-style samplers: the loader reads stoker.order's epoch order, and each rank its share (real gloo ranks)."""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+from pathlib import Path
+
+import pytest
+import torch
+
+from stoker.errors import ConfigError
+from stoker.loading import EpochSampler, RankSlice, make_loader
+from stoker.order import permutation, share
+
+
+def _epochs(loader, count: int) -> list[list[int]]:  # type: ignore[no-untyped-def]
+    return [[int(i) for batch in loader for i in batch] for _ in range(count)]
+
+
+@pytest.mark.parametrize("backend", ["process", "thread"])
+def test_the_loader_reads_the_epoch_permutation(backend: str) -> None:
+    loader = make_loader(list(range(10)), batch_size=4, num_workers=0 if backend == "process" else 2, device=None,
+                         seed=3, backend=backend)  # type: ignore[arg-type]
+    assert _epochs(loader, 2) == [permutation(10, 3, 0).tolist(), permutation(10, 3, 1).tolist()]
+    unshuffled = make_loader(list(range(10)), batch_size=4, shuffle=False, num_workers=0, device=None)  # type: ignore[arg-type]
+    assert _epochs(unshuffled, 1) == [list(range(10))]
+
+
+def test_the_even_split_drops_the_tail_of_each_epochs_order_and_rank_slice_drops_none() -> None:
+    even = [EpochSampler(range(11), r, 3, seed=1) for r in range(3)]
+    for epoch in (0, 1):
+        order = permutation(11, 1, epoch)
+        for s in even:
+            s.set_epoch(epoch)
+        assert [list(s) for s in even] == [order[r:9:3].tolist() for r in range(3)]
+        assert [len(s) for s in even] == [3, 3, 3] and {s.trimmed for s in even} == {2}
+    uneven = [RankSlice(range(11), r, 3) for r in range(3)]
+    assert [list(s) for s in uneven] == [[0, 3, 6, 9], [1, 4, 7, 10], [2, 5, 8]]
+    assert [len(s) for s in uneven] == [4, 4, 3] and {s.trimmed for s in uneven} == {0}
+    with pytest.raises(ConfigError, match="rank=3 with world_size=3"):
+        EpochSampler(range(4), 3, 3)
+
+
+def _rank_main(rank: int, folder: str) -> None:
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo", init_method=f"file://{folder}/rendezvous", rank=rank, world_size=2)
+    try:
+        found = {}
+        for even in (True, False):
+            loader = make_loader(list(range(11)), batch_size=2, num_workers=0, device=None, seed=4, even=even)  # type: ignore[arg-type]
+            found[str(even)] = {"epochs": _epochs(loader, 2), "trimmed": loader.split_trimmed, "batches": len(loader)}
+        Path(folder, f"rank{rank}.json").write_text(json.dumps(found))
+    finally:
+        dist.destroy_process_group()
+
+
+def test_make_loader_under_two_gloo_ranks_reads_the_rank_shares(tmp_path: Path) -> None:
+    context = multiprocessing.get_context("fork")  # no re-import of torch: a few seconds, not tens
+    ranks = [context.Process(target=_rank_main, args=(rank, str(tmp_path))) for rank in range(2)]
+    for process in ranks:
+        process.start()
+    for process in ranks:
+        process.join(timeout=120)
+        if process.is_alive():
+            process.kill()
+            pytest.fail("a rank did not finish in 120 s")
+        assert process.exitcode == 0
+    found = [json.loads((tmp_path / f"rank{rank}.json").read_text()) for rank in range(2)]
+    for rank, mine in enumerate(found):
+        orders = [permutation(11, 4, epoch) for epoch in (0, 1)]
+        assert mine["True"]["epochs"] == [share(order, rank, 2, even=True).tolist() for order in orders]
+        assert mine["False"]["epochs"] == [share(order, rank, 2).tolist() for order in orders]
+        assert mine["True"]["trimmed"] == (1 if rank == 0 else 0)  # counted once, on rank 0
+        assert mine["False"]["trimmed"] == 0
+    assert found[0]["True"]["batches"] == found[1]["True"]["batches"] == 3  # 5 samples each: equal steps
+    assert torch.distributed.is_available()
