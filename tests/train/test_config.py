@@ -78,7 +78,7 @@ def test_overrides_and_flags(tmp_path: Path) -> None:
     assert cfg.run.tags == {"category": "files", "gpu": "h200"}  # flag tags add to the file's
     with pytest.raises(ConfigError, match=r"--set 'lr=0\.1': expected table\.key=value"):
         load_config(None, ["lr=0.1"])
-    with pytest.raises(ConfigError, match=r"<flags>: optim\.lr must be a number"):
+    with pytest.raises(ConfigError, match=r"--set optim\.lr=abc: optim\.lr must be a number"):
         load_config(None, ["optim.lr=abc"])
 
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import os
 import random
 import signal
 from collections import deque
@@ -30,6 +29,7 @@ from stoker.errors import ConfigError, StokerError
 from stoker.loading.backends import BACKENDS, Backend
 from stoker.loading.collate import Batch, collate, to_device
 from stoker.loading.skips import Skipped
+from stoker.loading.workers import default_workers
 
 __all__ = ["BACKENDS", "LOADER_STATE_FORMAT", "Backend", "Loader", "RankSlice", "iter_from", "make_loader", "resolve_device"]
 
@@ -595,7 +595,7 @@ def make_loader(
         raise ConfigError(f"batch_size must be >= 1, got {batch_size}")
     defaults = getattr(dataset, "loader_defaults", None) or {}
     if num_workers is None:
-        num_workers = int(defaults.get("num_workers", min(4, os.cpu_count() or 1)))
+        num_workers = default_workers(defaults)  # stoker.loading.workers: the one rule
     if backend is None:
         backend = defaults.get("backend", "process")
     if num_workers < 0:
