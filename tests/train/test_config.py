@@ -213,7 +213,7 @@ def test_scenario_takes_what_a_config_takes() -> None:
                         log_dir=Path("runs"), tags={"gpu": 1}, loader_bound_share=1)
     assert scenario.tags == {"gpu": "1"} and scenario.loader_bound_share == 1.0  # cleaned as in a config
     assert scenario.device == torch.device("cpu") and scenario.log_dir == Path("runs")  # richer Python types kept
-    assert set(SCENARIO_KEYS) <= {f.name for f in fields(RunConfig)}
+    assert set(SCENARIO_KEYS) <= {f.name for f in fields(RunConfig)} & {f.name for f in fields(Scenario)}  # same names
     for bad, message in (({"amp": "fp8"}, "amp must be one of off, bf16, fp16"), ({"device": "gpu0"}, "device must be auto"),
                          ({"loader_bound_share": 1.5}, r"loader_bound_share must be a number in \[0\.0, 1\.0\]"),
                          ({"compile": 1}, "compile must be true or false"), ({"name": ""}, "name must be non-empty text")):
