@@ -13,7 +13,6 @@ from click.testing import CliRunner
 
 from stoker import ConfigError, MissingFileError
 from stoker.train.config import (
-    SCENARIO_KEYS,
     DataConfig,
     ModelConfig,
     OptimConfig,
@@ -24,6 +23,7 @@ from stoker.train.config import (
     load_config,
     parse_config,
 )
+from stoker.train.scenario import SCENARIO_KEYS
 
 
 def _write(tmp_path: Path, text: str) -> Path:

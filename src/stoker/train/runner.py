@@ -16,7 +16,7 @@ from torch import nn
 
 from stoker.errors import ConfigError
 from stoker.loading import resolve_device
-from stoker.train.config import SCENARIO_KEYS, OptimConfig, TrainConfig, parse_config
+from stoker.train.config import OptimConfig, TrainConfig, parse_config
 from stoker.train.data import build_data, build_loaders
 from stoker.train.distributed import join_launch
 from stoker.train.history import History
@@ -24,7 +24,7 @@ from stoker.train.loggers import Logger
 from stoker.train.loop import fit
 from stoker.train.models import build_model
 from stoker.train.record import BEST_FILE, LAST_FILE, RUN_FILE
-from stoker.train.scenario import Scenario
+from stoker.train.scenario import SCENARIO_KEYS, Scenario
 
 __all__ = ["RunResult", "build_optimizer", "demo_run", "train_from_config"]
 

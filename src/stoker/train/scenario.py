@@ -4,16 +4,19 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any, Literal
 
 import torch
 from torch import nn
 
 from stoker.errors import ConfigError
-from stoker.train.config import AMP_MODES, SCENARIO_KEYS, check_scenario_values
+from stoker.train.config import AMP_MODES, RunConfig
 
-__all__ = ["AMP_MODES", "Amp", "IMAGENET_MEAN", "IMAGENET_STD", "Preprocess", "SYNC_EVERY_CUDA", "Scenario"]
+__all__ = [
+    "AMP_MODES", "Amp", "IMAGENET_MEAN", "IMAGENET_STD", "Preprocess", "SCENARIO_KEYS", "SYNC_EVERY_CUDA", "Scenario",
+    "check_scenario_values",
+]
 
 Amp = Literal["off", "bf16", "fp16"]  # AMP_MODES, the values of run.amp
 
@@ -24,6 +27,46 @@ IMAGENET_STD: tuple[float, float, float] = (0.229, 0.224, 0.225)
 # wait for the device every 16 steps instead of every step; a window's figures are a few
 # dozen bytes on the device.
 SYNC_EVERY_CUDA = 16
+
+
+# The [run] keys a Scenario takes under the same name: fit's Python callers pass them,
+# and Scenario checks them with the checks of those very fields (check_scenario_values).
+SCENARIO_KEYS: tuple[str, ...] = (
+    "epochs", "device", "amp", "compile", "grad_accum", "log_dir", "name", "tags", "patience", "resume",
+    "cpu_threads", "checkpoint_every_steps", "sync_every", "progress", "loader_bound_share",
+)
+
+
+def check_scenario_values(values: Mapping[str, Any], where: str = "Scenario") -> dict[str, Any]:
+    """Check Python values of :data:`SCENARIO_KEYS` with the checks of their ``[run]`` keys.
+
+    ``device`` may be a ``torch.device`` and ``log_dir`` a path (checked as their text);
+    the returned dict holds the clean values of the others (``tags`` as text to text).
+
+    Raises:
+        ConfigError: ``"{where}: {key} must be ..."``, the message the key gets in a
+            config file, with the key's Python name.
+
+    Example:
+        >>> check_scenario_values({"grad_accum": True})
+        Traceback (most recent call last):
+        ...
+        stoker.errors.ConfigError: Scenario: grad_accum must be a whole number >= 1, got True
+    """
+    known = {f.name: f for f in fields(RunConfig)}
+    clean: dict[str, Any] = {}
+    for name, value in values.items():
+        if name not in SCENARIO_KEYS:
+            raise ConfigError(f"{where}: {name} is not a run key; the keys are {', '.join(SCENARIO_KEYS)}")
+        raw = os.fspath(value) if name == "log_dir" and isinstance(value, os.PathLike) else value
+        if name == "device" and not isinstance(value, str):
+            raw = str(value)  # a torch.device: checked by its name
+        try:
+            checked = known[name].metadata["check"](raw, name)
+        except ConfigError as exc:
+            raise ConfigError(f"{where}: {exc}") from None
+        clean[name] = value if name in ("device", "log_dir") else checked
+    return clean
 
 
 class Preprocess(nn.Module):
@@ -114,7 +157,7 @@ class Scenario:
         plot: write ``curves.png`` at the end of the run.
 
     The arguments that are also keys of a config's ``[run]`` table (``epochs``, ``amp``,
-    ``grad_accum``, ``patience``, ``sync_every``... :data:`~stoker.train.config.SCENARIO_KEYS`)
+    ``grad_accum``, ``patience``, ``sync_every``... :data:`SCENARIO_KEYS`)
     are checked by that key's own check: a value a TOML file or a flag would be refused
     (``grad_accum=True``, ``epochs=0``) is refused here with the same message.
 
