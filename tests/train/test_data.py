@@ -7,10 +7,11 @@ from pathlib import Path
 
 import torch
 
+from stoker.loading.workers import FALLBACK_WORKERS
 from stoker.packer import pack
 from stoker.shards import ShardDataset
 from stoker.train.config import parse_config
-from stoker.train.data import DEFAULT_WORKERS, build_data, build_loaders
+from stoker.train.data import build_data, build_loaders
 
 
 def _loaders(data_table: dict) -> tuple:
@@ -29,7 +30,7 @@ def test_shard_sets_keep_their_measured_loader_defaults(tmp_path: Path, folders:
     _, (train, _) = _loaders({"path": str(tmp_path / "pixels"), "valid": 0.25, "workers": 1})
     assert train.num_workers == 1  # the user's setting wins
     _, (train, _) = _loaders({"path": str(folders), "valid": 0.25})
-    assert train.num_workers == DEFAULT_WORKERS  # file data says nothing: the old default
+    assert train.num_workers == FALLBACK_WORKERS  # file data says nothing: the one fallback
 
 
 def test_split_folders_train_on_train_and_validate_on_val(tmp_path: Path, folders: Path) -> None:

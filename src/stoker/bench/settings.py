@@ -41,6 +41,7 @@ from stoker import _tomllib as tomllib
 from stoker.bench.methods import METHODS
 from stoker.errors import ConfigError, MissingFileError
 from stoker.loading.backends import BACKENDS
+from stoker.loading.workers import FALLBACK_WORKERS
 
 __all__ = ["LOADER_KEYS", "LoaderSettings", "check_tuned_for", "load_data_table", "load_settings", "save_settings"]
 
@@ -68,7 +69,7 @@ class LoaderSettings:
         layout: that data's layout (``"class_folders"``, ``"split_folders"``...), if known.
     """
 
-    workers: int = 2
+    workers: int = FALLBACK_WORKERS  # make_loader's default for data without measured settings
     backend: str = "process"
     prefetch_factor: int = 2
     method: str = field(default="files", compare=False)

@@ -6,6 +6,8 @@ from pathlib import Path
 
 import click
 
+from stoker.loading.workers import FALLBACK_WORKERS
+
 
 @click.command("inspect")
 @click.argument("root", metavar="DATA")  # a str: a URL must not go through pathlib
@@ -16,8 +18,9 @@ import click
               help="Batch size the shuffle-quality check assumes.")
 @click.option("--shuffle-buffer", type=click.IntRange(min=1), default=10_000, show_default=True,
               help="Buffer of the streaming reader (ShardStream) the shuffle-quality check assumes.")
-@click.option("--workers", type=click.IntRange(min=0), default=2, show_default=True,
-              help="DataLoader workers per rank the shuffle-quality check of the stream assumes (training's default is 2).")
+@click.option("--workers", type=click.IntRange(min=0), default=FALLBACK_WORKERS, show_default=True,
+              help="DataLoader workers per rank the shuffle-quality check of the stream assumes "
+                   "(the loader's default for a stream).")
 @click.option("--ranks", type=click.IntRange(min=1), default=1, show_default=True,
               help="Distributed ranks (world size) the shuffle-quality check of the stream assumes.")
 @click.option("--classes", "max_classes", type=click.IntRange(min=0), default=20, show_default=True,

@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import click
+
+from stoker.errors import ConfigError
+from stoker.train.config import describe_keys, key_flags, load_config
 
 _EPILOG = """\b
 Examples:
@@ -24,90 +28,81 @@ stops; --resume continues with the next batch (a second Ctrl-C stops at once).
 """
 
 
+def _config_options(command: Callable[..., Any]) -> Callable[..., Any]:
+    """One option per config key, made from the key's field (its flag, help, kind and check)."""
+    for flag in reversed(key_flags()):
+        kind, metavar = flag.check.kind, flag.check.metavar
+        if kind == "switch":
+            name = flag.flag.removeprefix("--")
+            option = click.option(f"--{name}/--no-{name}", flag.param, default=None, help=flag.help())
+        elif kind in ("many", "pairs"):
+            option = click.option(flag.flag, flag.param, multiple=True, metavar=metavar, help=flag.help())
+        else:
+            option = click.option(flag.flag, flag.param, metavar=metavar, help=flag.help())
+        command = option(command)
+    return command
+
+
+def _flag_values(given: dict[str, Any]) -> tuple[dict[str, Any], dict[str, str]]:
+    """The config keys the flags set, as raw values (each read as its key's check says), and the flag of each.
+
+    Raises:
+        ConfigError: a ``--tag`` that is not KEY=VALUE.
+    """
+    values: dict[str, Any] = {}
+    origins: dict[str, str] = {}
+    for flag in key_flags():
+        given_value = given.get(flag.param)
+        if given_value is None or given_value == ():
+            continue  # not on the command line: the config file's value or the default
+        kind = flag.check.kind
+        if kind == "many":
+            value: Any = list(given_value)
+        elif kind == "pairs":
+            value = {}
+            for pair in given_value:
+                name, sep, text = pair.partition("=")
+                if not sep or not name:
+                    raise ConfigError(f"{flag.flag} {pair!r}: expected KEY=VALUE, e.g. category=shards")
+                value[name] = text
+        elif kind == "switch":
+            value = bool(given_value)
+        else:
+            value = flag.check.parse(given_value)
+        values[flag.key], origins[flag.key] = value, flag.flag
+    return values, origins
+
+
 @click.command("train", epilog=_EPILOG)
 @click.argument("config", required=False, type=click.Path(dir_okay=False, path_type=Path))
-@click.option("--data", "data", multiple=True, metavar="PATH", help="data.path: data folder(s) or a shard set (repeat for several).")
-@click.option("--valid", "valid", multiple=True, metavar="PATH",
-              help="data.valid_path: separate validation data, any layout (a shard set too), same classes.")
-@click.option("--model", help="model.name: small_cnn or a torchvision classifier (resnet18, resnet50...).")
-@click.option("--optimizer", help="optim.name: sgd, adam or adamw.")
-@click.option("--lr", type=float, help="optim.lr: learning rate.")
-@click.option("--epochs", type=int, help="run.epochs.")
-@click.option("--batch-size", type=int, help="data.batch_size.")
-@click.option("--workers", type=int, help="data.workers: loader worker processes.")
-@click.option("--image-size", type=int, help="data.image_size: resize images to this square size.")
-@click.option("--device", help="run.device: auto, cpu, cuda, cuda:N.")
-@click.option("--amp", help="run.amp: off, bf16 or fp16.")
-@click.option("--compile/--no-compile", "compile_", default=None, help="run.compile: torch.compile the model.")
-@click.option("--log-dir", help="run.log_dir: folder of run folders.")
-@click.option("--name", help="run.name: the run folder's name (default: the start time).")
-@click.option("--tag", "tags", multiple=True, metavar="KEY=VALUE", help="Add to run.tags (repeatable), e.g. category=shards.")
-@click.option("--seed", type=int, help="run.seed.")
-@click.option("--patience", type=int, help="run.patience: epochs without a better valid accuracy before stopping.")
-@click.option("--resume", is_flag=True, default=None,
-              help="run.resume: continue the run --name from its last.pt, with the config in its run.json.")
-@click.option("--checkpoint-every-steps", type=int, metavar="N",
-              help="run.checkpoint_every_steps: also write last.pt every N optimizer steps.")
-@click.option("--sync-every", type=int, metavar="N",
-              help="run.sync_every: read the loss back from the device every N batches (default 16 on CUDA, 1 on the CPU).")
-@click.option("--no-progress", is_flag=True, help="Hide progress bars (run.progress = false).")
+@_config_options
 @click.option("--loader-config", "--loader", "loader_file", type=click.Path(dir_okay=False, path_type=Path), metavar="FILE",
               help="Loader settings from `stoker tune --out FILE` (its [data] table); flags still win.")
 @click.option("--set", "assignments", multiple=True, metavar="TABLE.KEY=VALUE",
               help="Set any config key, e.g. --set optim.scheduler=cosine (value read as TOML, else text).")
-@click.option("--keys", is_flag=True, help="Print every config key with its default and allowed values, and exit.")
-def train(config: Path | None, data: tuple[str, ...], valid: tuple[str, ...], model: str | None, optimizer: str | None, lr: float | None,
-          epochs: int | None, batch_size: int | None, workers: int | None, image_size: int | None,
-          device: str | None, amp: str | None, compile_: bool | None, log_dir: str | None, name: str | None,
-          tags: tuple[str, ...], seed: int | None, patience: int | None, resume: bool | None,
-          checkpoint_every_steps: int | None, sync_every: int | None, no_progress: bool,
-          loader_file: Path | None, assignments: tuple[str, ...], keys: bool) -> None:
+@click.option("--keys", is_flag=True, help="Print every config key with its default, help and flag, and exit.")
+def train(config: Path | None, loader_file: Path | None, assignments: tuple[str, ...], keys: bool, **given: Any) -> None:
     """Train a model on image data, as CONFIG (a TOML file) says; flags override its keys.
 
     CONFIG has four tables, [data], [model], [optim] and [run] (see --keys). Without
-    CONFIG, the defaults apply and --data is needed. An unknown key or a bad value is
-    an error naming the key and what it accepts.
+    CONFIG, the defaults apply and --data is needed. Every key has a flag (below, each
+    naming its key); a flag's value passes the key's own check, and an unknown key or a
+    bad value is an error naming the flag or file, the key and what it accepts.
     """
-    from stoker.errors import ConfigError
-    from stoker.train.config import describe_keys, load_config
     from stoker.train.runner import train_from_config
 
     if keys:
         click.echo(describe_keys(), nl=False)
         return
-    flags: dict[str, Any] = {
-        "data.path": list(data) or None,
-        "data.valid_path": list(valid) or None,
-        "model.name": model,
-        "optim.name": optimizer,
-        "optim.lr": lr,
-        "run.epochs": epochs,
-        "data.batch_size": batch_size,
-        "data.workers": workers,
-        "data.image_size": image_size,
-        "run.device": device,
-        "run.amp": amp,
-        "run.compile": compile_,
-        "run.log_dir": log_dir,
-        "run.name": name,
-        "run.seed": seed,
-        "run.patience": patience,
-        "run.resume": resume,
-        "run.checkpoint_every_steps": checkpoint_every_steps,
-        "run.sync_every": sync_every,
-        "run.progress": False if no_progress else None,
-    }
-    values = _loader_settings(loader_file) if loader_file is not None else {}
-    values.update((k, v) for k, v in flags.items() if v is not None)
-    if tags:
-        parsed = {}
-        for tag in tags:
-            key, sep, value = tag.partition("=")
-            if not sep or not key:
-                raise ConfigError(f"--tag {tag!r}: expected KEY=VALUE, e.g. category=shards")
-            parsed[key] = value
-        values["run.tags"] = parsed
-    cfg = load_config(config, assignments, values)  # --tag adds to the config's tags
+    values: dict[str, Any] = {}
+    origins: dict[str, str] = {}
+    if loader_file is not None:
+        values = _loader_settings(loader_file)
+        origins = dict.fromkeys(values, str(loader_file))
+    flag_values, flag_origins = _flag_values(given)
+    values.update(flag_values)  # the flags win over the settings file
+    origins.update(flag_origins)
+    cfg = load_config(config, assignments, values, origins)  # --tag adds to the config's tags
     if loader_file is not None:
         _check_tuned_for(loader_file, cfg.data.path)
     try:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import os
 import random
 import signal
 from collections import deque
@@ -30,6 +29,7 @@ from stoker.loading.collate import Batch, collate, to_device
 from stoker.loading.samplers import EpochSampler, RankSlice
 from stoker.loading.skips import Skipped
 from stoker.order import WORKER_SEEDS, epoch_seed
+from stoker.loading.workers import default_workers
 
 __all__ = ["BACKENDS", "LOADER_STATE_FORMAT", "Backend", "Loader", "RankSlice", "iter_from", "make_loader", "resolve_device"]
 
@@ -523,7 +523,7 @@ def make_loader(
         shuffle: reshuffle every epoch (map-style data sets; a Pipe shuffles itself).
         num_workers: worker processes (or threads); default: the data set's
             ``loader_defaults`` (a shard set knows what reads it fastest), else
-            ``min(4, cpu count)``.
+            :data:`~stoker.loading.workers.FALLBACK_WORKERS` (2).
         device: ``"auto"`` (CUDA when available), ``"cpu"``, ``"cuda:0"``, or ``None`` to leave batches on the CPU.
         drop_last: drop the last, short batch.
         prefetch_factor: batches each worker loads ahead.
@@ -558,7 +558,7 @@ def make_loader(
         raise ConfigError(f"batch_size must be >= 1, got {batch_size}")
     defaults = getattr(dataset, "loader_defaults", None) or {}
     if num_workers is None:
-        num_workers = int(defaults.get("num_workers", min(4, os.cpu_count() or 1)))
+        num_workers = default_workers(defaults)  # stoker.loading.workers: the one rule
     if backend is None:
         backend = defaults.get("backend", "process")
     if num_workers < 0:

@@ -8,16 +8,29 @@ Example:
 
 from __future__ import annotations
 
-from stoker.train.checkpoint import load_checkpoint, save_checkpoint
-from stoker.train.compare import RunSummary, compare_runs, format_table
-from stoker.train.config import TrainConfig, load_config
-from stoker.train.history import EpochStats, History
-from stoker.train.loggers import BatchProgress, ConsoleLogger, CsvLogger, Logger, RunInfo, TensorBoardLogger, read_csv
-from stoker.train.loop import fit
-from stoker.train.models import SmallCNN, build_model
-from stoker.train.plots import plot_compare, plot_curves
-from stoker.train.runner import RunResult, demo_run, train_from_config
-from stoker.train.scenario import Preprocess, Scenario
+from typing import TYPE_CHECKING
+
+from stoker._lazy import lazy_names
+
+if TYPE_CHECKING:
+    from stoker.train.checkpoint import load_checkpoint, save_checkpoint
+    from stoker.train.compare import RunSummary, compare_runs, format_table
+    from stoker.train.config import TrainConfig, load_config
+    from stoker.train.history import EpochStats, History
+    from stoker.train.loggers import (
+        BatchProgress,
+        ConsoleLogger,
+        CsvLogger,
+        Logger,
+        RunInfo,
+        TensorBoardLogger,
+        read_csv,
+    )
+    from stoker.train.loop import fit
+    from stoker.train.models import SmallCNN, build_model
+    from stoker.train.plots import plot_compare, plot_curves
+    from stoker.train.runner import RunResult, demo_run, train_from_config
+    from stoker.train.scenario import Preprocess, Scenario
 
 __all__ = [
     "BatchProgress",
@@ -47,3 +60,36 @@ __all__ = [
     "save_checkpoint",
     "train_from_config",
 ]
+
+# Public name -> the module it lives in (imported on first use, so that the torch-free
+# parts, such as the config keys stoker train's flags are made from, import without torch).
+_HOMES: dict[str, str] = {
+    "BatchProgress": "stoker.train.loggers",
+    "ConsoleLogger": "stoker.train.loggers",
+    "CsvLogger": "stoker.train.loggers",
+    "EpochStats": "stoker.train.history",
+    "History": "stoker.train.history",
+    "Logger": "stoker.train.loggers",
+    "Preprocess": "stoker.train.scenario",
+    "RunInfo": "stoker.train.loggers",
+    "RunResult": "stoker.train.runner",
+    "RunSummary": "stoker.train.compare",
+    "Scenario": "stoker.train.scenario",
+    "SmallCNN": "stoker.train.models",
+    "TensorBoardLogger": "stoker.train.loggers",
+    "TrainConfig": "stoker.train.config",
+    "build_model": "stoker.train.models",
+    "compare_runs": "stoker.train.compare",
+    "demo_run": "stoker.train.runner",
+    "fit": "stoker.train.loop",
+    "format_table": "stoker.train.compare",
+    "load_checkpoint": "stoker.train.checkpoint",
+    "load_config": "stoker.train.config",
+    "plot_compare": "stoker.train.plots",
+    "plot_curves": "stoker.train.plots",
+    "read_csv": "stoker.train.loggers",
+    "save_checkpoint": "stoker.train.checkpoint",
+    "train_from_config": "stoker.train.runner",
+}
+
+__getattr__, __dir__ = lazy_names(__name__, _HOMES, globals(), __all__)

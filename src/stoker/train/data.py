@@ -21,9 +21,7 @@ from stoker.loading import Loader, make_loader
 from stoker.loading.skips import check_on_error
 from stoker.train.config import DataConfig
 
-__all__ = ["DEFAULT_WORKERS", "TrainData", "build_data", "build_loaders"]
-
-DEFAULT_WORKERS = 2  # loader workers for data that does not say what reads it fastest
+__all__ = ["TrainData", "build_data", "build_loaders"]
 
 
 @dataclass
@@ -67,16 +65,12 @@ def build_data(cfg: DataConfig, seed: int = 0) -> TrainData:
     return TrainData(data["train"], data["valid"], data.num_classes, data.describe())
 
 
-def loader_settings(dataset: Dataset, cfg: DataConfig) -> dict[str, Any]:
-    """Workers and backend: what ``cfg`` says, else what the data set measured fastest with."""
-    defaults = getattr(dataset, "loader_defaults", None) or {}
-    workers = cfg.workers if cfg.workers is not None else int(defaults.get("num_workers", DEFAULT_WORKERS))
-    backend = cfg.backend if cfg.backend != "auto" else defaults.get("backend", "process")
-    return {"num_workers": workers, "backend": backend}
-
-
 def build_loaders(data: TrainData, cfg: DataConfig, device: torch.device, seed: int = 0) -> tuple[Loader, Loader]:
     """The train (shuffled, order fixed per epoch by ``seed``) and validation (in order) loaders.
+
+    Workers and backend left out (``workers`` unset, ``backend = "auto"``) are
+    :func:`~stoker.make_loader`'s defaults: what the data set measured fastest with, else
+    :data:`~stoker.loading.workers.FALLBACK_WORKERS` worker processes.
 
     Under torch.distributed, a map-style train set is split evenly over the ranks (each
     rank the same number of samples; the last ``len % world_size`` of each shuffled
@@ -87,7 +81,9 @@ def build_loaders(data: TrainData, cfg: DataConfig, device: torch.device, seed: 
         "prefetch_factor": cfg.prefetch_factor,
         "device": device,
         "seed": seed,
+        "num_workers": cfg.workers,  # None: make_loader's one rule (stoker.loading.workers)
+        "backend": None if cfg.backend == "auto" else cfg.backend,  # None: what the data set says, else process
     }
-    train = make_loader(data.train, shuffle=True, **loader_settings(data.train, cfg), **common)
-    valid = make_loader(data.valid, shuffle=False, even=False, **loader_settings(data.valid, cfg), **common)
+    train = make_loader(data.train, shuffle=True, **common)
+    valid = make_loader(data.valid, shuffle=False, even=False, **common)
     return train, valid

@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, field, fields
+import numbers
+from dataclasses import MISSING, asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
 from stoker.errors import ConfigError
 
-__all__ = ["EpochStats", "History", "METRIC_COLUMNS"]
+__all__ = ["EpochStats", "HISTORY_STATE_FORMAT", "History", "METRIC_COLUMNS"]
+
+HISTORY_STATE_FORMAT = "stoker-history/1"
 
 # Column name (CSV, TensorBoard tag, ``stoker compare --metric``) -> EpochStats field.
 METRIC_COLUMNS: dict[str, str] = {
@@ -127,29 +130,71 @@ class History:
         """The finished epochs and the best so far, as plain data (what ``last.pt`` holds).
 
         Returns:
-            ``{"epochs": [EpochStats.to_dict(), ...], "best_acc": float, "best_epoch": int}``.
+            ``{"format": HISTORY_STATE_FORMAT, "epochs": [EpochStats.to_dict(), ...],
+            "best_acc": float, "best_epoch": int}``.
 
         Example:
             >>> History().state_dict()
-            {'epochs': [], 'best_acc': -inf, 'best_epoch': 0}
+            {'format': 'stoker-history/1', 'epochs': [], 'best_acc': -inf, 'best_epoch': 0}
         """
-        return {"epochs": [e.to_dict() for e in self.epochs], "best_acc": self.best_acc, "best_epoch": self.best_epoch}
+        return {
+            "format": HISTORY_STATE_FORMAT,
+            "epochs": [e.to_dict() for e in self.epochs],
+            "best_acc": self.best_acc,
+            "best_epoch": self.best_epoch,
+        }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Continue from a :meth:`state_dict` (``run_dir`` and ``stopped`` stay as they are).
+
+        A state without ``format`` is the shape written before the format was named (a
+        ``last.pt`` of an earlier stoker) and loads as it is; so do epochs without the
+        figures added since (``skipped``, ``trimmed``, ``slowest_data_wait_share``: 0).
 
         Args:
             state: what :meth:`state_dict` returned.
 
         Raises:
-            ConfigError: the state lacks a key or holds an epoch that is not a dict of figures.
+            ConfigError: another format, a missing key, an epoch that lacks a figure or
+                holds one of the wrong type, or a best epoch that is not a whole number
+                >= 0; nothing is changed then.
         """
-        missing = [k for k in ("epochs", "best_acc", "best_epoch") if not isinstance(state, dict) or k not in state]
+        what_to_do = ("pass what History.state_dict() returned; from a checkpoint, it is damaged or from another "
+                      "stoker: restore last.pt from a copy, or start a new run under another name")
+        if not isinstance(state, dict):
+            raise ConfigError(f"not a {HISTORY_STATE_FORMAT} history state (a {type(state).__name__}); {what_to_do}")
+        form = state.get("format", HISTORY_STATE_FORMAT)  # none: the unversioned shape before stoker-history/1
+        if form != HISTORY_STATE_FORMAT:
+            raise ConfigError(f"a history state of format {form!r}, but this stoker reads {HISTORY_STATE_FORMAT}; {what_to_do}")
+        missing = [k for k in ("epochs", "best_acc", "best_epoch") if k not in state]
         if missing:
-            raise ConfigError(f"not a History state (missing {missing}); pass what History.state_dict() returned")
-        try:
-            epochs = [EpochStats.from_dict(e) for e in state["epochs"]]
-            best_acc, best_epoch = float(state["best_acc"]), int(state["best_epoch"])
-        except (TypeError, ValueError, AttributeError) as exc:
-            raise ConfigError(f"not a History state: {exc}") from None
-        self.epochs, self.best_acc, self.best_epoch = epochs, best_acc, best_epoch
+            raise ConfigError(f"not a {HISTORY_STATE_FORMAT} history state (missing {missing}); {what_to_do}")
+        if not isinstance(state["epochs"], list):
+            raise ConfigError(f"a history state's epochs must be a list, got {type(state['epochs']).__name__}; {what_to_do}")
+        epochs = [_epoch_from_state(e, i, what_to_do) for i, e in enumerate(state["epochs"])]
+        best_acc, best_epoch = state["best_acc"], state["best_epoch"]
+        if isinstance(best_acc, bool) or not isinstance(best_acc, numbers.Real):
+            raise ConfigError(f"a history state's best_acc must be a number, got {best_acc!r}; {what_to_do}")
+        if isinstance(best_epoch, bool) or not isinstance(best_epoch, numbers.Integral) or best_epoch < 0:
+            raise ConfigError(f"a history state's best_epoch must be a whole number >= 0, got {best_epoch!r}; {what_to_do}")
+        self.epochs, self.best_acc, self.best_epoch = epochs, float(best_acc), int(best_epoch)
+
+
+def _epoch_from_state(values: Any, index: int, what_to_do: str) -> EpochStats:
+    """One epoch of a history state, every figure checked: whole numbers where counts are, numbers elsewhere."""
+    if not isinstance(values, dict):
+        raise ConfigError(f"a history state's epoch {index} must be a dict of figures, got {values!r}; {what_to_do}")
+    known = {f.name: f for f in fields(EpochStats)}
+    required = [f.name for f in known.values() if f.default is MISSING]
+    missing = [k for k in required if k not in values]
+    if missing:
+        raise ConfigError(f"a history state's epoch {index} lacks {missing}; {what_to_do}")
+    for name, f in known.items():
+        if name not in values:
+            continue
+        value = values[name]
+        whole = f.type in ("int", int)
+        if isinstance(value, bool) or not isinstance(value, numbers.Integral if whole else numbers.Real):
+            kind = "a whole number" if whole else "a number"
+            raise ConfigError(f"a history state's epoch {index} has {name}={value!r}, not {kind}; {what_to_do}")
+    return EpochStats.from_dict(values)

@@ -24,7 +24,7 @@ from stoker.train.loggers import Logger
 from stoker.train.loop import fit
 from stoker.train.models import build_model
 from stoker.train.record import BEST_FILE, LAST_FILE, RUN_FILE
-from stoker.train.scenario import Scenario
+from stoker.train.scenario import SCENARIO_KEYS, Scenario
 
 __all__ = ["RunResult", "build_optimizer", "demo_run", "train_from_config"]
 
@@ -175,30 +175,18 @@ def _train(config: TrainConfig, callbacks: Sequence[Logger], echo: Echo | None, 
 
     record = config.to_dict()
     record["data"]["opened"] = data.description
+    run = {name: getattr(config.run, name) for name in SCENARIO_KEYS}  # the [run] keys a Scenario takes, as they are
+    run["device"] = device  # resolved (under torchrun: this rank's)
     scenario = Scenario(
         model=model,
         optimizer=optimizer,
         loss_fn=loss_fn,
         train_loader=train_loader,
         valid_loader=valid_loader,
-        epochs=config.run.epochs,
-        device=device,
-        amp=config.run.amp,  # type: ignore[arg-type]
-        log_dir=config.run.log_dir,
-        name=config.run.name,
-        tags=config.run.tags,
         scheduler=scheduler,
         scheduler_interval=interval,  # type: ignore[arg-type]
-        grad_accum=config.run.grad_accum,
-        compile=config.run.compile,
-        patience=config.run.patience,
-        resume=config.run.resume,
-        checkpoint_every_steps=config.run.checkpoint_every_steps,
-        sync_every=config.run.sync_every,
-        cpu_threads=config.run.cpu_threads,
-        loader_bound_share=config.run.loader_bound_share,
-        progress=config.run.progress,
         config=record,
+        **run,
     )
 
     # 3. Train (fit leaves the loader workers their cores on the CPU).

@@ -4,18 +4,21 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any, Literal
 
 import torch
 from torch import nn
 
 from stoker.errors import ConfigError
+from stoker.train.config import AMP_MODES, RunConfig
 
-__all__ = ["AMP_MODES", "Amp", "IMAGENET_MEAN", "IMAGENET_STD", "Preprocess", "SYNC_EVERY_CUDA", "Scenario"]
+__all__ = [
+    "AMP_MODES", "Amp", "IMAGENET_MEAN", "IMAGENET_STD", "Preprocess", "SCENARIO_KEYS", "SYNC_EVERY_CUDA", "Scenario",
+    "check_scenario_values",
+]
 
-Amp = Literal["off", "bf16", "fp16"]
-AMP_MODES: tuple[str, ...] = ("off", "bf16", "fp16")
+Amp = Literal["off", "bf16", "fp16"]  # AMP_MODES, the values of run.amp
 
 IMAGENET_MEAN: tuple[float, float, float] = (0.485, 0.456, 0.406)
 IMAGENET_STD: tuple[float, float, float] = (0.229, 0.224, 0.225)
@@ -24,6 +27,46 @@ IMAGENET_STD: tuple[float, float, float] = (0.229, 0.224, 0.225)
 # wait for the device every 16 steps instead of every step; a window's figures are a few
 # dozen bytes on the device.
 SYNC_EVERY_CUDA = 16
+
+
+# The [run] keys a Scenario takes under the same name: fit's Python callers pass them,
+# and Scenario checks them with the checks of those very fields (check_scenario_values).
+SCENARIO_KEYS: tuple[str, ...] = (
+    "epochs", "device", "amp", "compile", "grad_accum", "log_dir", "name", "tags", "patience", "resume",
+    "cpu_threads", "checkpoint_every_steps", "sync_every", "progress", "loader_bound_share",
+)
+
+
+def check_scenario_values(values: Mapping[str, Any], where: str = "Scenario") -> dict[str, Any]:
+    """Check Python values of :data:`SCENARIO_KEYS` with the checks of their ``[run]`` keys.
+
+    ``device`` may be a ``torch.device`` and ``log_dir`` a path (checked as their text);
+    the returned dict holds the clean values of the others (``tags`` as text to text).
+
+    Raises:
+        ConfigError: ``"{where}: {key} must be ..."``, the message the key gets in a
+            config file, with the key's Python name.
+
+    Example:
+        >>> check_scenario_values({"grad_accum": True})
+        Traceback (most recent call last):
+        ...
+        stoker.errors.ConfigError: Scenario: grad_accum must be a whole number >= 1, got True
+    """
+    known = {f.name: f for f in fields(RunConfig)}
+    clean: dict[str, Any] = {}
+    for name, value in values.items():
+        if name not in SCENARIO_KEYS:
+            raise ConfigError(f"{where}: {name} is not a run key; the keys are {', '.join(SCENARIO_KEYS)}")
+        raw = os.fspath(value) if name == "log_dir" and isinstance(value, os.PathLike) else value
+        if name == "device" and not isinstance(value, str):
+            raw = str(value)  # a torch.device: checked by its name
+        try:
+            checked = known[name].metadata["check"](raw, name)
+        except ConfigError as exc:
+            raise ConfigError(f"{where}: {exc}") from None
+        clean[name] = value if name in ("device", "log_dir") else checked
+    return clean
 
 
 class Preprocess(nn.Module):
@@ -113,6 +156,14 @@ class Scenario:
         config: the run's configuration, stored in ``run.json`` and checkpoints for the record.
         plot: write ``curves.png`` at the end of the run.
 
+    The arguments that are also keys of a config's ``[run]`` table (``epochs``, ``amp``,
+    ``grad_accum``, ``patience``, ``sync_every``... :data:`SCENARIO_KEYS`)
+    are checked by that key's own check: a value a TOML file or a flag would be refused
+    (``grad_accum=True``, ``epochs=0``) is refused here with the same message.
+
+    Raises:
+        ConfigError: a bad value, naming the argument and what it accepts.
+
     Example:
         >>> scenario = Scenario(model, torch.optim.AdamW(model.parameters()), nn.CrossEntropyLoss(),
         ...                     train_loader, valid_loader, epochs=5, tags={"category": "files"})  # doctest: +SKIP
@@ -147,32 +198,11 @@ class Scenario:
     plot: bool = True
 
     def __post_init__(self) -> None:
-        if not isinstance(self.epochs, int) or isinstance(self.epochs, bool) or self.epochs < 1:
-            raise ConfigError(f"Scenario: epochs must be a whole number >= 1, got {self.epochs!r}")
-        if self.amp not in AMP_MODES:
-            raise ConfigError(f"Scenario: amp must be one of {', '.join(AMP_MODES)}; got {self.amp!r}")
-        if not isinstance(self.grad_accum, int) or self.grad_accum < 1:
-            raise ConfigError(f"Scenario: grad_accum must be a whole number >= 1, got {self.grad_accum!r}")
+        # The keys a config's [run] table has too are checked by that table's own checks
+        # (stoker.train.config): a value is refused here exactly when it is in a TOML file.
+        for name, value in check_scenario_values({n: getattr(self, n) for n in SCENARIO_KEYS}).items():
+            setattr(self, name, value)
         if self.scheduler_interval not in ("epoch", "step"):
             raise ConfigError(f"Scenario: scheduler_interval must be 'epoch' or 'step', got {self.scheduler_interval!r}")
-        if self.patience is not None and (not isinstance(self.patience, int) or self.patience < 1):
-            raise ConfigError(f"Scenario: patience must be None or a whole number >= 1, got {self.patience!r}")
         if self.patience is not None and self.valid_loader is None:
             raise ConfigError("Scenario: patience watches validation accuracy; give a valid_loader or drop patience")
-        if self.checkpoint_every_steps is not None and (
-            isinstance(self.checkpoint_every_steps, bool)
-            or not isinstance(self.checkpoint_every_steps, int)
-            or self.checkpoint_every_steps < 1
-        ):
-            raise ConfigError(
-                f"Scenario: checkpoint_every_steps must be None or a whole number >= 1, got {self.checkpoint_every_steps!r}"
-            )
-        if self.sync_every is not None and (
-            isinstance(self.sync_every, bool) or not isinstance(self.sync_every, int) or self.sync_every < 1
-        ):
-            raise ConfigError(f"Scenario: sync_every must be None or a whole number >= 1, got {self.sync_every!r}")
-        if not 0.0 <= self.loader_bound_share <= 1.0:
-            raise ConfigError(f"Scenario: loader_bound_share must be in [0, 1], got {self.loader_bound_share!r}")
-        for key, value in self.tags.items():
-            if not isinstance(key, str) or not isinstance(value, str):
-                raise ConfigError(f"Scenario: tags must map text to text, got {key!r}: {value!r}")

@@ -9,16 +9,21 @@ batches back in one copy; :class:`Tally` sums what was read back.
 from __future__ import annotations
 
 import math
+import numbers
 from collections.abc import Callable, Iterable
 from typing import Any
 
 import torch
 
+from stoker.errors import ConfigError
 from stoker.train.interrupt import StopRequest
 from stoker.train.loggers import BatchProgress, Logger
 from stoker.train.timing import PhaseTimer
 
-__all__ = ["PendingBatches", "Tally", "mid_epoch_entry", "notify_batch_end"]
+__all__ = ["PendingBatches", "TALLY_STATE_FORMAT", "Tally", "mid_epoch_entry", "notify_batch_end"]
+
+TALLY_STATE_FORMAT = "stoker-tally/1"
+_COUNTS = ("batches", "samples", "hits")
 
 
 class Tally:
@@ -44,13 +49,45 @@ class Tally:
         )
 
     def state_dict(self) -> dict[str, Any]:
-        """``{"batches", "samples", "hits", "loss_sum"}`` so far."""
-        return {"batches": self.batches, "samples": self.samples, "hits": self.hits, "loss_sum": self.loss_sum}
+        """``{"format", "batches", "samples", "hits", "loss_sum"}`` so far (``format``: :data:`TALLY_STATE_FORMAT`)."""
+        return {"format": TALLY_STATE_FORMAT, "batches": self.batches, "samples": self.samples, "hits": self.hits,
+                "loss_sum": self.loss_sum}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Continue from a :meth:`state_dict` (a resumed epoch)."""
+        """Continue from a :meth:`state_dict` (a resumed epoch).
+
+        A state without ``format`` is the shape written before the format was named
+        (a mid-epoch ``last.pt`` of an earlier stoker) and loads as it is.
+
+        Raises:
+            ConfigError: another format, a missing key, or a count that is not a whole
+                number >= 0 (or more hits than samples), or a loss sum that is not a
+                finite number; nothing is changed then.
+        """
+        what_to_do = ("pass what Tally.state_dict() returned; from a checkpoint, its mid-epoch entry is damaged or "
+                      "from another stoker: delete the run folder's last.pt to start the epoch over")
+        if not isinstance(state, dict):
+            raise ConfigError(f"not a {TALLY_STATE_FORMAT} tally state (a {type(state).__name__}); {what_to_do}")
+        form = state.get("format", TALLY_STATE_FORMAT)  # none: the unversioned shape before stoker-tally/1, the same keys
+        if form != TALLY_STATE_FORMAT:
+            raise ConfigError(f"a tally state of format {form!r}, but this stoker reads {TALLY_STATE_FORMAT}; {what_to_do}")
+        missing = [k for k in (*_COUNTS, "loss_sum") if k not in state]
+        if missing:
+            raise ConfigError(f"not a {TALLY_STATE_FORMAT} tally state (missing {missing}); {what_to_do}")
+        bad = [f"{k}={state[k]!r}" for k in _COUNTS
+               if isinstance(state[k], bool) or not isinstance(state[k], numbers.Integral) or state[k] < 0]
+        loss_sum = state["loss_sum"]
+        if isinstance(loss_sum, bool) or not isinstance(loss_sum, numbers.Real) or not math.isfinite(loss_sum):
+            bad.append(f"loss_sum={loss_sum!r}")
+        if not bad and state["hits"] > state["samples"]:
+            bad.append(f"hits={state['hits']!r} > samples={state['samples']!r}")
+        if bad:
+            raise ConfigError(
+                f"a {TALLY_STATE_FORMAT} tally state holds {', '.join(bad)} (counts are whole numbers >= 0, "
+                f"the loss sum a finite number); {what_to_do}"
+            )
         self.batches, self.samples, self.hits = int(state["batches"]), int(state["samples"]), int(state["hits"])
-        self.loss_sum = float(state["loss_sum"])
+        self.loss_sum = float(loss_sum)
 
     @property
     def loss(self) -> float:
