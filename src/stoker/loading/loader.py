@@ -28,8 +28,8 @@ from stoker.loading.backends import BACKENDS, Backend
 from stoker.loading.collate import Batch, collate, to_device
 from stoker.loading.samplers import EpochSampler, RankSlice
 from stoker.loading.skips import Skipped
-from stoker.order import WORKER_SEEDS, epoch_seed
 from stoker.loading.workers import default_workers
+from stoker.order import WORKER_SEEDS, epoch_seed
 
 __all__ = ["BACKENDS", "LOADER_STATE_FORMAT", "Backend", "Loader", "RankSlice", "iter_from", "make_loader", "resolve_device"]
 
