@@ -291,7 +291,7 @@ GOLDEN: dict[str, dict[str, str]] = {
         "last": "deb824d5a1501ee6bb8f6919dbac9ecb1b540cacba1324b98a8b0d8db9dfdeec",
         "best": "e1f9940b5f36f92759074743c00c2c1930d461d72efab4ff99fa1070ed2d1db3",
         "events": "a26a1fd853c98a4cae6ff8b7025040b80141c3da0530f40c74c48c5c650e7223",
-        "collectives": "061c1c3be27f29835fc407e0238afbf5b936e001d336b40a08547f5dbf87038e",
+        "collectives": "5f6923fdec716ff4ec44a1d73db7bb9a6ff3ce398eaf37b309bdc8f4ebc7d1d7",
     },
     "accum1-sync5": {
         "history": "12532e9353beb7eb7e4c7472cd25ff629b4e33d46035dfb7a3eb313d09ad25f5",
@@ -300,7 +300,7 @@ GOLDEN: dict[str, dict[str, str]] = {
         "last": "0c5dda5c5bd236ef1e276a1d2e02d3afa91c62ac0f91c1260f32747ee5325195",
         "best": "fa4ac2ee8dc9016ab3d6785b38f4a01bb38899fe5c5e98a915d2fb930141bb01",
         "events": "a26a1fd853c98a4cae6ff8b7025040b80141c3da0530f40c74c48c5c650e7223",
-        "collectives": "8cdbeb03df37bccd312f1e6c80a5ee2e1277ffba61832e0fc1ec1ecbd5ef58f2",
+        "collectives": "bc819370cbdb23ea4b83fd5bdba15949575efd1888abb8077b0d32204ab656b5",
     },
     "accum3-sync1": {
         "history": "8c11e495494dd2a56e445ba5db2f0194446637818651c0c5899071462cdda5f0",
@@ -309,7 +309,7 @@ GOLDEN: dict[str, dict[str, str]] = {
         "last": "f0f2d334190b5349e05a96c1577727def10bd9a967a304307a608b98198ec749",
         "best": "e8c96d29711367db98bbeea2a62bd155bd31eb55448f7a36e3aae267a5c2513e",
         "events": "68f0f2e3d8f9638f987dbe6277ae0bfbcd40ae1a9ed4b06e692980d0bdabc3c0",
-        "collectives": "061c1c3be27f29835fc407e0238afbf5b936e001d336b40a08547f5dbf87038e",
+        "collectives": "5f6923fdec716ff4ec44a1d73db7bb9a6ff3ce398eaf37b309bdc8f4ebc7d1d7",
     },
     "accum3-sync5": {
         "history": "8c11e495494dd2a56e445ba5db2f0194446637818651c0c5899071462cdda5f0",
@@ -318,7 +318,7 @@ GOLDEN: dict[str, dict[str, str]] = {
         "last": "affa1b16db675122900d4598b8fcfb69dcec9716ad34cae2b259a27213e62566",
         "best": "b2f6ac055787b612fe61b9a83df3bcfd5c2738f6f41b790480694c4c39e05f18",
         "events": "68f0f2e3d8f9638f987dbe6277ae0bfbcd40ae1a9ed4b06e692980d0bdabc3c0",
-        "collectives": "5d78ab8ce769227aa3644522ccade57b599faf6964b8e0e3428c759afc53475e",
+        "collectives": "9868559ecc80f4c92aaffadd7b79cb0883f745ef2e701447126d9b576276639b",
     },
     "stop-train": {
         "history": "e20042c898cc5b924ad03275528323cc154b1fab6545a52608edd61d40ce061a",
@@ -327,7 +327,7 @@ GOLDEN: dict[str, dict[str, str]] = {
         "last": "6f14549c7f095b9a1c681f1a326c0e84879a1bb93fd66b9a6974dbca98ac8dd4",
         "best": "aa05a9c1b5f36205b1db37da98e41a7c6c3e67af83da04b3f27fb84ab5ffded1",
         "events": "1dfe2baa23b2f300e97f780a87d1b467e1414cf502cf8c0864f2c4e12e5fae4d",
-        "collectives": "4570cfbf25ac19d3d0d2c51c488da31872594d13945645941355772be9668368",
+        "collectives": "5a3f37248371ea6aa23507a94276dc0fe2ab457baf0b30fd6598c706477c5906",
     },
     "stop-valid": {
         "history": "ffbfa2842114619d310f3862b1eb8d7808ec33a46766d7b20d235a47ad468cdf",
@@ -336,7 +336,7 @@ GOLDEN: dict[str, dict[str, str]] = {
         "last": "e3ef9ce1614fe6ae8e62e5806568a58d12307b72a027e7c747a0ea533f784419",
         "best": "a8755fb86a2ee45b75046f38ffc0bda0cc33f83989dc8d2efbc73181ef432e91",
         "events": "ad571ed5df1f526c673a65baab40f6232b0c2a029a805d7a467de5b47eb2a5d9",
-        "collectives": "28144fbb120c68189336fbae0c5b51baffc8abb2d76c7347fd03c1d3605a23ab",
+        "collectives": "a79ddbbc2d6245ce82671faf39d4631d257c534d3b47b1e4c5392859bb17f95b",
     },
     "nan-late": {
         "history": "5846b278c1d8144f42adc71424458f7b0b12554d3c7de5e83d11352d96989036",
@@ -345,7 +345,7 @@ GOLDEN: dict[str, dict[str, str]] = {
         "last": "71729afaa1272a3b20e592bea62825bfc7aba88be7260b22582c7555d461b361",
         "best": "fc1e5d40335ef37e6c8754b1a476e6933103bc4990001a584c9aad5f40d75260",
         "events": "369a0b090bf7f1a257afb13d0cd3f2b3ce490ca43817e391ab58602135520061",
-        "collectives": "5aeaf448e25b0ba6a34d1bf603132be7cf31a957bdf217bfee32b9f27eabcde9",
+        "collectives": "8f067fb149e2cadb58aa4e383ffe4930146746f00bb85d696821c2e57d9b9750",
     },
     "plain-bf16": {
         "history": "0e823dbf2b8824c20048f3cd2b24917789be0c25818ebe3f5a4bcf426f640d92",
@@ -354,7 +354,7 @@ GOLDEN: dict[str, dict[str, str]] = {
         "last": "497b0a147c676969e9aed5571ca96eda498130c306e76424a50ec3510a13e807",
         "best": "4da17a2e7f73dfe9d15abf3980ef5f1dcd2a4b2ae1467fb3ca9319f07c239155",
         "events": "d878bdac3a72123e648d4aa44994c54373c553d3fe85e166ef38725e00db3f30",
-        "collectives": "dcb77c30d15a5506beb0cfaeb45c9d2116069cd76c89170bc9e5722fb7ff2491",
+        "collectives": "f651e55124d8f3387f0bfc75a5e149ddc3768f722809502cc8e82822ccae7e2f",
     },
     "plain-fp16": {
         "history": "18c66ff22d14c426a8602a7c4a11ba97cc4a19569c79a775725a05c87291edb2",
@@ -363,7 +363,7 @@ GOLDEN: dict[str, dict[str, str]] = {
         "last": "3c745d6c3fa0403a3bb1132cd92723948b15e59ab22a592074925d68784c459e",
         "best": "71f057b7f7f70d68f556bb0991a7e0dcbb808f5330c8eaca6773811f75025e08",
         "events": "d86c29d082808e58829d97d2d69203cf25cfdbeed3d2429abdbc6c291252954d",
-        "collectives": "d71100b3e1d09a0fe5c5bbd4eb5299529f7ea164aca3884f99b51a4ded56c3a1",
+        "collectives": "2b9f9034d5ade0f67a5456f45a0cb4bef2b41a68fc69445a88a24ed8c6c7e703",
     },
 }
 
