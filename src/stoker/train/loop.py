@@ -51,7 +51,6 @@ not bitwise, the same.
 from __future__ import annotations
 
 import contextlib
-import logging
 import os
 import socket
 import time
@@ -73,8 +72,6 @@ from stoker.train.scenario import Scenario
 from stoker.train.threads import ComputeThreads
 
 __all__ = ["CHECKPOINT_FORMAT", "fit"]
-
-log = logging.getLogger("stoker")
 
 
 def fit(scenario: Scenario, callbacks: Sequence[Logger] = ()) -> History:
@@ -116,7 +113,7 @@ def fit(scenario: Scenario, callbacks: Sequence[Logger] = ()) -> History:
     run.loggers = _make_loggers(s.loggers, s.progress) + list(callbacks) if run.ranks.main else []
     threads = ComputeThreads(run.device, (s.train_loader, s.valid_loader), s.cpu_threads)
     record = _start(run, threads)
-    with _ended(run, record), StopRequest() as stop, threads:
+    with _ending(run, record), StopRequest() as stop, threads:
         for epoch in range(len(history.epochs) + 1, s.epochs + 1):  # 1-based
             if run.ranks.agree(stop.requested)[0]:  # asked between epochs: last.pt already holds the finished ones
                 raise KeyboardInterrupt
@@ -180,7 +177,7 @@ def _start(run: Run, threads: ComputeThreads) -> dict[str, Any]:
 
 
 @contextlib.contextmanager
-def _ended(run: Run, record: dict[str, Any]) -> Iterator[None]:
+def _ending(run: Run, record: dict[str, Any]) -> Iterator[None]:
     """9. However the epochs end: say how in ``history.stopped``, close the loggers, update run.json, draw curves.png."""
     history = run.history
     try:
