@@ -13,9 +13,13 @@ thread and no loader workers, and reduces what it did to SHA-256 digests of:
   scheduler states, RNG states, epoch, best so far, the mid-epoch entry but its seconds);
 * ``events``: every logger call in order (with each batch's running loss and accuracy);
 * ``collectives``: every :class:`~stoker.train.distributed.Ranks` call in order (the
-  flags of each ``agree``, the width of each ``sum``/``max``), which fixes the handshake
-  that keeps ranks in step; with the stoker log lines (warnings and notes) and the
-  error message a run ended with.
+  flags and the answer of each ``agree``, the width of each ``sum``/``max``), which fixes
+  the handshake that keeps ranks in step; with the stoker log lines (warnings and notes)
+  and the error message a run ended with.
+
+``tests/train/test_ddp.py`` pins the same digests of a run on two gloo ranks (unequal
+shares, DDP's ``no_sync`` inside accumulation windows, mid-epoch ``last.pt`` with every
+rank's position), through ``ddp_script.py``'s ``trace`` mode, which uses the helpers here.
 
 Float sums depend on the kernels torch picks for the machine: the digests pin this
 project's environment (``ENVIRONMENT``). Elsewhere the test is skipped, saying so;
