@@ -145,8 +145,15 @@ def test_two_torchrun_agents_train_over_a_stream_and_a_pipe_in_step(tmp_path: Pa
     assert _ranks_out(tmp_path, "pipe")[0]["reductions"] == 3
 
 
-def test_stop_resume_nan_and_crash_agree_over_the_ranks(tmp_path: Path) -> None:
-    done = _torchrun("stop,resume,nan,nan-late,crash", str(tmp_path))
+@pytest.fixture(scope="module")
+def launch(tmp_path_factory: pytest.TempPathFactory) -> tuple[subprocess.CompletedProcess[str], Path]:
+    """One torchrun launch for several tests (process start-up is most of their time)."""
+    out = tmp_path_factory.mktemp("launch")
+    return _torchrun("stop,resume,nan,nan-late,trace,crash", str(out)), out
+
+
+def test_stop_resume_nan_and_crash_agree_over_the_ranks(launch: tuple[subprocess.CompletedProcess[str], Path]) -> None:
+    done, tmp_path = launch
     assert (tmp_path / "nan-rank1.json").is_file(), done.stdout[-2000:] + done.stderr[-6000:]
     # Ctrl-C on rank 1: both ranks stop after the same step; last.pt holds each rank's loader position.
     stopped, resumed = _ranks_out(tmp_path, "stop"), _ranks_out(tmp_path, "resume")
@@ -167,8 +174,47 @@ def test_stop_resume_nan_and_crash_agree_over_the_ranks(tmp_path: Path) -> None:
     assert done.returncode != 0 and "rank 1 breaks down" in done.stderr
 
 
+# Recorded from fit before it was split into named steps (see test_fit_golden.py), per rank.
+TRACE_ENVIRONMENT = "torch 2.14.1, x86_64, AVX2"
+TRACE_GOLDEN: list[dict[str, Any]] = [
+    {
+        "collectives": "a64dde2d78959ac8e4100e16efb93fd476ab9125db072dcad38846ea54a78f8d",
+        "calls": 42,
+        "weights": "683eb5335534b718be9d8e7258d0952ba6c93f36bf89ebe5d4a845dcbe7a81f1",
+        "history": "439b1ed6b675b471df84187c9772f89cd27ea57a5022e31277e17f5b4f08df7b",
+        "trimmed": 1,
+        "environment": "torch 2.14.1, x86_64, AVX2",
+        "events": "5ecfc01b5daba049cd38eb44e6338e0e6f075e193d80ce1b3840520564778128",
+        "last": "be9757a3285bd0c19c9ac4597c2491d3d80c5a304f50a6351e74a8ca420196fc",
+        "best": "2641817a235ab2a044f686b3f4771e561680dbe504da548b08cf2f41fe0b99d9",
+    },
+    {
+        "collectives": "09e9a9e216dc1c0f8bd574104a3db86c66a5a8c20107d75dab5941293511f0e4",
+        "calls": 42,
+        "weights": "683eb5335534b718be9d8e7258d0952ba6c93f36bf89ebe5d4a845dcbe7a81f1",
+        "history": "439b1ed6b675b471df84187c9772f89cd27ea57a5022e31277e17f5b4f08df7b",
+        "trimmed": 1,
+        "environment": "torch 2.14.1, x86_64, AVX2",
+    },
+]
+
+
+def test_two_ranks_make_the_recorded_collectives_and_weights_bit_for_bit(
+        launch: tuple[subprocess.CompletedProcess[str], Path]) -> None:
+    done, out = launch
+    assert (out / "trace-rank1.json").is_file(), done.stdout[-2000:] + done.stderr[-6000:]
+    a, b = _ranks_out(out, "trace")
+    # The same collectives in the same order on both ranks, one set of weights; one sample trimmed a epoch.
+    assert a["calls"] == b["calls"] and a["weights"] == b["weights"] and a["history"] == b["history"]
+    assert a["trimmed"] == 1
+    print(f"\nTRACE_GOLDEN {json.dumps([a, b])}")  # to re-record: pytest -s -k recorded
+    if a["environment"] != TRACE_ENVIRONMENT:
+        pytest.skip(f"the golden digests pin {TRACE_ENVIRONMENT}; this is {a['environment']}")
+    assert [a, b] == TRACE_GOLDEN
+
+
 def test_a_mid_epoch_checkpoint_resumes_on_its_own_number_of_ranks_only(tmp_path: Path) -> None:
-    from stoker.train.loop import _my_partial
+    from stoker.train.run import _my_partial
 
     partial = {"epoch": 2, "phase": "train", "loader": {}, "train": {}, "train_timer": {}, "lr": 0.1, "world_size": 2,
                "ranks": [{"loader": {"r": 0}, "train": {}, "train_timer": {}}, {"loader": {"r": 1}, "train": {}, "train_timer": {}}]}
