@@ -125,15 +125,11 @@ class RemoteLocation(Location):
         """The bytes of this object (or of ``name`` inside this folder), of at most ``max_bytes``."""
         path = self._p(name)
         try:
-            if max_bytes is None:
-                return bytes(self.fs.cat_file(path))
-            with self.fs.open(path, "rb") as f:  # one request, as for a whole read; a larger object stops at the limit
-                data = bytes(f.read(max_bytes + 1))
+            if max_bytes is not None and (size := int(self.fs.size(path))) > max_bytes:  # a HEAD, then one GET
+                raise DataError(f"{self.url_of(name)}: {size:,} bytes, larger than {max_bytes:,} bytes")
+            return bytes(self.fs.cat_file(path))
         except FileNotFoundError:
             raise MissingFileError(f"{self.url_of(name)}: not found") from None
-        if len(data) > max_bytes:
-            raise DataError(f"{self.url_of(name)}: larger than {max_bytes:,} bytes")
-        return data
 
     # -- listing --------------------------------------------------------------------------
     def _entries(self, refresh: bool = False) -> list[dict[str, Any]]:
