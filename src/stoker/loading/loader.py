@@ -10,7 +10,7 @@ from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from itertools import islice
-from typing import Any, cast
+from typing import Any
 
 import numpy as np
 import torch
@@ -29,7 +29,15 @@ from torch.utils.data import (
 from stoker.errors import ConfigError, StokerError
 from stoker.loading.backends import BACKENDS, Backend
 from stoker.loading.collate import Batch, collate, to_device
+from stoker.loading.contract import (
+    SupportsCollate,
+    SupportsEpoch,
+    SupportsGetItems,
+    SupportsIterFrom,
+    SupportsLoaderDefaults,
+)
 from stoker.loading.skips import Skipped
+from stoker.loading.steps import EqualSteps, ranks_in_step, steps_are_certain
 
 __all__ = ["BACKENDS", "LOADER_STATE_FORMAT", "Backend", "Loader", "RankSlice", "iter_from", "make_loader", "resolve_device"]
 
@@ -82,9 +90,8 @@ def iter_from(dataset: Iterable[Any], start: int) -> Iterator[Any]:
     """
     if start <= 0:
         return iter(dataset)
-    method = getattr(dataset, "iter_from", None)
-    if callable(method):
-        return cast(Iterator[Any], method(start))
+    if isinstance(dataset, SupportsIterFrom):
+        return dataset.iter_from(start)
     log.info("resuming %s: it has no iter_from(start), so its first %d items are read and discarded",
              type(dataset).__name__, start)
     return islice(iter(dataset), start, None)
@@ -156,7 +163,7 @@ class _Positioned(IterableDataset):
         info = get_worker_info()
         worker = info.id if info is not None else 0
         epoch, start = int(self.control[0]), int(self.control[1 + worker])
-        if hasattr(self.dataset, "set_epoch"):
+        if isinstance(self.dataset, SupportsEpoch):
             self.dataset.set_epoch(epoch)
         return iter_from(self.dataset, start)
 
@@ -269,6 +276,7 @@ class Loader:
         seed: int,
         collate_fn: Callable[[Any], Any],
         sampler: Sampler[int] | None,
+        even: bool = True,
     ) -> None:
         self.dataset = dataset
         self.batch_size = batch_size
@@ -287,10 +295,12 @@ class Loader:
         self._sampler_generator = torch.Generator()
         self._iterable = isinstance(dataset, IterableDataset)
         self._distributed = isinstance(sampler, DistributedSampler | RankSlice)
+        self._even = even
         # Samples of an epoch no rank reads: the tail an even split drops (counted on rank 0 only).
-        self.split_trimmed = 0
+        self._split_tail = 0
         if isinstance(sampler, DistributedSampler) and sampler.drop_last and sampler.rank == 0:
-            self.split_trimmed = len(dataset) - sampler.total_size  # type: ignore[arg-type]
+            self._split_tail = len(dataset) - sampler.total_size  # type: ignore[arg-type]
+        self.trimmed = 0
         if self._iterable:
             self._sampler: Sampler[int] | None = None
         elif sampler is not None:
@@ -433,7 +443,7 @@ class Loader:
         self._sampler_generator.manual_seed(self.seed * 1_000_003 + self.epoch)
         if self._distributed:
             self._sampler.set_epoch(self.epoch)  # type: ignore[union-attr]
-        if hasattr(self.dataset, "set_epoch"):
+        if isinstance(self.dataset, SupportsEpoch):
             self.dataset.set_epoch(self.epoch)
         self._restart_epoch()
         self.skipped = []
@@ -450,6 +460,25 @@ class Loader:
         batches: Iterator[Any] = self._iter_process(self._dataloader) if self._dataloader is not None else self._iter_threads()
         if self._iterable and self._slots > 1:
             batches = _in_worker_order(batches, self._slots, self._next_worker)
+        # Every rank the same number of batches: known for an even map-style split that cannot
+        # skip; agreed at every step for the rest (stoker.loading.steps).
+        steps = EqualSteps(self._counted(batches)) if self._agrees() else None
+        self.trimmed = self._split_tail
+        for item in steps if steps is not None else self._counted(batches):
+            yield to_device(item.data if isinstance(item, Batch) else item, self.device, non_blocking=self._pin)
+        if steps is not None:
+            self.trimmed += steps.trimmed
+        if self.skipped:
+            shown = "; ".join(f"{s.key}: {s.reason}" for s in self.skipped[:3])
+            log.warning(
+                "skipped %d bad sample(s) in epoch %d (on_error='skip'): %s%s",
+                len(self.skipped), self.epoch, shown, " ..." if len(self.skipped) > 3 else "",
+            )
+        self.epoch += 1
+        self._restart_epoch()
+
+    def _counted(self, batches: Iterator[Any]) -> Iterator[Any]:
+        """The epoch's batches as they arrive, its position and skips counted; a batch left empty is not yielded."""
         for item in batches:
             self._batches_done += 1
             if isinstance(item, _FromWorker):
@@ -460,16 +489,27 @@ class Loader:
                 self.skipped.extend(item.skipped)
                 if item.size == 0:
                     continue
-                item = item.data
-            yield to_device(item, self.device, non_blocking=self._pin)
-        if self.skipped:
-            shown = "; ".join(f"{s.key}: {s.reason}" for s in self.skipped[:3])
-            log.warning(
-                "skipped %d bad sample(s) in epoch %d (on_error='skip'): %s%s",
-                len(self.skipped), self.epoch, shown, " ..." if len(self.skipped) > 3 else "",
-            )
-        self.epoch += 1
-        self._restart_epoch()
+            yield item
+
+    @property
+    def equal_steps(self) -> bool:
+        """Whether every rank of the process group gets the same number of batches from this loader.
+
+        True for a loader made with ``even=True`` (the default): under an initialised
+        process group with several ranks, each epoch yields the same number of batches on
+        every rank, in any loop (see :mod:`stoker.loading.steps`); ``False`` for
+        ``even=False`` (validation), whose ranks' shares may differ by a batch.
+        """
+        return self._even
+
+    @property
+    def split_trimmed(self) -> int:
+        """The old name of :attr:`trimmed` (``fit`` reads it until it reads ``trimmed``)."""
+        return self.trimmed
+
+    def _agrees(self) -> bool:
+        """Whether this epoch's ranks agree at every step: even, several ranks, and the counts not known equal."""
+        return self._even and ranks_in_step() and not steps_are_certain(self.dataset, self._sampler)
 
     def _iter_process(self, dataloader: DataLoader) -> Iterator[Any]:
         try:
@@ -479,7 +519,7 @@ class Loader:
 
     def _iter_threads(self) -> Iterator[Any]:
         """Fetch batches on a thread pool, in order, with a bounded number in flight."""
-        fetch = getattr(self.dataset, "__getitems__", None)
+        fetch = self.dataset.__getitems__ if isinstance(self.dataset, SupportsGetItems) else None
 
         def load(indices: list[int]) -> Any:
             samples = fetch(indices) if fetch is not None else [self.dataset[i] for i in indices]
@@ -593,7 +633,7 @@ def make_loader(
     """
     if batch_size < 1:
         raise ConfigError(f"batch_size must be >= 1, got {batch_size}")
-    defaults = getattr(dataset, "loader_defaults", None) or {}
+    defaults = (dataset.loader_defaults or {}) if isinstance(dataset, SupportsLoaderDefaults) else {}
     if num_workers is None:
         num_workers = int(defaults.get("num_workers", min(4, os.cpu_count() or 1)))
     if backend is None:
@@ -627,6 +667,7 @@ def make_loader(
         persistent_workers=persistent_workers,
         backend=backend,
         seed=seed,
-        collate_fn=collate_fn or cast(Callable[[Any], Any], getattr(dataset, "collate_fn", collate)),
+        collate_fn=collate_fn or (dataset.collate_fn if isinstance(dataset, SupportsCollate) else collate),
         sampler=sampler,
+        even=even,
     )

@@ -1,0 +1,199 @@
+"""Equal steps on every rank: one implementation of "every rank yields the same number of batches".
+
+Under ``DistributedDataParallel`` every training step runs collectives (the gradient
+all-reduce in ``backward``). A rank with one batch more than another reaches a
+collective the others never join: gloo fails with "collective mismatch", NCCL hangs.
+Readers split an epoch by rank, and the parts need not give the same number of batches
+(a stream's ranks differ by a sample, a batch whose samples were all bad is left out),
+so the guarantee lives here, in the loading layer, where every loop gets it: a
+hand-written one, Lightning's, and ``fit``.
+
+It is kept in one of two ways:
+
+* **By construction**, where every rank's number of batches is known to be the same
+  before the epoch starts (:func:`steps_are_certain`): a map-style data set under the
+  even rank split (a ``DistributedSampler``: every rank the same number of indices, so
+  the same batches) read with ``on_error="raise"`` (a bad sample raises, so no batch can
+  come out empty and be left out). Nothing is exchanged.
+* **By agreement**, where it is not: iterable readers (``Pipe``, ``ShardStream``, any
+  ``IterableDataset``), map-style readers that may skip bad samples, a loader of
+  someone else's. :class:`EqualSteps` takes this rank's next batch, then the ranks
+  agree in one all-reduce of one number whether each still has one; the first time
+  any rank has none, every rank stops at that same step. The batches this rank still
+  had are read to the end (a few at most; so the workers finish their epoch and what
+  they counted is complete) and their samples counted in :attr:`EqualSteps.trimmed`.
+
+The agreement runs over the default process group when it can take CPU tensors (gloo,
+or a group with a gloo part); under a NCCL-only group it runs on a gloo group made for
+it once (:func:`flag_group`), so the handshake never waits for the GPU to finish the
+step before (a CUDA flag would make the host wait for the device at every step). Every
+rank makes that group at its first agreement, the same point of the same loop.
+
+Example:
+    >>> steps = EqualSteps([[1, 2], [3]])  # alone: every batch, nothing trimmed
+    >>> [len(b) for b in steps], steps.trimmed
+    ([2, 1], 0)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any, Generic, TypeVar
+
+import torch
+import torch.distributed as dist
+from torch.utils.data import Dataset, DistributedSampler, IterableDataset, Sampler
+
+from stoker.loading.collate import Batch
+from stoker.loading.contract import SupportsOnError
+
+__all__ = ["EqualSteps", "batch_samples", "flag_group", "ranks_in_step", "steps_are_certain"]
+
+T = TypeVar("T")
+
+_flag_groups: dict[int, Any] = {}  # id of a default process group -> the gloo group its flags go over
+
+
+def ranks_in_step() -> bool:
+    """Whether there are ranks to keep in step: ``torch.distributed`` is initialised with more than one."""
+    return dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
+
+
+def steps_are_certain(dataset: Dataset | IterableDataset, sampler: Sampler[int] | None) -> bool:
+    """Whether every rank yields the same number of batches of ``dataset`` without agreeing on it.
+
+    True for a map-style data set split by a ``DistributedSampler`` (every rank draws the
+    same number of indices, so makes the same number of batches) whose reader raises on
+    a bad sample (:class:`~stoker.loading.contract.SupportsOnError` with ``"raise"``), so
+    that every batch made is yielded. Anything else (an iterable, a reader that skips or
+    does not say) is agreed on at every step.
+    """
+    if isinstance(dataset, IterableDataset) or not isinstance(sampler, DistributedSampler):
+        return False
+    return isinstance(dataset, SupportsOnError) and dataset.on_error == "raise"
+
+
+def batch_samples(batch: Any) -> int:
+    """Samples in a batch: a :class:`Batch`'s size, else the length of its first tensor (or of the batch).
+
+    Used to count what :class:`EqualSteps` trims. ``(images, labels)``, ``[images,
+    labels]``, ``{"image": ...}`` and a bare tensor count their first dimension; an
+    object without a length counts as one sample.
+
+    Example:
+        >>> batch_samples((torch.zeros(4, 3, 2, 2), torch.zeros(4)))
+        4
+    """
+    if isinstance(batch, Batch):
+        return batch.size
+    if isinstance(batch, torch.Tensor):
+        return int(batch.shape[0]) if batch.dim() else 1
+    if isinstance(batch, dict):
+        return batch_samples(next(iter(batch.values()))) if batch else 0
+    if isinstance(batch, list | tuple):
+        if batch and isinstance(batch[0], torch.Tensor | list | tuple | dict | Batch):
+            return batch_samples(batch[0])
+        return len(batch)
+    try:
+        return len(batch)
+    except TypeError:
+        return 1
+
+
+def flag_group() -> Any:
+    """The process group the ranks' per-step flags go over: a CPU-capable one (see the module docs).
+
+    The default group when it takes CPU tensors; under a NCCL-only default group a gloo
+    group made on first use and kept for that default group (making it is a collective:
+    every rank calls this at the same point, as every rank's first agreement is).
+    """
+    world = dist.group.WORLD
+    backend = str(dist.get_backend()).lower()
+    if "gloo" in backend or "mpi" in backend or backend.startswith("cpu:") or not dist.is_gloo_available():
+        return world
+    key = id(world)
+    if key not in _flag_groups:
+        _flag_groups[key] = dist.new_group(backend="gloo")
+    return _flag_groups[key]
+
+
+def _flag_device(group: Any) -> torch.device:
+    """Where the flag tensor lives: the CPU, unless the group is device-only (NCCL without gloo)."""
+    backend = str(dist.get_backend(group)).lower()
+    if backend == "nccl":
+        return torch.device("cuda", torch.cuda.current_device())
+    return torch.device("cpu")
+
+
+class EqualSteps(Generic[T]):
+    """Iterates any iterable of batches so that every rank yields the same number of them.
+
+    Each pass over it is one pass over ``batches``. Under an initialised process group
+    with more than one rank, before each batch the ranks agree (one all-reduce of one
+    number) whether every rank still has one; the first time a rank has none, every
+    rank stops at that step, reads the rest of its own batches without yielding them and
+    counts their samples in :attr:`trimmed`. Alone (or without ``torch.distributed``) it
+    yields every batch and exchanges nothing. Every rank must iterate it in step: the
+    same loop, one ``EqualSteps`` pass per epoch on every rank.
+
+    Args:
+        batches: any iterable of batches: a stoker :class:`~stoker.Loader`'s inner
+            stream, a torch ``DataLoader``, a generator (iterated once per pass).
+        samples: how many samples a batch holds (for :attr:`trimmed`); default
+            :func:`batch_samples`.
+
+    Attributes:
+        trimmed: samples this rank read in the last pass but did not yield, so that
+            every rank ran the same number of steps (a sum over ranks is the total).
+        steps: batches yielded in the last (or current) pass, the same on every rank.
+        trimmed_batches: batches this rank read in the last pass but did not yield.
+
+    Example:
+        >>> loader = torch.utils.data.DataLoader(dataset, batch_size=50)  # doctest: +SKIP
+        >>> steps = EqualSteps(loader)  # doctest: +SKIP
+        >>> for images, labels in steps:  # the same number of steps on every rank  # doctest: +SKIP
+        ...     ddp_model(images).sum().backward()
+        >>> steps.trimmed  # doctest: +SKIP
+        1
+    """
+
+    def __init__(self, batches: Iterable[T], *, samples: Callable[[T], int] = batch_samples) -> None:
+        self.batches = batches
+        self.samples = samples
+        self.trimmed = 0
+        self.trimmed_batches = 0
+        self.steps = 0
+
+    def __iter__(self) -> Iterator[T]:
+        self.trimmed = self.trimmed_batches = self.steps = 0
+        stream = iter(self.batches)
+        if not ranks_in_step():
+            for batch in stream:
+                self.steps += 1
+                yield batch
+            return
+        group = flag_group()
+        flag = torch.zeros(1, dtype=torch.int32, device=_flag_device(group))
+        out = False  # this rank has no batch left
+        while True:
+            try:
+                batch = next(stream)
+            except StopIteration:
+                out = True
+            flag.fill_(0 if out else 1)
+            dist.all_reduce(flag, op=dist.ReduceOp.MIN, group=group)  # 1: every rank has a batch
+            if int(flag.item()) == 0:
+                break
+            self.steps += 1
+            yield batch
+        if not out:  # another rank is out: read the rest of this rank's (a few at most) and count it
+            self._trim(batch)
+            for rest in stream:
+                self._trim(rest)
+
+    def _trim(self, batch: T) -> None:
+        self.trimmed += self.samples(batch)
+        self.trimmed_batches += 1
+
+    def __repr__(self) -> str:
+        return f"EqualSteps({self.batches!r})"
