@@ -47,7 +47,7 @@ from torch.utils.data import Dataset, DistributedSampler, IterableDataset, Sampl
 from stoker.loading.collate import Batch
 from stoker.loading.contract import SupportsOnError
 
-__all__ = ["EqualSteps", "batch_samples", "flag_group", "ranks_in_step", "steps_are_certain"]
+__all__ = ["EqualSteps", "batch_samples", "every_rank_has_a_batch", "flag_group", "ranks_in_step", "steps_are_certain"]
 
 T = TypeVar("T")
 
@@ -117,6 +117,23 @@ def flag_group() -> Any:
     return _flag_groups[key]
 
 
+def every_rank_has_a_batch() -> Callable[[bool], bool]:
+    """The per-step agreement of :class:`EqualSteps`: ``agree(mine)`` is whether every rank said True.
+
+    One all-reduce (``MIN``) of one ``int32`` over :func:`flag_group`, on the device that
+    group's backend takes; every rank must call it the same number of times.
+    """
+    group = flag_group()
+    flag = torch.zeros(1, dtype=torch.int32, device=_flag_device(group))
+
+    def agree(mine: bool) -> bool:
+        flag.fill_(1 if mine else 0)
+        dist.all_reduce(flag, op=dist.ReduceOp.MIN, group=group)
+        return bool(flag.item())
+
+    return agree
+
+
 def _flag_device(group: Any) -> torch.device:
     """Where the flag tensor lives: the CPU, unless the group is device-only (NCCL without gloo)."""
     backend = str(dist.get_backend(group)).lower()
@@ -141,6 +158,11 @@ class EqualSteps(Generic[T]):
             stream, a torch ``DataLoader``, a generator (iterated once per pass).
         samples: how many samples a batch holds (for :attr:`trimmed`); default
             :func:`batch_samples`.
+        agree: how the ranks agree at each step: called with whether this rank has a
+            batch, returns whether every rank has one (called the same number of times
+            on every rank); default: one all-reduce over the process group
+            (:func:`every_rank_has_a_batch`), none when alone. For another launcher's
+            channel, or a test of the rule.
 
     Attributes:
         trimmed: samples this rank read in the last pass but did not yield, so that
@@ -157,9 +179,16 @@ class EqualSteps(Generic[T]):
         1
     """
 
-    def __init__(self, batches: Iterable[T], *, samples: Callable[[T], int] = batch_samples) -> None:
+    def __init__(
+        self,
+        batches: Iterable[T],
+        *,
+        samples: Callable[[T], int] = batch_samples,
+        agree: Callable[[bool], bool] | None = None,
+    ) -> None:
         self.batches = batches
         self.samples = samples
+        self.agree = agree
         self.trimmed = 0
         self.trimmed_batches = 0
         self.steps = 0
@@ -167,22 +196,21 @@ class EqualSteps(Generic[T]):
     def __iter__(self) -> Iterator[T]:
         self.trimmed = self.trimmed_batches = self.steps = 0
         stream = iter(self.batches)
-        if not ranks_in_step():
-            for batch in stream:
-                self.steps += 1
-                yield batch
-            return
-        group = flag_group()
-        flag = torch.zeros(1, dtype=torch.int32, device=_flag_device(group))
+        agree = self.agree
+        if agree is None:
+            if not ranks_in_step():
+                for batch in stream:
+                    self.steps += 1
+                    yield batch
+                return
+            agree = every_rank_has_a_batch()
         out = False  # this rank has no batch left
         while True:
             try:
                 batch = next(stream)
             except StopIteration:
                 out = True
-            flag.fill_(0 if out else 1)
-            dist.all_reduce(flag, op=dist.ReduceOp.MIN, group=group)  # 1: every rank has a batch
-            if int(flag.item()) == 0:
+            if not agree(not out):
                 break
             self.steps += 1
             yield batch
