@@ -2,7 +2,8 @@
 
 The launch runs a hand-written DDP loop (no ``fit``) over every reader through
 ``equal_steps_script.py``; a hang or a gloo "collective mismatch" fails it (the
-subprocess timeout bounds a hang). The property test runs the real :class:`EqualSteps`
+subprocess timeout bounds a hang). A second launch runs Lightning's
+``Trainer(strategy="ddp")`` over a stoker loader (``lightning_script.py``). The property test runs the real :class:`EqualSteps`
 on several ranks at once (threads agreeing through a barrier) over the batches each
 reader gives each rank, for any ranks, workers, data size and batch size.
 """
@@ -78,6 +79,22 @@ def test_a_hand_written_ddp_loop_runs_equal_steps_over_every_reader(tmp_path: Pa
     # rank 0's first batch was all bad (dropped): 9 batches to rank 1's 10; rank 1 trims its last 50.
     assert [a["readers"]["skipping"][0][k] for k in ("trimmed", "skipped")] == [1, 50]
     assert [b["readers"]["skipping"][0][k] for k in ("trimmed", "skipped")] == [50, 0]
+
+
+@pytest.mark.skipif(not dist.is_available() or not dist.is_gloo_available(), reason="needs torch.distributed with gloo")
+def test_lightning_ddp_over_a_stoker_loader_runs_equal_steps(tmp_path: Path) -> None:
+    pytest.importorskip("lightning")
+    script = SCRIPT.with_name("lightning_script.py")
+    done = subprocess.run([sys.executable, str(script), str(tmp_path)], env=_env(), capture_output=True, text=True,
+                          timeout=TIMEOUT_S, cwd=tmp_path)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-4000:]
+    a, b = (json.loads((tmp_path / f"lightning-rank{r}.json").read_text())["epochs"] for r in (0, 1))
+    assert len(a) == len(b) == 2
+    for x, y in zip(a, b, strict=True):
+        # A Pipe of 1,001 over 2 ranks x 2 workers: 11 and 10 batches; both ran 10, rank 0 trimmed its last sample.
+        assert x["steps"] == y["steps"] == 10 and (x["trimmed"], y["trimmed"]) == (1, 0)
+        seen = x["seen"] + y["seen"]
+        assert len(seen) == len(set(seen)) == N - 1 and set(seen) <= set(range(N))
 
 
 # -- the rule, over ranks x workers x sizes x batch sizes (threads as ranks) ------------------
