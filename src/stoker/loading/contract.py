@@ -17,7 +17,7 @@ claim in their class line, so mypy checks every signature:
 
 Example:
     >>> class Squares:
-    ...     def set_epoch(self, epoch: int) -> None: ...
+    ...     def set_epoch(self, epoch: int, /) -> None: ...
     >>> isinstance(Squares(), SupportsEpoch)
     True
 """
@@ -45,7 +45,7 @@ __all__ = [
 class SupportsEpoch(Protocol):
     """A reader whose order depends on the epoch (as ``DistributedSampler.set_epoch``)."""
 
-    def set_epoch(self, epoch: int) -> None:
+    def set_epoch(self, epoch: int, /) -> None:
         """Read the order of ``epoch`` on the next iteration.
 
         The loader calls it before every epoch, in the main process and (for an
@@ -59,7 +59,7 @@ class SupportsEpoch(Protocol):
 class SupportsIterFrom(Protocol):
     """An iterable that can start at a position of its epoch without reading what comes before."""
 
-    def iter_from(self, start: int) -> Iterator[Any]:
+    def iter_from(self, start: int, /) -> Iterator[Any]:
         """This process's items of the current epoch from item ``start`` on (``iter_from(0)`` is ``iter``).
 
         The items must be exactly those an uninterrupted pass gives after its first
@@ -73,7 +73,7 @@ class SupportsIterFrom(Protocol):
 class SupportsGetItems(Protocol):
     """A map-style reader that reads a batch of samples in one call (torch's ``__getitems__``)."""
 
-    def __getitems__(self, indices: list[int]) -> Sequence[Any]:
+    def __getitems__(self, indices: list[int], /) -> Sequence[Any]:
         """The samples (or :class:`~stoker.loading.skips.Skipped` markers) at ``indices``, in order.
 
         Torch's DataLoader and stoker's thread backend call it once per batch, so a
@@ -87,7 +87,7 @@ class SupportsGetItems(Protocol):
 class SupportsCollate(Protocol):
     """A reader that makes its own batches (the loader's default ``collate_fn``)."""
 
-    def collate_fn(self, samples: Any) -> Any:
+    def collate_fn(self, samples: Any, /) -> Any:
         """One batch from what a batch's reads returned (a list of samples, or ``__getitems__``'s result).
 
         Returning a :class:`~stoker.loading.collate.Batch` lets the loader count the bad
@@ -128,7 +128,7 @@ class MapReader(SupportsGetItems, SupportsOnError, Protocol):
         """Samples in the data set (the loader's sampler draws indices below it)."""
         ...
 
-    def __getitem__(self, index: int) -> Any:
+    def __getitem__(self, index: int, /) -> Any:
         """Sample ``index``: ``(image, label)``, or a ``Skipped`` marker under ``on_error="skip"``."""
         ...
 

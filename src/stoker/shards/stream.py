@@ -26,6 +26,7 @@ from torch.utils.data import IterableDataset, get_worker_info
 
 from stoker.errors import ConfigError
 from stoker.loading.collate import collate
+from stoker.loading.contract import StreamReader
 from stoker.loading.placement import distributed_placement
 from stoker.loading.skips import OnError, Skipped
 from stoker.shards.cache import read_ahead
@@ -112,7 +113,7 @@ def stream_order(
     return _buffer_shuffle(mine, shuffle_buffer, np.random.default_rng([seed & 0xFFFFFFFF, epoch & 0xFFFFFFFF, me + 1]))
 
 
-class ShardStream(IterableDataset):
+class ShardStream(IterableDataset, StreamReader):
     """An iterable torch Dataset over one split of a shard set: every sample once per epoch.
 
     Use it where an iterable data set is wanted (streaming-style training, several
