@@ -258,8 +258,23 @@ class Loader:
     batches and labels are exact; with ``num_workers=0`` the transforms draw from the
     process's global generators, which ``fit`` saves, and are exact too.
 
+    Under ``torch.distributed`` (made with ``even=True``, the default) every rank gets the
+    same number of batches each epoch, whatever the reader, so any loop over it — a
+    hand-written DDP loop, Lightning's, ``fit`` — runs the same steps on every rank and
+    cannot reach a collective the others miss (see :mod:`stoker.loading.steps`). Where the
+    count is known (a map-style data set under the even split, read with
+    ``on_error="raise"``) nothing is exchanged; otherwise (a ``Pipe``, a ``ShardStream``,
+    any iterable, a reader that skips bad samples) the ranks agree before each batch in
+    one small all-reduce, every rank stops at the step where the first one runs out, and
+    the rest of this rank's epoch is read without being yielded.
+
     Attributes:
         skipped: bad samples skipped in the last epoch (``on_error="skip"``).
+        trimmed: samples of the last epoch left out so that every rank ran the same
+            number of steps: this rank's batches past the step where the first rank ran
+            out, plus, on rank 0 only, the ``len % world_size`` samples the even
+            map-style split leaves out; a sum over ranks is the epoch's total. 0 alone
+            and for ``even=False``.
     """
 
     def __init__(
@@ -593,7 +608,14 @@ def make_loader(
 
     Batches come out already on ``device`` (non-blocking copies from pinned memory when
     it is CUDA). Shuffling is seeded per epoch, every worker gets a distinct seed, and
-    under ``torch.distributed`` each rank reads its own part of every epoch.
+    under ``torch.distributed`` each rank reads its own part of every epoch and (with
+    ``even=True``) every rank gets the same number of batches, so a DDP loop of your own
+    cannot hang or fail on a collective one rank misses; what that leaves out is counted
+    in :attr:`Loader.trimmed`.
+
+    What the loader asks of a data set beyond torch's protocol (``set_epoch``,
+    ``iter_from``, ``__getitems__``, ``collate_fn``, ``loader_defaults``, ``on_error``)
+    is written down in :mod:`stoker.loading.contract`.
 
     Args:
         dataset: any torch Dataset: a stoker layout, a ``ShardDataset``, a ``Pipe``...
@@ -616,12 +638,16 @@ def make_loader(
         distributed: split a map-style data set by rank; default: when
             ``torch.distributed`` is initialised. (Iterable data sets, ``Pipe`` and
             ``ShardStream``, split themselves by rank.)
-        even: with ``distributed``, give every rank the same number of samples (for
-            training: every rank then runs the same number of steps): a
-            ``DistributedSampler`` that drops the last ``len % world_size`` samples
-            of each (shuffled) epoch rather than repeat any. ``False``: every sample
-            exactly once over the ranks, shares differing by one (for validation;
-            see :class:`RankSlice`).
+        even: under ``torch.distributed``, every rank yields the same number of
+            batches each epoch, in any loop (hand-written, Lightning, ``fit``), for
+            training: a map-style data set gets a ``DistributedSampler`` that drops the
+            last ``len % world_size`` samples of each (shuffled) epoch rather than
+            repeat any; where the ranks' counts can still differ (iterables, readers
+            that skip bad samples) the ranks agree before each batch and all stop at
+            the step where the first runs out. What is left out is counted in
+            :attr:`Loader.trimmed`. ``False``: no agreement, every sample exactly once
+            over the ranks, shares differing by one (for validation; see
+            :class:`RankSlice`); run no collective inside such a loop.
 
     Returns:
         A :class:`Loader`; iterate it once per epoch.
