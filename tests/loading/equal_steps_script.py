@@ -2,8 +2,8 @@
 
 Usage: ``torchrun ... equal_steps_script.py OUT FOLDERS PACKED``. No ``fit``: the loop a user
 writes, over ``make_loader`` of every reader (1,001 samples, 2 workers, batch 50, 2 epochs,
-a DDP model doing backward at every step), plus a plain torch DataLoader wrapped in
-``EqualSteps``. Every rank writes ``OUT/rank<R>.json``: per reader and epoch the steps it
+a DDP model doing backward at every step), plus a plain torch DataLoader and a stoker loader
+wrapped in ``EqualSteps``. Every rank writes ``OUT/rank<R>.json``: per reader and epoch the steps it
 ran, the sample numbers it trained on, ``loader.trimmed``, the bad samples skipped and
 how many agreements (``all_reduce`` calls from stoker) it made.
 """
@@ -81,8 +81,11 @@ def main(out: Path, folders: str, packed: str) -> None:
                                       device="cpu"),
         "folders": lambda: make_loader(ClassFolderDataset(folders), batch_size=50, num_workers=2, device="cpu"),
         "shards": lambda: make_loader(ShardDataset(packed), batch_size=50, num_workers=2, device="cpu"),
-        "skipping": lambda: make_loader(SkipsSome(), batch_size=50, num_workers=2, device="cpu", shuffle=False),
+        "skipping": lambda: make_loader(SkipsSome(), batch_size=50, num_workers=0, device="cpu", shuffle=False),
         "dataloader": lambda: EqualSteps(DataLoader(mine, batch_size=50)),
+        # fit's way: wrap whatever loader it is given; a stoker loader keeps the ranks in step itself (agrees once).
+        "wrapped": lambda: EqualSteps(make_loader(Pipe.from_iterable(range(N)).shard().map(numbered), batch_size=50,
+                                                  num_workers=0, device="cpu")),
     }
     record: dict[str, list[dict[str, Any]]] = {}
     for name, make in readers.items():
@@ -98,7 +101,7 @@ def main(out: Path, folders: str, packed: str) -> None:
                 seen.extend(sample_ids(images))
             record[name].append({
                 "steps": steps, "seen": seen, "trimmed": loader.trimmed, "agreements": agreements[0],
-                "skipped": len(getattr(loader, "skipped", ())), "equal_steps": getattr(loader, "equal_steps", None),
+                "skipped": len(getattr(loader, "skipped", ())), "equal_steps": loader.equal_steps,
             })
     digest = hashlib.sha256(b"".join(p.detach().numpy().tobytes() for p in model.parameters())).hexdigest()
     (out / f"rank{rank}.json").write_text(json.dumps({"readers": record, "digest": digest}))

@@ -38,7 +38,7 @@ Example:
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, Protocol, TypeVar, runtime_checkable
 
 import torch
 import torch.distributed as dist
@@ -47,11 +47,30 @@ from torch.utils.data import Dataset, DistributedSampler, IterableDataset, Sampl
 from stoker.loading.collate import Batch
 from stoker.loading.contract import SupportsOnError
 
-__all__ = ["EqualSteps", "batch_samples", "every_rank_has_a_batch", "flag_group", "ranks_in_step", "steps_are_certain"]
+__all__ = ["EqualSteps", "KeepsStepsEqual", "batch_samples", "every_rank_has_a_batch", "flag_group", "ranks_in_step", "steps_are_certain"]
 
 T = TypeVar("T")
 
 _flag_groups: dict[int, Any] = {}  # id of a default process group -> the gloo group its flags go over
+
+
+@runtime_checkable
+class KeepsStepsEqual(Protocol):
+    """An iterable of batches that keeps the ranks in step itself (a stoker :class:`~stoker.Loader`).
+
+    :class:`EqualSteps` passes such an iterable through when ``equal_steps`` is true,
+    and takes ``trimmed`` from it, so wrapping any loader never agrees twice.
+    """
+
+    @property
+    def equal_steps(self) -> bool:
+        """Whether every rank gets the same number of batches from a pass."""
+        ...
+
+    @property
+    def trimmed(self) -> int:
+        """Samples the last pass left out on this rank to keep the ranks in step."""
+        ...
 
 
 def ranks_in_step() -> bool:
@@ -153,9 +172,13 @@ class EqualSteps(Generic[T]):
     yields every batch and exchanges nothing. Every rank must iterate it in step: the
     same loop, one ``EqualSteps`` pass per epoch on every rank.
 
+    A stoker :class:`~stoker.Loader` made with ``even=True`` keeps the ranks in step
+    itself (:class:`KeepsStepsEqual`): it is passed through, and :attr:`trimmed` is
+    its own, so ``EqualSteps(any_loader)`` is safe for every loader and agrees once.
+
     Args:
-        batches: any iterable of batches: a stoker :class:`~stoker.Loader`'s inner
-            stream, a torch ``DataLoader``, a generator (iterated once per pass).
+        batches: any iterable of batches: a torch ``DataLoader``, a stoker loader, a
+            generator (iterated once per pass).
         samples: how many samples a batch holds (for :attr:`trimmed`); default
             :func:`batch_samples`.
         agree: how the ranks agree at each step: called with whether this rank has a
@@ -195,15 +218,18 @@ class EqualSteps(Generic[T]):
 
     def __iter__(self) -> Iterator[T]:
         self.trimmed = self.trimmed_batches = self.steps = 0
-        stream = iter(self.batches)
         agree = self.agree
+        source = self.batches
         if agree is None:
-            if not ranks_in_step():
-                for batch in stream:
+            keeper = source if isinstance(source, KeepsStepsEqual) and source.equal_steps else None
+            if keeper is not None or not ranks_in_step():
+                for batch in source:
                     self.steps += 1
                     yield batch
+                self.trimmed = keeper.trimmed if keeper is not None else 0
                 return
             agree = every_rank_has_a_batch()
+        stream = iter(source)
         out = False  # this rank has no batch left
         while True:
             try:
@@ -218,6 +244,11 @@ class EqualSteps(Generic[T]):
             self._trim(batch)
             for rest in stream:
                 self._trim(rest)
+
+    @property
+    def equal_steps(self) -> bool:
+        """Always true: every rank gets the same number of batches from a pass (so wrapping it again agrees once)."""
+        return True
 
     def _trim(self, batch: T) -> None:
         self.trimmed += self.samples(batch)
