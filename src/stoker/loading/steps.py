@@ -51,7 +51,7 @@ __all__ = ["EqualSteps", "KeepsStepsEqual", "batch_samples", "every_rank_has_a_b
 
 T = TypeVar("T")
 
-_flag_groups: dict[int, Any] = {}  # id of a default process group -> the gloo group its flags go over
+_flag_group: list[Any] = []  # [default process group, the gloo group its flags go over] once made
 
 
 @runtime_checkable
@@ -130,10 +130,9 @@ def flag_group() -> Any:
     backend = str(dist.get_backend()).lower()
     if "gloo" in backend or "mpi" in backend or backend.startswith("cpu:") or not dist.is_gloo_available():
         return world
-    key = id(world)
-    if key not in _flag_groups:
-        _flag_groups[key] = dist.new_group(backend="gloo")
-    return _flag_groups[key]
+    if not _flag_group or _flag_group[0] is not world:  # none yet, or made for a group since destroyed
+        _flag_group[:] = [world, dist.new_group(backend="gloo")]
+    return _flag_group[1]
 
 
 def every_rank_has_a_batch() -> Callable[[bool], bool]:
