@@ -72,7 +72,8 @@ def _seed_worker(worker_id: int) -> None:
 def iter_from(dataset: Iterable[Any], start: int) -> Iterator[Any]:
     """Iterate ``dataset`` from its item ``start`` on, as cheaply as it allows.
 
-    A data set with an ``iter_from(start)`` method (``Pipe``, ``ShardStream``) passes
+    A data set with an ``iter_from(start)`` method
+    (:class:`~stoker.loading.contract.SupportsIterFrom`: ``Pipe``, ``ShardStream``) passes
     over the first items without reading or decoding them; any other iterable is read
     from the beginning and the first ``start`` items are thrown away (logged, since it
     costs as much as reading them).
