@@ -28,6 +28,7 @@ from torch.utils.data import IterableDataset
 
 from stoker.errors import ConfigError
 from stoker.loading.collate import collate
+from stoker.loading.contract import StreamReader
 from stoker.loading.placement import distributed_placement
 from stoker.pipes.compose import Step, compose
 from stoker.pipes.context import Context
@@ -43,7 +44,7 @@ T = TypeVar("T")
 U = TypeVar("U")
 
 
-class Pipe(IterableDataset[T]):
+class Pipe(IterableDataset[T], StreamReader):
     """A streaming dataset built from a source and a chain of stages.
 
     Build one with :meth:`from_iterable` or :meth:`list_files`, then chain stages. Stages

@@ -12,6 +12,7 @@ from torch.utils.data import Dataset
 from stoker.decode import decode_sample
 from stoker.errors import ConfigError, DataError, MissingFileError
 from stoker.fs import where
+from stoker.loading.contract import MapReader
 from stoker.loading.skips import OnError, Skipped
 from stoker.sources.index import SampleIndex
 from stoker.sources.splitting import stratified_split
@@ -41,7 +42,7 @@ def _size(shape: torch.Size) -> str:
     return "x".join(str(v) for v in shape[-2:]) + (f" ({shape[0]} channels)" if len(shape) == 3 else "")
 
 
-class FileDataset(Dataset):
+class FileDataset(Dataset, MapReader):
     """A map-style torch Dataset that reads and decodes one file per sample.
 
     Every layout (:class:`IdDataset`, :class:`LabelFileDataset`,
