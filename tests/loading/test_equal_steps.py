@@ -24,8 +24,8 @@ import torch.distributed as dist
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from PIL import Image
-from torch.utils.data import DistributedSampler
 
+from stoker.loading.samplers import EpochSampler, RankSlice
 from stoker.loading.steps import EqualSteps, batch_samples, steps_are_certain
 from stoker.pipes import Pipe
 from stoker.shards import stream_order
@@ -113,7 +113,7 @@ def _round_robin(per_worker: list[Batches]) -> Batches:
 
 
 def _map_style(n: int, rank: int, world: int, workers: int, batch: int, bad: frozenset[int]) -> Batches:
-    sampler = DistributedSampler(range(n), num_replicas=world, rank=rank, shuffle=True, seed=0, drop_last=True)
+    sampler = EpochSampler(range(n), rank, world, shuffle=True, seed=0, even=True)
     kept = [[i for i in b if i not in bad] for b in _batched(list(sampler), batch)]
     return [b for b in kept if b]  # the loader does not yield a batch whose samples were all bad
 
@@ -202,8 +202,9 @@ def test_the_count_is_known_only_for_an_even_map_style_split_of_a_raising_reader
     class Reader(list[int]):
         on_error = "raise"
 
-    even = DistributedSampler(range(5), num_replicas=2, rank=0, drop_last=True)
+    even = EpochSampler(range(5), 0, 2, even=True)
     assert steps_are_certain(Reader(range(5)), even)
+    assert not steps_are_certain(Reader(range(5)), RankSlice(range(5), 0, 2))  # uneven: validation's split
     skipping = Reader(range(5))
     skipping.on_error = "skip"
     assert not steps_are_certain(skipping, even)

@@ -218,7 +218,7 @@ def test_a_distributed_sampler_resumes_too(data: dict[str, Path], tmp_path: Path
     try:
         def new_loader() -> Any:
             loader = make_loader(ClassFolderDataset(data["both"]), batch_size=BATCH, num_workers=0, device="cpu", seed=5)
-            assert loader._distributed  # the DistributedSampler path
+            assert loader._distributed  # the rank split (EpochSampler)
             return loader
 
         check_state_contract(new_loader, sorted([*range(N_A), *range(1000, 1000 + N_B)]), k=2)

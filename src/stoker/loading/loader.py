@@ -275,7 +275,7 @@ class Loader:
         self._even = even
         # Samples of an epoch no rank reads: the tail an even split drops (counted on rank 0 only).
         self._split_tail = sampler.trimmed if isinstance(sampler, EpochSampler) and sampler.rank == 0 else 0
-        self.trimmed = 0
+        self.trimmed = self._split_tail  # known before the first pass; each pass adds what the ranks' agreement left out
         if self._iterable:
             self._sampler: Sampler[int] | None = None
         elif sampler is not None:
@@ -319,7 +319,22 @@ class Loader:
         self.drop_last = drop_last
 
     def __len__(self) -> int:
-        """Number of batches per epoch (for map-style data sets)."""
+        """Number of batches per epoch.
+
+        Raises:
+            TypeError: an iterable data set read by several ranks in step (``even=True``
+                under ``torch.distributed``): how many batches the ranks run together is
+                known only as they read (they agree at every step), and a length that
+                differed between ranks would let a loop that stops at ``len(loader)``
+                (Lightning does) stop one rank before the others — a hang or a
+                collective mismatch. Iterate it to the end instead: every rank stops at
+                the same step.
+        """
+        if self._iterable and self._agrees():
+            raise TypeError(
+                f"len() of a Loader over a {type(self.dataset).__name__} read by several ranks in step is not known "
+                "before the epoch is read (the ranks agree at every step); iterate it to the end"
+            )
         if self._dataloader is not None:
             return len(self._dataloader)
         return len(self._batches)
@@ -477,11 +492,6 @@ class Loader:
         ``even=False`` (validation), whose ranks' shares may differ by a batch.
         """
         return self._even
-
-    @property
-    def split_trimmed(self) -> int:
-        """The old name of :attr:`trimmed` (``fit`` reads it until it reads ``trimmed``)."""
-        return self.trimmed
 
     def _agrees(self) -> bool:
         """Whether this epoch's ranks agree at every step: even, several ranks, and the counts not known equal."""

@@ -6,10 +6,12 @@ optimizer step. The batches' loss and hits stay on the device and are read back 
 ``sync_every`` batches (:class:`~stoker.train.tally.PendingBatches`), and always before a
 checkpoint, a stop and the end of a phase.
 
-Before every training step the ranks agree, in one small all-reduce, whether one of
-them is out of batches, whether a stop was asked for and whether a loss read back was
-not finite (:func:`agree_on_step`); a rank's batches past the shortest rank's are
-counted as trimmed (:func:`trimmed_share`).
+Every rank gets the same number of training batches from the loading layer's guarantee
+(:class:`~stoker.loading.EqualSteps`: a stoker loader keeps its ranks in step itself,
+any other loader is wrapped), which also counts what it trimmed; ``fit`` does not
+re-implement it. Before every training step the ranks agree, in one small all-reduce,
+whether a stop was asked for and whether a loss read back was not finite
+(:func:`agree_on_step`).
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ import contextlib
 import json
 import logging
 import math
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, cast
@@ -26,18 +28,19 @@ from typing import Any, cast
 import torch
 
 from stoker.errors import TrainingError
+from stoker.loading.steps import EqualSteps, KeepsStepsEqual
 from stoker.train.checkpoint import get_rng_state
 from stoker.train.distributed import Ranks
 from stoker.train.history import EpochStats
 from stoker.train.interrupt import StopRequest
 from stoker.train.loggers import Logger
-from stoker.train.resume import restore_loader
+from stoker.train.resume import restore_loader, restore_tally
 from stoker.train.run import Forward, Run
 from stoker.train.scenario import Scenario
 from stoker.train.tally import PendingBatches, Tally, mid_epoch_entry, notify_batch_end
 from stoker.train.timing import PhaseTimer
 
-__all__ = ["Trained", "agree_on_step", "batch_count", "forward_loss", "reduce_epoch", "train_epoch", "trimmed_share", "validate"]
+__all__ = ["Trained", "agree_on_step", "batch_count", "forward_loss", "reduce_epoch", "train_epoch", "validate"]
 
 log = logging.getLogger("stoker")
 
@@ -87,13 +90,15 @@ def train_epoch(run: Run, epoch: int, here: dict[str, Any] | None, stop: StopReq
     _set_epoch(s.train_loader, epoch - 1)  # the shuffle order is a function of the epoch
     trained = Trained(Tally("train", epoch, batch_count(s.train_loader)), PhaseTimer(run.device), s.optimizer.param_groups[0]["lr"])
     if here is not None:
-        trained.tally.load_state_dict(here["train"])
+        restore_tally(trained.tally, here["train"], run.last_path)
         trained.timer = PhaseTimer(run.device, **here["train_timer"])
         trained.lr = here["lr"]
         if here["phase"] == "train":
             restore_loader(s.train_loader, here["loader"], run.last_path, epoch)
     if here is None or here["phase"] == "train":
         _train_batches(run, trained, stop)
+    elif isinstance(s.train_loader, KeepsStepsEqual):  # trained before the stop: what its split leaves out
+        trained.trimmed = s.train_loader.trimmed
     if run.ranks.sum([trained.tally.samples])[0] == 0:
         raise TrainingError(f"epoch {epoch}: the train loader gave no batches; check the data and drop_last")
     trained.rng = get_rng_state()
@@ -103,7 +108,8 @@ def train_epoch(run: Run, epoch: int, here: dict[str, Any] | None, stop: StopReq
 def _train_batches(run: Run, trained: Trained, stop: StopRequest) -> None:
     """The batches of a training phase, from where its tally stands, with the ranks in step."""
     s, ranks, tally, epoch = run.scenario, run.ranks, trained.tally, trained.tally.epoch
-    stream, batch, first = trained.timer.iterate(s.train_loader), tally.batches, tally.batches
+    steps = EqualSteps(s.train_loader)  # every rank the same number of batches (stoker.loading.steps)
+    stream, batch, first = trained.timer.iterate(steps), tally.batches, tally.batches
     pending = PendingBatches(tally, run.sync_every)  # losses and hits not yet read back from the device
     report = _reporter(run.loggers, tally, trained.timer, stop)
     bad: tuple[int, float] | None = None  # (batch, loss) of the first non-finite loss read back
@@ -115,7 +121,8 @@ def _train_batches(run: Run, trained: Trained, stop: StopRequest) -> None:
         item = next(stream, None)
         if pending.full:
             bad = pending.flush(report)
-        ended, stopping, non_finite = agree_on_step(ranks, item, stop, bad)
+        ended = item is None  # at the same step on every rank: the loading layer keeps the ranks in step
+        stopping, non_finite = agree_on_step(ranks, stop, bad)
         # 4b. A checkpoint, a stop and the end of the epoch need exact figures: read back the rest first,
         #     so last.pt is never written after a bad loss.
         saving = batch > first and at_step and (stopping or _due(s, batch))
@@ -128,11 +135,11 @@ def _train_batches(run: Run, trained: Trained, stop: StopRequest) -> None:
         if saving:
             _save_mid_epoch(run, trained, position, stopping, batch)
         if ended:
-            trained.trimmed += trimmed_share(item, stream)
             break
         # 4d. One batch: forward, backward and, at the end of an accumulation window, the optimizer step.
         batch += 1
         pending.add(*_train_step(run, batch, *cast(Any, item)))
+    trained.trimmed = steps.trimmed  # what this rank had past the shortest rank's share (and the split's tail)
     if tally.batches % s.grad_accum:  # the last, partial accumulation window
         if run.no_sync is not None:
             ranks.average_gradients(run.model)  # its backward passes all ran under no_sync
@@ -153,32 +160,20 @@ def _train_step(run: Run, batch: int, images: torch.Tensor, labels: torch.Tensor
     return loss, hits, size
 
 
-def agree_on_step(ranks: Ranks, item: Any, stop: StopRequest, bad: tuple[int, float] | None) -> tuple[bool, bool, bool]:
+def agree_on_step(ranks: Ranks, stop: StopRequest, bad: tuple[int, float] | None) -> tuple[bool, bool]:
     """The handshake before every training step, in one small all-reduce (local when alone).
 
-    Every rank asks: is some rank out of batches (``ended``: this is how ``fit`` keeps
-    the ranks at equal steps, ending the epoch of all as soon as one has no batch; see
-    :func:`trimmed_share`), was a stop asked for on some rank (``stopping``), was a loss
-    read back not finite on some rank (``non_finite``)? Every rank calls it at the same
-    step with the same flags in the same order, so the sequence of collectives is the
-    same on all of them.
+    Every rank asks: was a stop asked for on some rank (``stopping``), was a loss read
+    back not finite on some rank (``non_finite``)? Every rank calls it at the same step
+    with the same flags in the same order, so the sequence of collectives is the same on
+    all of them. (Whether each rank still has a batch is the loader's to agree on:
+    :class:`~stoker.loading.EqualSteps`.)
 
     Returns:
-        ``(ended, stopping, non_finite)``, the same on every rank.
+        ``(stopping, non_finite)``, the same on every rank.
     """
-    ended, stopping, non_finite = ranks.agree(item is None, stop.requested, bad is not None)
-    return ended, stopping, non_finite
-
-
-def trimmed_share(item: Any, stream: Iterator[Any]) -> int:
-    """Samples this rank still had when the epoch ended for all (``item`` and the rest of ``stream``), to count them.
-
-    A rank's share is at most a few batches longer than the shortest rank's: reading
-    them costs little and makes ``EpochStats.trimmed`` exact.
-    """
-    if item is None:
-        return 0
-    return _size(item) + sum(_size(rest) for rest in stream)
+    stopping, non_finite = ranks.agree(stop.requested, bad is not None)
+    return stopping, non_finite
 
 
 def validate(run: Run, trained: Trained, stop: StopRequest) -> tuple[Tally, PhaseTimer]:
@@ -218,7 +213,7 @@ def reduce_epoch(run: Run, trained: Trained, valid: Tally, valid_timer: PhaseTim
     wait_s = train_timer.data_wait_s + valid_timer.data_wait_s
     (t_loss, t_hits, t_n, v_loss, v_hits, v_n, wait_sum, trimmed_all, skipped_all) = ranks.sum(
         [train.loss_sum, train.hits, train.samples, valid.loss_sum, valid.hits, valid.samples, wait_s,
-         trained.trimmed + getattr(s.train_loader, "split_trimmed", 0), skipped])
+         trained.trimmed, skipped])
     time_max, train_time_max, share_max = ranks.max([time_s, train_timer.wall_s, wait_s / time_s if time_s > 0 else 0.0])
     wait_mean = wait_sum / ranks.world_size
     if trimmed_all and ranks.main:
@@ -306,14 +301,6 @@ def _reporter(loggers: Sequence[Logger], tally: Tally, timer: PhaseTimer, stop: 
 def _say_saved(path: Path, epoch: int, where: str) -> None:
     log.warning("interrupted in epoch %d %s: %s holds this point; continue with --resume (stoker train --name RUN --resume)",
                 epoch, where, path)
-
-
-def _size(batch: Any) -> int:
-    """Samples in an ``(images, labels)`` batch."""
-    try:
-        return len(batch[1])
-    except (TypeError, IndexError):
-        return 0
 
 
 def _due(s: Scenario, batch: int) -> bool:

@@ -8,17 +8,17 @@ import random
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import torch
 from torch import nn
 
 from stoker.errors import ConfigError
-from stoker.loading import resolve_device
+from stoker.loading import Loader, resolve_device
 from stoker.train.config import OptimConfig, TrainConfig, parse_config
 from stoker.train.data import build_data, build_loaders
-from stoker.train.distributed import join_launch
+from stoker.train.distributed import Ranks, join_launch
 from stoker.train.history import History
 from stoker.train.loggers import Logger
 from stoker.train.loop import fit
@@ -148,12 +148,27 @@ def train_from_config(
     ranks = join_launch(config.run.device)
     try:
         device = ranks.device if ranks.active else resolve_device(config.run.device)
-        return _train(config, callbacks, echo if ranks.main else None, device)
+        return _train(config, callbacks, echo if ranks.main else None, device, ranks)
     finally:
         ranks.close()
 
 
-def _train(config: TrainConfig, callbacks: Sequence[Logger], echo: Echo | None, device: torch.device) -> RunResult:
+def _steps_per_epoch(loader: Loader, grad_accum: int, ranks: Ranks) -> int:
+    """Optimizer steps in an epoch, the same number on every rank (a schedule's length: the ranks' LRs must not differ).
+
+    A stream read by several ranks has no length before it is read (``len`` raises):
+    then at most its share's batches plus one short batch per worker, the most over ranks.
+    """
+    try:
+        batches = len(loader)
+    except TypeError:
+        share = len(cast(Any, loader.dataset))  # this rank's samples (stoker.order: len is the rank's share)
+        batches = math.ceil(share / loader.batch_size) + max(loader.num_workers, 1)
+    return int(ranks.max([math.ceil(batches / grad_accum)])[0])
+
+
+def _train(config: TrainConfig, callbacks: Sequence[Logger], echo: Echo | None, device: torch.device,
+           ranks: Ranks) -> RunResult:
     """:func:`train_from_config` once the ranks are joined: on ``device``, echoing on rank 0 only."""
     data = build_data(config.data, seed=config.run.seed)
     num_classes = config.model.num_classes or data.num_classes
@@ -164,7 +179,7 @@ def _train(config: TrainConfig, callbacks: Sequence[Logger], echo: Echo | None, 
     # 2. Model, loss, optimizer, schedule.
     model = build_model(config.model.name, num_classes)
     optimizer = build_optimizer(config.optim, model.parameters())
-    steps = math.ceil(len(train_loader) / config.run.grad_accum)
+    steps = _steps_per_epoch(train_loader, config.run.grad_accum, ranks)
     scheduler, interval = _build_scheduler(config.optim, optimizer, config.run.epochs, steps)
     loss_fn = nn.CrossEntropyLoss(label_smoothing=config.optim.label_smoothing)
     if echo is not None:
