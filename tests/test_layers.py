@@ -49,6 +49,7 @@ LAYERS: dict[str, int] = {
     "bench": 6,
     "demo": 6,  # the tour (exempt itself); only the CLI imports it
     "cli": 7,
+    "__main__": 7,  # `python -m stoker`: the CLI
 }
 EXEMPT = {"stoker/__init__.py", "stoker/demo.py"}
 
