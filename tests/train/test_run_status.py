@@ -55,6 +55,25 @@ def test_a_running_record_whose_rank0_process_is_gone_is_interrupted() -> None:
     assert run_status({}) == "unknown"
 
 
+def test_a_killed_rank0_not_yet_reaped_is_interrupted_too() -> None:
+    # A zombie: killed, its parent (here this test; in a container, maybe a first process that never waits) not
+    # having reaped it. It still answers kill(pid, 0), but it runs nothing.
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        record = {"status": "running", "pid": proc.pid, "host": socket.gethostname(), "world_size": 2}
+        assert run_status(record) == "running"
+        os.kill(proc.pid, signal.SIGKILL)
+        deadline = time.monotonic() + 30
+        while run_status(record) == "running" and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert run_status(record) == "interrupted"
+        assert proc.poll() is not None  # now reaped: still interrupted
+        assert run_status(record) == "interrupted"
+    finally:
+        proc.kill()
+        proc.wait(timeout=30)
+
+
 def test_a_run_killed_by_sigkill_is_interrupted_for_compare_and_resume(folders: Path, tmp_path: Path) -> None:
     runs = tmp_path / "runs"
     args = ["train", "--data", str(folders), "--epochs", "1000", "--batch-size", "32", "--workers", "0", "--device", "cpu",
