@@ -146,7 +146,12 @@ def run_status(record: Mapping[str, Any]) -> str:
 
 
 def describe_status(record: Mapping[str, Any]) -> str:
-    """One line on how the run of ``record`` stands, e.g. ``"interrupted (process 4242 on node1 is gone) after 3 epoch(s)"``."""
+    """One line on how the run of ``record`` stands (:func:`run_status`), with the epochs it finished.
+
+    Example:
+        >>> describe_status({"status": "finished", "summary": {"epochs_done": 3}})
+        'finished after 3 epoch(s)'
+    """
     status = run_status(record)
     epochs = (record.get("summary") or {}).get("epochs_done", 0)
     done = f" after {epochs} epoch(s)" if isinstance(epochs, int) else ""
