@@ -95,7 +95,7 @@ def test_torchrun_stoker_train_is_one_run_that_resumes_alone(tmp_path: Path) -> 
     assert [p.name for p in runs.iterdir()] == ["ddp"]
     run_dir = runs / "ddp"
     assert len(list(run_dir.glob("metrics.csv"))) == 1 and len(list(run_dir.glob("events.out.tfevents.*"))) == 1
-    assert done.stdout.count("2/2 - tLoss") == 1
+    assert done.stdout.count("2/2 - tLoss") == 1 and done.stdout.count("run folder:") == 1
     record = json.loads((run_dir / "run.json").read_text())
     assert record["world_size"] == 2 and record["status"] == "finished"
     for epoch in record["epochs"]:  # global figures: the even split trims n % 2; validation counts every sample once

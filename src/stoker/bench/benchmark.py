@@ -375,7 +375,7 @@ def quick_bench(
     Example:
         >>> quick_bench("stoker-demo/data/digiface")  # doctest: +SKIP
     """
-    from stoker.bench.report import recommendation, render_markdown
+    from stoker.bench.report import recommendation, render_markdown, result_notes
 
     plan = BenchPlan(data, workers=workers, batch_size=batch_size, max_seconds=max_seconds, size=size,
                      limits_time_s=0.5, progress=False)
@@ -383,7 +383,7 @@ def quick_bench(
     echo(render_markdown(result, details=False, recommend=False))  # the recommendation is the last line, once
     echo("")
     echo(f"Limits on this machine: {result.limits.summary()}.")
-    for note in result.notes():
+    for note in result_notes(result):
         echo(f"- {note}")
     echo("")
     echo(recommendation(result))

@@ -469,7 +469,7 @@ class _Writing:
             smoothing=0.1,
         ) as bar:
             if self.engine == "ray" and todo:
-                infos.update(write_on_ray(job, todo, bar))
+                infos.update(write_on_ray(_write_shard, job, todo, bar))
             else:
                 infos.update(_write_all(job, todo, workers, bar))
         manifest = Manifest(

@@ -34,6 +34,7 @@ from stoker.train.distributed import Ranks
 from stoker.train.history import EpochStats
 from stoker.train.interrupt import StopRequest
 from stoker.train.loggers import Logger
+from stoker.train.record import resume_command
 from stoker.train.resume import restore_loader, restore_tally
 from stoker.train.run import Forward, Run
 from stoker.train.scenario import Scenario
@@ -299,8 +300,8 @@ def _reporter(loggers: Sequence[Logger], tally: Tally, timer: PhaseTimer, stop: 
 
 
 def _say_saved(path: Path, epoch: int, where: str) -> None:
-    log.warning("interrupted in epoch %d %s: %s holds this point; continue with --resume (stoker train --name RUN --resume)",
-                epoch, where, path)
+    log.warning("interrupted in epoch %d %s: %s holds this point; continue with %s",
+                epoch, where, path, resume_command(path.parent.parent, path.parent.name))
 
 
 def _due(s: Scenario, batch: int) -> bool:
