@@ -6,7 +6,8 @@ them. They were re-recorded twice since, each time for a change that is meant to
 exactly what it changed: the one order module (every shuffled order and worker seed
 changed, README "Changes"), then equal steps moving into the loader (only
 ``collectives`` changed: ``fit``'s per-step ``agree`` lost its "out of batches" flag;
-every figure, weight, checkpoint and logger call stayed the same, compared case by case). Each case runs ``fit`` on a small fixed scenario on the CPU with one compute
+every figure, weight, checkpoint and logger call stayed the same, compared case by case),
+and the interrupted warning naming the resume command that runs (the log lines, in ``collectives``). Each case runs ``fit`` on a small fixed scenario on the CPU with one compute
 thread and no loader workers, and reduces what it did to SHA-256 digests of:
 
 * ``history``: every epoch's figures but the times (losses, accuracies, lr, samples,
@@ -335,7 +336,7 @@ GOLDEN: dict[str, dict[str, str]] = {
         "last": "768694e3b88653b4ec0b14d3aaa1bc5d6860571755a5bc9c02bd2f5f41baeff5",
         "best": "fc5febc8a6dcb4e6850dba210dc6aaa178d8d17c3ae6799e97dad0b214a87fde",
         "events": "c7e003a134d586c14dfa9ecda4130ed0699979a47c963b8d37c04d106b58715e",
-        "collectives": "2bce79dd2590d6ea4f31fce1b3b61483fd8333669d3327a31115b6a52afa3b52",
+        "collectives": "79b2e4b56f324e01ba321eee9fec8ece7c3d7c6c4c7fcc56702b224f803892f3",
     },
     "stop-valid": {
         "history": "56dcd6fa6914144597ebcd2971f32b0c4652a9c9cd771f41582948a57be96a22",
@@ -344,7 +345,7 @@ GOLDEN: dict[str, dict[str, str]] = {
         "last": "986dec7ccea967e8969c1235ef592ff038a5dc438ea51c496d56fff1453d1ea7",
         "best": "87f27b3e227c6b756077c5f003bc8ca14088071b9eb6c17e78264817cd1ea7c2",
         "events": "ec869966d207fed38082096dac97679a3caef487fd3fd065f20eacd9d6f03093",
-        "collectives": "0a3b09ad46a901c4432ec02bfc53699085394f5b3a947a5ccb3ac2d2e2c1df12",
+        "collectives": "1dff3948728d723169d5f50899d84a5c179fe772b4b0e6be31334b0e259527f8",
     },
     "nan-late": {
         "history": "701a884425d7bfc09382bd8e75794ad7dd2f20c38730f5b1be9ab33f4763490b",
