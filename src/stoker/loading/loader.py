@@ -258,6 +258,7 @@ class Loader:
         collate_fn: Callable[[Any], Any],
         sampler: Sampler[int] | None,
         even: bool = True,
+        split_later: bool = False,
     ) -> None:
         self.dataset = dataset
         self.batch_size = batch_size
@@ -273,6 +274,9 @@ class Loader:
         self._iterable = isinstance(dataset, IterableDataset)
         self._distributed = isinstance(sampler, EpochSampler)  # a rank's share (stoker.loading.samplers)
         self._even = even
+        self._shuffle = shuffle
+        # Made before the process group (Lightning starts it in trainer.fit): split by rank once there is one.
+        self._split_later = split_later and not self._iterable and not self._distributed
         # Samples of an epoch no rank reads: the tail an even split drops (counted on rank 0 only).
         self._split_tail = sampler.trimmed if isinstance(sampler, EpochSampler) and sampler.rank == 0 else 0
         self.trimmed = self._split_tail  # known before the first pass; each pass adds what the ranks' agreement left out
@@ -431,6 +435,8 @@ class Loader:
 
     def __iter__(self) -> Iterator[Any]:
         resume, self._pending = (self._pending if self._pending is not None and self._pending["epoch"] == self.epoch else None), None
+        if self._split_later and ranks_in_step():
+            self._split_by_rank()
         self._generator.manual_seed(epoch_seed(self.seed, self.epoch, WORKER_SEEDS))
         if isinstance(self._sampler, EpochSampler):
             self._sampler.set_epoch(self.epoch)
@@ -467,6 +473,24 @@ class Loader:
             )
         self.epoch += 1
         self._restart_epoch()
+
+    def _split_by_rank(self) -> None:
+        """Read this rank's share from now on: the process group started after this loader was made.
+
+        ``make_loader(distributed=None)`` means "split by rank under torch.distributed";
+        a loader made before the group exists (as a Lightning module's loader made before
+        ``trainer.fit`` starts the ranks) would otherwise read the whole data set on every
+        rank, each sample once per rank per epoch, with nothing said.
+        """
+        rank, world_size = torch.distributed.get_rank(), torch.distributed.get_world_size()
+        sampler = EpochSampler(self.dataset, rank, world_size, shuffle=self._shuffle, seed=self.seed, even=self._even)
+        self._split_later, self._distributed, self._sampler = False, True, sampler
+        if self._resume_sampler is not None:
+            self._resume_sampler.base = sampler  # what the DataLoader (or the thread pool's batches) draws from
+        self._split_tail = sampler.trimmed if rank == 0 else 0
+        self.trimmed = self._split_tail
+        log.info("the process group started after this loader was made: rank %d now reads its share (1 of %d) of %s",
+                 rank, world_size, type(self.dataset).__name__)
 
     def _counted(self, batches: Iterator[Any]) -> Iterator[Any]:
         """The epoch's batches as they arrive, its position and skips counted; a batch left empty is not yielded."""
@@ -607,8 +631,10 @@ def make_loader(
         collate_fn: batch maker; default: the data set's ``collate_fn`` attribute if it
             has one, else torch's default collate with bad-sample accounting.
         distributed: split a map-style data set by rank; default: when
-            ``torch.distributed`` is initialised. (Iterable data sets, ``Pipe`` and
-            ``ShardStream``, split themselves by rank.)
+            ``torch.distributed`` is initialised — when the loader is made, or, for a
+            loader made before the process group (a Lightning module's, before
+            ``trainer.fit`` starts the ranks), from the first epoch read under it.
+            (Iterable data sets, ``Pipe`` and ``ShardStream``, split themselves by rank.)
         even: under ``torch.distributed``, every rank yields the same number of
             batches each epoch, in any loop (hand-written, Lightning, ``fit``), for
             training: a map-style data set gets an
@@ -646,6 +672,7 @@ def make_loader(
     iterable = isinstance(dataset, IterableDataset)
     if backend == "thread" and iterable:
         raise ConfigError("backend='thread' needs a map-style data set; use backend='process' for a Pipe")
+    split_later = distributed is None  # no process group yet: the loader splits when one starts (Lightning)
     if distributed is None:
         distributed = torch.distributed.is_available() and torch.distributed.is_initialized()
     sampler: Sampler[int] | None = None
@@ -667,4 +694,5 @@ def make_loader(
         collate_fn=collate_fn or (dataset.collate_fn if isinstance(dataset, SupportsCollate) else collate),
         sampler=sampler,
         even=even,
+        split_later=split_later,
     )
