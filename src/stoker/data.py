@@ -332,8 +332,8 @@ class DataSplits(Mapping[str, Dataset]):
         try:
             return self.datasets[split]
         except KeyError:
-            hint = ("; hold out a share: open_data(..., valid=0.1), stoker train --set data.valid=0.1, "
-                    "or stoker pack ... --split valid=0.1") if split == "valid" else ""
+            hint = ("; hold out a share of train: `stoker train --valid-share 0.1`, `stoker pack ... --split valid=0.1`, "
+                    "or open_data(..., valid=0.1)") if split == "valid" else ""
             raise ConfigError(f"{self.where()}: has no split {split!r} (it has: {', '.join(self.datasets)}){hint}") from None
 
     def __iter__(self) -> Iterator[str]:

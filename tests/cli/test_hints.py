@@ -122,7 +122,7 @@ def test_every_hint_in_the_source_names_a_real_command_flags_and_extras() -> Non
         for flag in re.findall(r"(?<!\S)--[a-z][a-z0-9-]*", hint):
             if flag not in options | {"--help"}:
                 wrong.append(f"{where}: {hint!r}: `stoker {name}` has no {flag}")
-    from stoker.fs import _EXTRAS  # the extras the URL readers' hints fill in
+    from stoker.fs.remote import _EXTRAS  # the extras the URL readers' hints fill in
 
     wrong += [f"stoker.fs: pip install 'stoker[{e}]' is not an extra" for e in {*_EXTRAS.values(), "remote"} - extras]
     assert not wrong, "hints that would not run:\n" + "\n".join(wrong)
