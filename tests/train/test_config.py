@@ -235,3 +235,16 @@ def test_a_bad_flag_value_with_a_config_file_names_the_flag(tmp_path: Path, monk
     settings = settings.rename(tmp_path / "loader.toml")
     _, result = _run_train([str(path), "--loader-config", str(settings)], monkeypatch)
     assert str(result.exception).startswith(f"{settings}: data.workers must be a whole number >= 0"), str(result.exception)
+
+
+def test_resuming_a_run_that_does_not_exist_names_the_run_and_the_runs_there(tmp_path: Path) -> None:
+    """`stoker train --name my-run --resume` with no such run: not "data.path is not set"."""
+    from stoker.cli.train import train
+
+    (tmp_path / "runs" / "yesterday").mkdir(parents=True)
+    (tmp_path / "runs" / "yesterday" / "run.json").write_text("{}")
+    result = CliRunner().invoke(train, ["--log-dir", str(tmp_path / "runs"), "--name", "my-run", "--resume"])
+    assert result.exit_code != 0
+    message = str(result.exception) + result.output
+    assert "no run called 'my-run'" in message and "does not exist" in message and "yesterday" in message
+    assert "data.path" not in message

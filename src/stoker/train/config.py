@@ -346,6 +346,15 @@ def load_config(
     return config
 
 
+def _no_such_run(log_dir: Path, name: str) -> str:
+    """The message for ``--name NAME --resume`` when ``log_dir/NAME`` holds no run record."""
+    runs = sorted(p.parent.name for p in log_dir.glob("*/run.json") if p.parent.name != name) if log_dir.is_dir() else []
+    where = f"{log_dir / name}" + (" has no run.json" if (log_dir / name).is_dir() else " does not exist")
+    known = f"; runs in {log_dir}: {', '.join(runs[:8])}{' ...' if len(runs) > 8 else ''}" if runs else ""
+    return (f"no run called {name!r} to resume in {log_dir} ({where}){known}; check --name and --log-dir, "
+            "or start a new run with --data (without --resume)")
+
+
 def _with_the_runs_config(given: dict[str, Any], config: TrainConfig, source: str, origins: Mapping[str, str]) -> TrainConfig:
     """The config a resumed run continues with: its own, from ``run.json``, plus what was given.
 
@@ -359,6 +368,8 @@ def _with_the_runs_config(given: dict[str, Any], config: TrainConfig, source: st
     try:
         record = json.loads(record_path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
+        if not config.data.path:  # nothing to go on: say which run is missing, not which key
+            raise ConfigError(_no_such_run(Path(config.run.log_dir), str(config.run.name))) from None
         return config  # no record to follow: the given config it is (fit says if there is nothing to resume)
     stored_raw = record.get("config") if isinstance(record, dict) else None
     if not isinstance(stored_raw, dict) or not set(stored_raw) <= set(_TABLES) or not stored_raw:
