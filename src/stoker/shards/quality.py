@@ -26,6 +26,7 @@ Example:
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
@@ -46,7 +47,10 @@ __all__ = [
     "loader_stream_quality",
     "stream_name",
     "stream_quality",
+    "warn_if_poorly_mixed",
 ]
+
+log = logging.getLogger("stoker")
 
 _BUFFER_STEPS = 4  # larger buffers tried, each 4x the last (up to the rank's share)
 
@@ -262,9 +266,11 @@ def check_mixing(
         >>> check.ok, check.fix, check.fix_value
         (False, 'shards_at_once', 8)
     """
-    kwargs = dict(batch_size=batch_size, workers=workers, ranks=ranks, seed=seed)
-    quality = loader_stream_quality(labels, shard_sizes, num_classes, shuffle_buffer=shuffle_buffer,
-                                    shards_at_once=shards_at_once, **kwargs)
+    def score(buffer: int, at_once: int) -> ShuffleQuality:
+        return loader_stream_quality(labels, shard_sizes, num_classes, batch_size=batch_size, workers=workers,
+                                     ranks=ranks, seed=seed, shuffle_buffer=buffer, shards_at_once=at_once)
+
+    quality = score(shuffle_buffer, shards_at_once)
     found = MixingCheck(quality, int(batch_size), int(workers), int(ranks), int(shuffle_buffer), int(shards_at_once))
     if quality.ok or not find_fix:
         return found
@@ -273,8 +279,7 @@ def check_mixing(
     k = shards_at_once
     while k < most:
         k = min(2 * k, most)
-        tried = loader_stream_quality(labels, shard_sizes, num_classes, shuffle_buffer=shuffle_buffer,
-                                      shards_at_once=k, **kwargs)
+        tried = score(shuffle_buffer, k)
         if tried.ok:
             return replace(found, fix="shards_at_once", fix_value=k, fixed=tried)
     share = -(-len(labels) // ranks)
@@ -283,13 +288,10 @@ def check_mixing(
         if buffer >= share:
             break
         buffer = min(4 * buffer, share)
-        tried = loader_stream_quality(labels, shard_sizes, num_classes, shuffle_buffer=buffer,
-                                      shards_at_once=shards_at_once, **kwargs)
+        tried = score(buffer, shards_at_once)
         if tried.ok:
             return replace(found, fix="shuffle_buffer", fix_value=buffer, fixed=tried)
-    limited = most < shards and loader_stream_quality(
-        labels, shard_sizes, num_classes, shuffle_buffer=shuffle_buffer, shards_at_once=shards, **kwargs
-    ).ok
+    limited = most < shards and score(shuffle_buffer, shards).ok  # the cache keeps it from reading enough at once
     return replace(found, fix="repack", limited_by_cache=limited)
 
 
@@ -358,3 +360,27 @@ def check_stream(stream: ShardStream, batch_size: int, num_workers: int, world_s
         batch_size=batch_size, workers=num_workers, ranks=ranks, seed=stream.seed, shuffle_buffer=stream.shuffle_buffer,
         shards_at_once=stream.shards_at_once, most_shards_at_once=most,
     )
+
+
+def warn_if_poorly_mixed(stream: ShardStream, batch_size: int, num_workers: int) -> MixingCheck | None:
+    """Run :func:`check_stream` once and, when the stream is not well mixed, say so on the ``stoker`` logger.
+
+    What training calls before its first epoch (:class:`~stoker.train.Scenario` does, for
+    a loader over a ShardStream). Only rank 0 measures and speaks (every rank would find
+    the same); a set at a URL not yet in the cache is not measured, and that is said too.
+
+    Returns:
+        The check (rank 0), or ``None`` where nothing was measured.
+    """
+    if stream.placement()[0] != 0:
+        return None
+    check = check_stream(stream, batch_size, num_workers)
+    where = f"{stream.dataset.root} ({stream.dataset.split})"
+    if check is None:
+        if stream.shuffle:
+            log.info("%s: the mixing of this ShardStream is not measured before its shards are in the cache; "
+                     "`stoker inspect %s --workers %d` measures it", where, stream.dataset.root, num_workers)
+        return None
+    if not check.ok:
+        log.warning("%s", check.warning(where))
+    return check
