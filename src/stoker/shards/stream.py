@@ -4,13 +4,13 @@ Each epoch, the shards of the split are put in a seeded random order
 (:func:`stoker.order.permutation` of the shards) and cut into groups of at most
 ``shards_at_once`` consecutive shards, as equal as they can be: :data:`SHARDS_AT_ONCE`
 (32) for a local set, :data:`REMOTE_SHARDS_AT_ONCE` (8) for a set at a URL, or fewer
-when the cache holds fewer. The rows of a group are merged at
-random (drawn from ``(INTERLEAVE,)`` of the epoch; each shard's rows keep their stored
-order, so each file is still read in runs), and the groups laid end to end. Every
-stretch of that sequence therefore holds rows of a whole group of shards, so a batch
-mixes the classes of about ``shards_at_once`` shards however the pack was cut (with
-one shard at a time, a class-sorted pack cut into shards of one class gave batches of
-one class each whenever the buffer held about one shard).
+when the cache holds fewer. The rows of a group are merged at random (drawn from
+``(INTERLEAVE,)`` of the epoch; each shard's rows keep their stored order, so each file
+is still read in runs), and the groups laid end to end. Every stretch of that sequence
+holds rows of a whole group of shards, so a batch mixes the classes of about
+``shards_at_once`` shards however the pack was cut. (One shard at a time, a class-sorted
+pack cut into shards of one class gave batches of about one class whenever the buffer
+held about one shard.)
 
 That sequence is split by the rule of :mod:`stoker.order`: rank ``r`` of ``R`` takes
 every ``R``-th row (so the ranks' shares differ by at most one sample), and deals its
@@ -27,9 +27,9 @@ each shard of the group is a file in the local cache, so a reader holds at most
 ``shards_at_once`` to fit, see :func:`shards_at_once_for`).
 
 ``len(stream)`` is what this rank reads per epoch, all its workers together, as for
-every stoker reader. How well the batches of a stream are mixed, as a DataLoader with
-workers delivers them on each rank, is measured by :mod:`stoker.shards.quality`
-(:meth:`ShardStream.check_mixing`).
+every stoker reader. How well a stream's batches are mixed, as a DataLoader with
+workers delivers them on each rank, and what setting would fix a poor mix, is measured
+by :func:`stoker.shards.quality.check_stream` (training runs it before the first epoch).
 """
 
 from __future__ import annotations
@@ -50,7 +50,15 @@ from stoker.order import BUFFER, INTERLEAVE, buffer_shuffle, check_placement, ep
 from stoker.shards.cache import read_ahead
 from stoker.shards.dataset import ShardDataset
 
-__all__ = ["BLOCK_ROWS", "REMOTE_SHARDS_AT_ONCE", "SHARDS_AT_ONCE", "ShardStream", "shard_groups", "shards_at_once_for", "stream_order"]
+__all__ = [
+    "BLOCK_ROWS",
+    "REMOTE_SHARDS_AT_ONCE",
+    "SHARDS_AT_ONCE",
+    "ShardStream",
+    "shard_groups",
+    "shards_at_once_for",
+    "stream_order",
+]
 
 BLOCK_ROWS = 64  # rows a worker takes at a time: small enough to interleave, large enough to read in runs
 # Shards whose rows are merged into one stretch of the epoch: a batch mixes about this many
