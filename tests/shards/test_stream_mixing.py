@@ -8,7 +8,9 @@ too small on purpose), training, ``stoker inspect`` and the check say so, with t
 
 from __future__ import annotations
 
+import json
 import logging
+import multiprocessing
 from pathlib import Path
 
 import numpy as np
@@ -122,3 +124,45 @@ def test_training_says_before_the_first_epoch_when_the_stream_is_poorly_mixed(
         _scenario(ShardStream(packs["sorted"], shuffle_buffer=2, shards_at_once=1))  # too small on purpose
     warned = [r.getMessage() for r in caplog.records if "not well mixed" in r.getMessage()]
     assert len(warned) == 1 and "shards_at_once=" in warned[0] and str(packs["sorted"]) in warned[0], warned
+
+
+def _gloo_rank(rank: int, folder: str, sorted_pack: str) -> None:
+    import torch.distributed as dist
+
+    from stoker.shards.quality import warn_if_poorly_mixed
+
+    dist.init_process_group("gloo", init_method=f"file://{folder}/rendezvous", rank=rank, world_size=2)
+    try:
+        stream = ShardStream(sorted_pack, shuffle_buffer=8, seed=5)  # placement from torch.distributed
+        batches = _batches(stream, workers=2)
+        poor = warn_if_poorly_mixed(ShardStream(sorted_pack, shuffle_buffer=2, shards_at_once=1), BATCH, 2)
+        found = {"batches": batches, "len": len(stream), "warned": None if poor is None else poor.warning("x")}
+        Path(folder, f"rank{rank}.json").write_text(json.dumps(found))
+    finally:
+        dist.destroy_process_group()
+
+
+def test_two_gloo_ranks_with_two_workers_read_mixed_batches_once_and_rank_0_warns(
+    packs: dict[str, Path], tmp_path: Path
+) -> None:
+    context = multiprocessing.get_context("fork")  # no re-import of torch: a few seconds, not tens
+    ranks = [context.Process(target=_gloo_rank, args=(rank, str(tmp_path), str(packs["sorted"]))) for rank in range(2)]
+    for process in ranks:
+        process.start()
+    for process in ranks:
+        process.join(timeout=120)
+        if process.is_alive():
+            process.kill()
+            pytest.fail("a rank did not finish in 120 s")
+        assert process.exitcode == 0
+    found = [json.loads((tmp_path / f"rank{rank}.json").read_text()) for rank in range(2)]
+    seen = [label for mine in found for batch in mine["batches"] for label in batch]
+    assert sorted(seen) == sorted(np.repeat(np.arange(CLASSES), PER_CLASS).tolist())  # exactly once
+    assert [sum(len(b) for b in mine["batches"]) for mine in found] == [mine["len"] for mine in found] == [200, 200]
+    shuffled = ShardStream(packs["shuffled"], shuffle=False)
+    reference = loader_label_streams(np.asarray(shuffled.dataset.labels), [PER_CLASS] * CLASSES, batch_size=BATCH,
+                                     workers=2, ranks=2, seed=5, shuffle_buffer=8)
+    expected = np.mean([len(set(s[i : i + BATCH].tolist())) for s in reference for i in range(0, len(s) - BATCH + 1, BATCH)])
+    got = np.mean([len(set(b)) for mine in found for b in mine["batches"] if len(b) == BATCH])
+    assert got >= 0.9 * expected, (got, expected)
+    assert found[1]["warned"] is None and "is not well mixed" in found[0]["warned"]  # measured and said on rank 0 only
