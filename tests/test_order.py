@@ -82,7 +82,7 @@ def test_golden_pipe_shuffle_then_shard() -> None:
 
 def test_golden_shard_stream() -> None:
     """Pinned since ShardStream reads several shards at once (issue 21): the default merges all four
-    shards here (32 at once), ``shards_at_once=2`` merges two groups of two, one after the other."""
+    shards here (32 at once), ``shards_at_once=2`` two groups of two, one after the other."""
 
     def read(epoch: int, **at_once: int) -> dict[tuple[int, int], list[int]]:
         return {
@@ -95,6 +95,11 @@ def test_golden_shard_stream() -> None:
                        (1, 0): [12, 3, 22, 18, 5, 2], (1, 1): [8, 20, 1, 21, 16, 17]}
     assert read(1) == {(0, 0): [0, 9, 6, 21, 16, 19], (0, 1): [3, 2, 17, 5, 20, 8],
                        (1, 0): [13, 7, 14, 10, 12, 22], (1, 1): [4, 18, 23, 1, 11, 15]}
+    # one shard at a time reads exactly the orders of the version before (pinned then)
+    assert read(0, shards_at_once=1) == {(0, 0): [8, 0, 16, 4, 12, 20], (0, 1): [10, 14, 18, 6, 2, 22],
+                                         (1, 0): [17, 1, 5, 13, 21, 9], (1, 1): [15, 11, 7, 3, 19, 23]}
+    assert read(1, shards_at_once=1) == {(0, 0): [12, 6, 16, 10, 2, 20], (0, 1): [22, 18, 0, 4, 8, 14],
+                                         (1, 0): [21, 17, 7, 3, 13, 11], (1, 1): [23, 19, 1, 15, 5, 9]}
     assert read(0, shards_at_once=2) == {(0, 0): [9, 17, 13, 21, 12, 22], (0, 1): [0, 7, 3, 8, 19, 23],
                                          (1, 0): [14, 11, 1, 6, 2, 10], (1, 1): [15, 18, 16, 20, 4, 5]}
     assert read(1, shards_at_once=2) == {(0, 0): [18, 17, 12, 7, 9, 16], (0, 1): [6, 21, 10, 4, 1, 13],
