@@ -20,6 +20,7 @@ from stoker.loading.samplers import EpochSampler, RankSlice
 from stoker.mixing import simulate_buffer_shuffle
 from stoker.order import (
     BUFFER,
+    INTERLEAVE,
     WORKER_SEEDS,
     buffer_shuffle,
     epoch_rng,
@@ -165,8 +166,9 @@ def test_a_full_buffer_is_the_permutation_and_a_buffer_of_one_keeps_the_order() 
 
 def test_streams_and_epochs_draw_independent_numbers() -> None:
     seeds = {epoch_seed(0, 0), epoch_seed(0, 1), epoch_seed(1, 0), epoch_seed(0, 0, 0), epoch_seed(0, 0, BUFFER, 0, 0),
-             epoch_seed(0, 0, BUFFER, 0, 1), epoch_seed(0, 0, BUFFER, 1, 0), epoch_seed(2**32, 0), epoch_seed(-1, 0)}
-    assert len(seeds) == 9
+             epoch_seed(0, 0, BUFFER, 0, 1), epoch_seed(0, 0, BUFFER, 1, 0), epoch_seed(2**32, 0), epoch_seed(-1, 0),
+             epoch_seed(0, 0, INTERLEAVE)}
+    assert len(seeds) == 10
     assert all(0 <= s < 2**63 for s in seeds)
 
 
