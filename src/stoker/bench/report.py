@@ -167,7 +167,7 @@ def result_notes(result: BenchResult) -> list[str]:
                 "repack them shuffled (`stoker pack` without --no-shuffle) or read them map-style (ShardDataset)")
             notes.append(
                 f"a ShardStream over the {store} shards is not well mixed as a loader delivers it ({shown}): its batches "
-                f"hold fewer classes than a shuffle gives. To fix it, {fix} (the shards-* methods above read map-style)."
+                f"hold fewer classes than a shuffle gives. To fix it, {fix}. The shards-* methods above read map-style."
             )
     if any(r.status == "partial" for r in result.runs):
         notes.append(
