@@ -211,6 +211,8 @@ class ShardStream(IterableDataset):
             :data:`REMOTE_SHARDS_AT_ONCE` (8) for a URL. Fewer when the split has fewer,
             or when a remote set's ``cache_limit`` holds fewer (see
             :func:`shards_at_once_for`); the attribute ``shards_at_once`` is the number used.
+            The epoch's order depends on it: to read a local copy and its URL in the same
+            order (and resume one from the other), give both the same value.
 
     Example:
         >>> stream = ShardStream("packed", split="train", shuffle_buffer=10_000)  # doctest: +SKIP
