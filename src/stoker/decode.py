@@ -1,7 +1,10 @@
 """Turn the bytes of one sample file into a uint8 RGB CHW tensor, in one place.
 
-Images decode with torchvision.io (libjpeg-turbo, libpng); PIL is the fallback for
-formats torchvision cannot read. ``.pt`` files load with ``weights_only=True`` and
+PNGs decode with Pillow (never torchvision's libpng, which crashes the process on some
+damaged files); every other image with torchvision.io (libjpeg-turbo for JPEG), and
+Pillow where torchvision cannot read it. (JPEGs of encoded shards read at a known size
+take a faster path first, :mod:`stoker.jpeg`, which comes back here when it cannot be
+sure of its result.) ``.pt`` files load with ``weights_only=True`` and
 ``.npy`` files with ``allow_pickle=False``: opening a stranger's data never runs code.
 Grayscale, grayscale+alpha and RGBA all become RGB here and nowhere else.
 """
@@ -69,10 +72,13 @@ def decode_image(
 ) -> torch.Tensor:
     """Decode an encoded image (JPEG, PNG, WEBP, GIF, BMP, TIFF) to a uint8 RGB CHW tensor.
 
-    The bytes are checked before a decoder sees them: a PNG's chunks, CRCs and whole
-    compressed stream (so that libpng never fails half way, where torchvision crashes),
-    and the width and height a header declares against ``max_pixels``. A multi-frame
-    image (an animated GIF) gives its first frame; 16-bit samples are scaled to 8 bits.
+    The bytes are checked before a decoder sees them: the width and height a header
+    declares against ``max_pixels``, and a PNG's chunk lengths and CRCs (for a message
+    naming the damaged chunk). A PNG's compressed stream is not checked beforehand: PNGs
+    go to Pillow, which raises on a bad stream (a :class:`DecodeError` here) where
+    torchvision's libpng crashes the process. Other formats go to torchvision.io, and to
+    Pillow when it cannot read them. A multi-frame image (an animated GIF) gives its first
+    frame; 16-bit samples are scaled to 8 bits.
 
     Args:
         data: the encoded bytes of the file.

@@ -50,7 +50,7 @@ def _rank_main(rank: int, folder: str) -> None:
         found = {}
         for even in (True, False):
             loader = make_loader(list(range(11)), batch_size=2, num_workers=0, device=None, seed=4, even=even)  # type: ignore[arg-type]
-            found[str(even)] = {"epochs": _epochs(loader, 2), "trimmed": loader.split_trimmed, "batches": len(loader)}
+            found[str(even)] = {"epochs": _epochs(loader, 2), "trimmed": loader.trimmed, "batches": len(loader)}
         Path(folder, f"rank{rank}.json").write_text(json.dumps(found))
     finally:
         dist.destroy_process_group()
