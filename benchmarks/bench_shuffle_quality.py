@@ -8,11 +8,18 @@ permutation, 0 = as bad as class-sorted) for:
 * a shard stream (shard order shuffled, then a per-reader buffer, as ``ShardStream``
   reads) over shards packed from class-sorted data without shuffling, and from shuffled
   data (what ``stoker pack`` does), for several shard sizes and buffers;
-* a ``Pipe`` shuffle buffer over files listed class by class, for several buffers.
+* a ``Pipe`` shuffle buffer over files listed class by class, for several buffers;
+* a class-sorted pack cut into shards of one class each (``stoker pack d p --no-shuffle
+  --shard-samples N``), read as a DataLoader delivers it with 0 or 2 workers on 1 or 2
+  ranks: classes per batch and the score when the stream reads one shard at a time (as
+  before issue 21) and several at once (``shards_at_once``, the default now), next to a
+  shuffled pack's.
 
 Run::
 
     python benchmarks/bench_shuffle_quality.py --n 100000 --classes 1000 --batch-size 256
+    python benchmarks/bench_shuffle_quality.py --n 10000 --classes 10 --batch-size 256 \
+        --shard-samples 500 --buffer 500          # the one-class-per-shard table of the README
 """
 
 from __future__ import annotations
@@ -24,6 +31,8 @@ import numpy as np
 
 from stoker.bench import shuffle_quality, simulate_buffer_shuffle, suggest_buffer_size
 from stoker.shards import stream_order
+from stoker.shards.quality import loader_stream_quality
+from stoker.shards.stream import SHARDS_AT_ONCE, shards_at_once_for
 
 
 def _stream(pack_labels: np.ndarray, shard: int, buffer: int, seed: int) -> np.ndarray:
@@ -33,12 +42,38 @@ def _stream(pack_labels: np.ndarray, shard: int, buffer: int, seed: int) -> np.n
     return pack_labels[order]
 
 
+def one_class_shards(n: int, classes: int, shard: int, buffer: int, batch_size: int, seed: int) -> list[str]:
+    """Table rows: a class-sorted pack in shards of ``shard`` rows, one shard at a time vs several, vs shuffled."""
+    sorted_labels = np.repeat(np.arange(classes), n // classes)
+    shuffled_labels = np.random.default_rng(seed).permutation(sorted_labels)
+    sizes = [len(sorted_labels[i : i + shard]) for i in range(0, len(sorted_labels), shard)]
+    at_once = shards_at_once_for([1] * len(sizes), SHARDS_AT_ONCE)
+    rows = [
+        f"{len(sorted_labels)} labels, {classes} classes in {len(sizes)} shards of {shard} (class-sorted: "
+        f"{max(shard * classes // len(sorted_labels), 1)} class(es) per shard), buffer {buffer}, batch {batch_size}\n",
+        "| workers x ranks | one shard at a time (before) | "
+        f"{at_once} shards at once (now) | shuffled pack, {at_once} at once |",
+        "|---|---|---|---|",
+    ]
+    for workers, ranks in ((0, 1), (2, 1), (2, 2)):
+        cells = []
+        for labels, k in ((sorted_labels, 1), (sorted_labels, at_once), (shuffled_labels, at_once)):
+            q = loader_stream_quality(labels, sizes, classes, batch_size=batch_size, workers=workers, ranks=ranks,
+                                      seed=seed, shuffle_buffer=buffer, shards_at_once=k)
+            cells.append(f"{q.classes_per_batch:.1f} classes/batch, score {q.score:.2f} {q.verdict}")
+        rows.append(f"| {workers} x {ranks} | " + " | ".join(cells) + " |")
+    return rows
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--n", type=int, default=50_000)
     parser.add_argument("--classes", type=int, default=500)
     parser.add_argument("--batch-size", type=int, default=256)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--shard-samples", type=int, default=None,
+                        help="also measure a class-sorted pack cut into shards of this many rows")
+    parser.add_argument("--buffer", type=int, default=500, help="the stream's buffer for --shard-samples")
     args = parser.parse_args(argv)
     if args.classes < 2 or args.n < args.classes:
         parser.error(f"need --classes >= 2 and --n >= --classes (got n={args.n}, classes={args.classes})")
@@ -63,6 +98,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"| {buffer:,} | {q.score:.2f} {q.verdict} |")
     enough = suggest_buffer_size(sorted_labels, args.batch_size, args.classes, args.seed)
     print(f"\nsmallest power-of-two buffer that mixes class-sorted files well: {enough:,}")
+    if args.shard_samples:
+        print()
+        print("\n".join(one_class_shards(args.n, args.classes, args.shard_samples, args.buffer, args.batch_size, args.seed)))
     return 0
 
 

@@ -20,6 +20,7 @@ from stoker.loading.samplers import EpochSampler, RankSlice
 from stoker.mixing import simulate_buffer_shuffle
 from stoker.order import (
     BUFFER,
+    INTERLEAVE,
     WORKER_SEEDS,
     buffer_shuffle,
     epoch_rng,
@@ -81,17 +82,29 @@ def test_golden_pipe_shuffle_then_shard() -> None:
 
 
 def test_golden_shard_stream() -> None:
-    def read(epoch: int) -> dict[tuple[int, int], list[int]]:
+    """Pinned since ShardStream reads several shards at once (issue 21): the default merges all four
+    shards here (32 at once), ``shards_at_once=2`` two groups of two, one after the other."""
+
+    def read(epoch: int, **at_once: int) -> dict[tuple[int, int], list[int]]:
         return {
             (r, w): stream_order([6, 6, 6, 6], seed=0, epoch=epoch, shuffle=True, shuffle_buffer=3, rank=r,
-                                 world_size=2, worker=w, num_workers=2, block_rows=2).tolist()
+                                 world_size=2, worker=w, num_workers=2, block_rows=2, **at_once).tolist()
             for r in (0, 1) for w in (0, 1)
         }
 
-    assert read(0) == {(0, 0): [8, 0, 16, 4, 12, 20], (0, 1): [10, 14, 18, 6, 2, 22],
-                       (1, 0): [17, 1, 5, 13, 21, 9], (1, 1): [15, 11, 7, 3, 19, 23]}
-    assert read(1) == {(0, 0): [12, 6, 16, 10, 2, 20], (0, 1): [22, 18, 0, 4, 8, 14],
-                       (1, 0): [21, 17, 7, 3, 13, 11], (1, 1): [23, 19, 1, 15, 5, 9]}
+    assert read(0) == {(0, 0): [13, 19, 7, 4, 6, 15], (0, 1): [10, 0, 11, 9, 14, 23],
+                       (1, 0): [12, 3, 22, 18, 5, 2], (1, 1): [8, 20, 1, 21, 16, 17]}
+    assert read(1) == {(0, 0): [0, 9, 6, 21, 16, 19], (0, 1): [3, 2, 17, 5, 20, 8],
+                       (1, 0): [13, 7, 14, 10, 12, 22], (1, 1): [4, 18, 23, 1, 11, 15]}
+    # one shard at a time reads exactly the orders of the version before (pinned then)
+    assert read(0, shards_at_once=1) == {(0, 0): [8, 0, 16, 4, 12, 20], (0, 1): [10, 14, 18, 6, 2, 22],
+                                         (1, 0): [17, 1, 5, 13, 21, 9], (1, 1): [15, 11, 7, 3, 19, 23]}
+    assert read(1, shards_at_once=1) == {(0, 0): [12, 6, 16, 10, 2, 20], (0, 1): [22, 18, 0, 4, 8, 14],
+                                         (1, 0): [21, 17, 7, 3, 13, 11], (1, 1): [23, 19, 1, 15, 5, 9]}
+    assert read(0, shards_at_once=2) == {(0, 0): [9, 17, 13, 21, 12, 22], (0, 1): [0, 7, 3, 8, 19, 23],
+                                         (1, 0): [14, 11, 1, 6, 2, 10], (1, 1): [15, 18, 16, 20, 4, 5]}
+    assert read(1, shards_at_once=2) == {(0, 0): [18, 17, 12, 7, 9, 16], (0, 1): [6, 21, 10, 4, 1, 13],
+                                         (1, 0): [22, 20, 23, 3, 19, 8], (1, 1): [0, 15, 11, 14, 5, 2]}
 
 
 def test_golden_pack_plan_and_simulated_buffer() -> None:
@@ -153,8 +166,9 @@ def test_a_full_buffer_is_the_permutation_and_a_buffer_of_one_keeps_the_order() 
 
 def test_streams_and_epochs_draw_independent_numbers() -> None:
     seeds = {epoch_seed(0, 0), epoch_seed(0, 1), epoch_seed(1, 0), epoch_seed(0, 0, 0), epoch_seed(0, 0, BUFFER, 0, 0),
-             epoch_seed(0, 0, BUFFER, 0, 1), epoch_seed(0, 0, BUFFER, 1, 0), epoch_seed(2**32, 0), epoch_seed(-1, 0)}
-    assert len(seeds) == 9
+             epoch_seed(0, 0, BUFFER, 0, 1), epoch_seed(0, 0, BUFFER, 1, 0), epoch_seed(2**32, 0), epoch_seed(-1, 0),
+             epoch_seed(0, 0, INTERLEAVE)}
+    assert len(seeds) == 10
     assert all(0 <= s < 2**63 for s in seeds)
 
 

@@ -12,7 +12,11 @@ the label stream (the labels in the order the training loop sees them) show it:
   class histogram and the data set's class distribution. A random permutation has some
   (batches are small samples); a class-sorted stream has the most.
 
-Both are set between a random permutation of the same labels (the best a loader can do)
+* **classes per batch**: the mean number of distinct labels in a full batch, next to
+  that of random permutations (the plainest figure: 7.1 against 10.0 says a batch holds
+  seven of the ten classes a shuffle would give it).
+
+The first two are set between a random permutation of the same labels (the best a loader can do)
 and the class-sorted stream (the worst), which gives a **score** from 1 (mixed as well as
 a random permutation) to 0 (no better than sorted). The score reads the same for any
 number of classes and any batch size.
@@ -39,6 +43,7 @@ __all__ = [
     "GOOD_SCORE",
     "POOR_SCORE",
     "ShuffleQuality",
+    "classes_per_batch",
     "shuffle_quality",
     "simulate_buffer_shuffle",
     "suggest_buffer_size",
@@ -67,6 +72,8 @@ class ShuffleQuality:
         score: 1 = mixed as well as a random permutation, 0 = no better than class-sorted.
         verdict: ``"good"`` (score >= 0.9, or within the spread of random permutations
             for a short stream), ``"fair"`` (>= 0.6) or ``"poor"``.
+        classes_per_batch: mean distinct labels per full batch (:func:`classes_per_batch`).
+        classes_per_batch_random: the same for random permutations.
     """
 
     samples: int
@@ -79,6 +86,8 @@ class ShuffleQuality:
     hist_distance_sorted: float
     score: float
     verdict: str
+    classes_per_batch: float = 0.0
+    classes_per_batch_random: float = 0.0
 
     @property
     def autocorr_mean(self) -> float:
@@ -93,7 +102,8 @@ class ShuffleQuality:
     def summary(self) -> str:
         """One line for a report, e.g. ``score 0.98 (good): autocorr 0.00, batch TV 0.42 vs 0.41 random``."""
         return (
-            f"score {self.score:.2f} ({self.verdict}): label autocorrelation {self.autocorr_mean:.2f} "
+            f"score {self.score:.2f} ({self.verdict}): {self.classes_per_batch:.1f} classes per batch "
+            f"(random {self.classes_per_batch_random:.1f}), label autocorrelation {self.autocorr_mean:.2f} "
             f"(random {self.autocorr_random:.2f}), batch histogram distance {self.hist_distance:.2f} "
             f"(random {self.hist_distance_random:.2f}, sorted {self.hist_distance_sorted:.2f})"
         )
@@ -154,6 +164,24 @@ def _hist_distance(labels: np.ndarray, batch_size: int, p: np.ndarray) -> float:
     return float(per_batch.mean())
 
 
+def classes_per_batch(labels: np.ndarray, batch_size: int) -> float:
+    """Mean number of distinct labels in each full batch of ``batch_size`` (the whole stream if shorter).
+
+    Example:
+        >>> classes_per_batch(np.repeat(np.arange(4), 8), batch_size=8), classes_per_batch(np.tile(np.arange(4), 8), 8)
+        (1.0, 4.0)
+    """
+    if isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer)) or batch_size < 1:
+        raise ConfigError(f"classes_per_batch: batch_size must be a positive integer, got {batch_size!r}")
+    stream = np.asarray(labels, dtype=np.int64)
+    if len(stream) == 0:
+        return 0.0
+    size = min(int(batch_size), len(stream))
+    batches = len(stream) // size
+    grid = np.sort(stream[: batches * size].reshape(batches, size), axis=1)
+    return float(((grid[:, 1:] != grid[:, :-1]).sum(axis=1) + 1).mean())
+
+
 def _normalised(value: float, best: float, worst: float) -> float:
     """1 at ``best``, 0 at ``worst``, clipped; 1 when the two cannot be told apart."""
     if worst - best <= 1e-9:
@@ -196,7 +224,8 @@ def shuffle_quality(
     stream, num_classes = _as_labels(labels, num_classes)
     n = len(stream)
     if n < 2:
-        return ShuffleQuality(n, int(batch_size), num_classes, (), 0.0, 0.0, 0.0, 0.0, 1.0, "good")
+        seen = float(n > 0)
+        return ShuffleQuality(n, int(batch_size), num_classes, (), 0.0, 0.0, 0.0, 0.0, 1.0, "good", seen, seen)
     counts = np.bincount(stream, minlength=num_classes).astype(np.float64)
     p = counts / n
     q = float((counts * (counts - 1)).sum() / (n * (n - 1)))  # same label, drawn without replacement
@@ -236,6 +265,8 @@ def shuffle_quality(
         hist_distance_sorted=hist_sorted,
         score=score,
         verdict=verdict,
+        classes_per_batch=classes_per_batch(stream, int(batch_size)),
+        classes_per_batch_random=float(np.mean([classes_per_batch(r, int(batch_size)) for r in randoms])),
     )
 
 

@@ -8,14 +8,21 @@ and ``shard`` stages, ``ShardStream`` and the pack plan. The rule, in words:
 a numpy ``SeedSequence`` over the run's ``seed``, the ``epoch`` number and a few
 integers that name what the numbers are for (``stream``). An empty stream is the
 epoch's order itself; other uses name theirs, so they draw independent numbers:
-``(BUFFER, rank, worker)`` for one reader's shuffle buffer, ``(WORKER_SEEDS,)`` for the
+``(BUFFER, rank, worker)`` for one reader's shuffle buffer, ``(INTERLEAVE,)`` for how
+``ShardStream`` merges the rows of the shards it reads at once, ``(WORKER_SEEDS,)`` for the
 seeds of the loader's worker processes, ``(PACK, crc32(split))`` for the pack plan,
 ``(LOADER_SEED, base_seed)`` for a ``Pipe`` in a DataLoader that never set its epoch. The
 same inputs give the same numbers in every process, on every machine.
 
 **Order.** An epoch's order of ``n`` items is :func:`permutation` ``(n, seed, epoch)``.
 A shuffle buffer (:func:`buffer_shuffle`) draws from a generator of the same rule and,
-when the buffer holds the whole stream, gives exactly that permutation.
+when the buffer holds the whole stream, gives exactly that permutation. ``ShardStream``
+orders coarser, to read its files in runs: its epoch's order is :func:`permutation` of
+the *shards*, cut into groups of at most ``shards_at_once`` consecutive shards, and the
+rows of each group merged at random (drawn from ``(INTERLEAVE,)``; each shard's rows
+keep their stored order), so every stretch of the order holds rows of a whole group of
+shards (:func:`stoker.shards.stream.stream_order`). The split below applies to that
+order as to any other.
 
 **Split.** Position ``i`` of an epoch's order (0-based, after the shuffle) is read by
 rank ``i % R`` of ``R`` ranks: every ``R``-th item, so the ranks' shares differ by at
@@ -61,6 +68,7 @@ from stoker.errors import ConfigError
 
 __all__ = [
     "BUFFER",
+    "INTERLEAVE",
     "LOADER_SEED",
     "PACK",
     "WORKER_SEEDS",
@@ -84,6 +92,7 @@ BUFFER = 1  # one reader's shuffle buffer: (BUFFER, rank, worker)
 WORKER_SEEDS = 2  # the base seed of the loader's worker processes
 PACK = 3  # the pack plan: (PACK, crc32(split))
 LOADER_SEED = 4  # a Pipe's order in a DataLoader epoch it was never told: (LOADER_SEED, base seed)
+INTERLEAVE = 5  # ShardStream's merge of the rows of the shards it reads at once: (INTERLEAVE,)
 
 _PICKS = 1024  # buffer positions drawn at a time (a fixed count, so the draws never depend on the caller)
 

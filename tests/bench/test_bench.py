@@ -143,5 +143,8 @@ def test_a_stream_over_a_reused_unshuffled_pack_is_scored_per_workers_and_flagge
     assert set(result.stream_quality) == {"pixels"} and result.stream_quality["pixels"][0].verdict == "poor"
     text = render_markdown(result)
     assert "Mixing of a ShardStream over these shards" in text and "pixels: 0 workers" in text
-    assert any("ShardStream over the pixels shards is not well mixed" in note for note in result_notes(result))
+    notes = result_notes(result)
+    assert any("ShardStream over the pixels shards is not well mixed" in note for note in notes)
+    assert result.stream_fixes["pixels"].startswith("with 0 workers, ")  # the setting that fixes it, in the note
+    assert any(f"To fix it, {result.stream_fixes['pixels']}" in note for note in notes)
     assert result.to_dict()["stream_quality"]["pixels"]["0"]["verdict"] == "poor"

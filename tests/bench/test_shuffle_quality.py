@@ -13,12 +13,13 @@ from stoker.bench import shuffle_quality, simulate_buffer_shuffle, suggest_buffe
 SORTED = np.repeat(np.arange(20), 100)  # 2000 labels, class by class
 
 
-def _stream(pack_labels: np.ndarray, shard: int, buffer: int) -> np.ndarray:
+def _stream(pack_labels: np.ndarray, shard: int, buffer: int, shards_at_once: int = 32) -> np.ndarray:
     """The labels a ShardStream reads from a pack whose rows hold ``pack_labels`` in ``shard``-row shards."""
     from stoker.shards import stream_order
 
     sizes = [shard] * (len(pack_labels) // shard)
-    order = stream_order(sizes, seed=0, epoch=0, shuffle=True, shuffle_buffer=buffer, rank=0, world_size=1, worker=0, num_workers=1)
+    order = stream_order(sizes, seed=0, epoch=0, shuffle=True, shuffle_buffer=buffer, rank=0, world_size=1, worker=0,
+                         num_workers=1, shards_at_once=shards_at_once)
     return pack_labels[order]
 
 
@@ -31,11 +32,15 @@ def test_sorted_is_poor_and_permutation_is_good() -> None:
     assert sorted_q.hist_distance > random_q.hist_distance
 
 
-def test_streamed_shards_packed_from_sorted_data_score_worse_than_shuffled_ones() -> None:
-    unshuffled_pack = shuffle_quality(_stream(SORTED, shard=100, buffer=64), 64, 20)
-    shuffled_pack = shuffle_quality(_stream(np.random.default_rng(2).permutation(SORTED), shard=100, buffer=64), 64, 20)
+def test_streamed_shards_packed_from_sorted_data_score_worse_than_shuffled_ones_one_shard_at_a_time() -> None:
+    unshuffled_pack = shuffle_quality(_stream(SORTED, shard=100, buffer=64, shards_at_once=1), 64, 20)
+    shuffled = np.random.default_rng(2).permutation(SORTED)
+    shuffled_pack = shuffle_quality(_stream(shuffled, shard=100, buffer=64, shards_at_once=1), 64, 20)
     assert unshuffled_pack.verdict == "poor" and shuffled_pack.verdict == "good"
     assert shuffled_pack.score - unshuffled_pack.score > 0.5
+    # read all 20 shards at once (the default reads up to 32), the sorted pack mixes as well as the shuffled one
+    merged = shuffle_quality(_stream(SORTED, shard=100, buffer=64), 64, 20)
+    assert merged.verdict == "good" and merged.classes_per_batch > 0.9 * shuffled_pack.classes_per_batch
 
 
 def test_a_real_pack_is_mixed_while_its_class_sorted_source_is_not(tiny, tmp_path: Path) -> None:

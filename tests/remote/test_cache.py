@@ -111,6 +111,7 @@ def test_eviction_keeps_the_cache_under_its_limit(small_pack: Path, tmp_path: Pa
     shard_bytes = max(i.bytes for i in ShardDataset(small_pack).manifest.shards)
     limit = 2 * shard_bytes
     stream = ShardStream(url, cache_dir=tmp_path / "cache", cache_limit=limit, shuffle_buffer=4, read_rows=4, fetch_ahead=1)
+    assert stream.shards_at_once == 1  # the cache holds two shards: the one read and the one fetched ahead
     for epoch in range(2):
         stream.set_epoch(epoch)
         seen = [label for _, label in stream]

@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from stoker.errors import ConfigError
 from stoker.loading import make_loader
 from stoker.shards import ShardStream, stream_order
+from stoker.shards.stream import shard_groups
 
 
 @settings(max_examples=200, deadline=None)
@@ -25,9 +26,10 @@ from stoker.shards import ShardStream, stream_order
     shuffle=st.booleans(),
     seed=st.integers(min_value=0, max_value=2**40),
     epoch=st.integers(min_value=0, max_value=1000),
+    at_once=st.integers(min_value=1, max_value=9),
 )
 def test_every_sample_exactly_once_for_any_workers_and_ranks(
-    sizes: list[int], world_size: int, num_workers: int, buffer: int, shuffle: bool, seed: int, epoch: int
+    sizes: list[int], world_size: int, num_workers: int, buffer: int, shuffle: bool, seed: int, epoch: int, at_once: int
 ) -> None:
     total = sum(sizes)
     per_rank = []
@@ -35,7 +37,7 @@ def test_every_sample_exactly_once_for_any_workers_and_ranks(
     for rank in range(world_size):
         mine = [
             stream_order(sizes, seed=seed, epoch=epoch, shuffle=shuffle, shuffle_buffer=buffer,
-                         rank=rank, world_size=world_size, worker=w, num_workers=num_workers)
+                         rank=rank, world_size=world_size, worker=w, num_workers=num_workers, shards_at_once=at_once)
             for w in range(num_workers)
         ]
         per_rank.append(sum(len(m) for m in mine))
@@ -120,8 +122,33 @@ def test_every_reader_reads_across_the_whole_epoch() -> None:
         for rank in range(world_size):
             for worker in range(num_workers):
                 rows = stream_order(sizes, seed=0, epoch=0, shuffle=True, shuffle_buffer=1, rank=rank,
-                                    world_size=world_size, worker=worker, num_workers=num_workers)
+                                    world_size=world_size, worker=worker, num_workers=num_workers, shards_at_once=2)
                 assert set(label_of[rows].tolist()) == set(range(10)), (world_size, num_workers, rank, worker)
-                # in step: the first half of its reads covers the first half of the epoch's shards
+                # in step: the first half of its reads covers the first half of the epoch's shards (5 groups of 2)
                 first = label_of[rows[: len(rows) // 2]]
                 assert len(set(first.tolist())) <= 6
+
+
+@settings(max_examples=60, deadline=None)
+@given(sizes=st.lists(st.integers(min_value=0, max_value=20), min_size=1, max_size=12), at_once=st.integers(1, 6),
+       seed=st.integers(0, 2**32))
+def test_a_merged_group_keeps_each_shards_rows_in_order_and_stays_within_its_group(
+    sizes: list[int], at_once: int, seed: int
+) -> None:
+    """Each file is read in runs: a shard's rows come in stored order, and a group's rows come together."""
+    order = stream_order(sizes, seed=seed, epoch=0, shuffle=True, shuffle_buffer=1, rank=0, world_size=1, worker=0,
+                         num_workers=1, shards_at_once=at_once)
+    starts = np.concatenate([[0], np.cumsum(sizes)])
+    shard_of = np.searchsorted(starts, order, side="right") - 1
+    for k in range(len(sizes)):
+        rows = order[shard_of == k]
+        assert rows.tolist() == list(range(starts[k], starts[k + 1]))
+    groups = shard_groups(np.arange(len(sizes)), at_once)
+    assert max(len(g) for g in groups) <= at_once and sum(len(g) for g in groups) == len(sizes)
+    assert max(len(g) for g in groups) - min(len(g) for g in groups) <= 1  # as equal as they can be
+    # the shards of one stretch: a run of the order never mixes more than `at_once` shards at a time
+    ends = [int(np.flatnonzero(shard_of == k).max()) for k in range(len(sizes)) if sizes[k]]
+    firsts = [int(np.flatnonzero(shard_of == k).min()) for k in range(len(sizes)) if sizes[k]]
+    open_at = [sum(1 for f, e in zip(firsts, ends, strict=True) if f <= i <= e) for i in range(len(order))]
+    assert max(open_at, default=0) <= at_once
+

@@ -133,7 +133,8 @@ def fit_once(mode: str, root: str | None, rank: int, out: Path) -> dict[str, Any
         return fit_traced(rank, out)
     torch.manual_seed(0)
     if mode == "stream":
-        dataset: Any = ShardStream(root, shuffle_buffer=64, seed=1)  # type: ignore[arg-type]
+        # One shard at a time (the 11th shard holds 1 row, so blocks of 1): rank 0 gets 11 batches, rank 1 10.
+        dataset: Any = ShardStream(root, shuffle_buffer=64, seed=1, shards_at_once=1)  # type: ignore[arg-type]
     else:
         dataset = Pipe.from_iterable(range(1001)).shuffle(1001, seed=3).shard().map(numbered)
     loader = make_loader(dataset, batch_size=50, num_workers=2, device="cpu", seed=0)

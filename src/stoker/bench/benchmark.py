@@ -259,7 +259,7 @@ def run_bench(plan: BenchPlan, echo: Echo | None = None) -> BenchResult:
                 raise ConfigError(f"{packed}: no {store}/ shard set inside; pack one with `stoker pack DATA {target} --store {store}`")
             data.packed[store] = target
         result.packed_reused = packed is not None
-        result.stream_quality = _stream_qualities(data, plan)
+        result.stream_quality, result.stream_fixes = _stream_qualities(data, plan)
         if data.packed:
             shard_files = sorted(str(p) for root in data.packed.values() for p in root.glob("*.arrow"))
             result.limits = replace(limits, sequential_read_bytes_per_s=measure_sequential_read(shard_files, plan.limits_time_s))
@@ -271,20 +271,23 @@ def run_bench(plan: BenchPlan, echo: Echo | None = None) -> BenchResult:
     return result
 
 
-def _stream_qualities(data: BenchData, plan: BenchPlan) -> dict[str, dict[int, ShuffleQuality]]:
-    """How well a ShardStream over each packed store is mixed, as each benchmarked worker count reads it."""
+def _stream_qualities(data: BenchData, plan: BenchPlan) -> tuple[dict[str, dict[int, ShuffleQuality]], dict[str, str]]:
+    """How well a ShardStream over each packed store is mixed, as each benchmarked worker count reads it,
+    and for a store poorly mixed at some worker count, what fixes it (:meth:`MixingCheck.advice`)."""
     from stoker.bench.methods import PACK_SPLIT
-    from stoker.shards.quality import stream_name, stream_quality
+    from stoker.shards.quality import check_pack
 
     out: dict[str, dict[int, ShuffleQuality]] = {}
+    fixes: dict[str, str] = {}
     for store, root in data.packed.items():
-        out[store] = {
-            w: stream_quality(root, PACK_SPLIT, plan.batch_size, plan.shuffle_buffer, plan.seed, workers=w)[
-                stream_name(plan.shuffle_buffer, w)
-            ]
-            for w in sorted(set(plan.workers))
-        }
-    return out
+        out[store] = {}
+        for w in sorted(set(plan.workers)):
+            check = check_pack(root, PACK_SPLIT, plan.batch_size, plan.shuffle_buffer, plan.seed, workers=w,
+                               find_fix=store not in fixes)[1]
+            out[store][w] = check.quality
+            if not check.ok and store not in fixes:
+                fixes[store] = f"with {w} workers, " + check.advice({"shuffle_buffer": "--shuffle-buffer"})
+    return out, fixes
 
 
 def _warm_up(data: BenchData) -> None:

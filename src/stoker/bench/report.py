@@ -164,10 +164,11 @@ def result_notes(result: BenchResult) -> list[str]:
         poor = {w: q for w, q in by_workers.items() if not q.ok}
         if poor:
             shown = ", ".join(f"{w} workers: score {q.score:.2f} ({q.verdict})" for w, q in poor.items())
+            fix = result.stream_fixes.get(store) or (
+                "repack them shuffled (`stoker pack` without --no-shuffle) or read them map-style (ShardDataset)")
             notes.append(
                 f"a ShardStream over the {store} shards is not well mixed as a loader delivers it ({shown}): its batches "
-                "hold fewer classes than a shuffle gives; repack them shuffled (`stoker pack` without --no-shuffle) "
-                "or read them map-style (ShardDataset, as the shards-* methods above do)."
+                f"hold fewer classes than a shuffle gives. To fix it, {fix}. The shards-* methods above read map-style."
             )
     if any(r.status == "partial" for r in result.runs):
         notes.append(

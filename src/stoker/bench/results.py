@@ -42,6 +42,8 @@ class BenchResult:
             :class:`~stoker.shards.ShardStream` over those shards is mixed as a
             DataLoader with each benchmarked number of workers delivers it (buffer
             ``shuffle_buffer``): ``{store: {workers: quality}}``.
+        stream_fixes: for each store whose stream is not well mixed, the setting that
+            fixes it, in words (:meth:`stoker.shards.quality.MixingCheck.advice`).
     """
 
     description: str
@@ -63,6 +65,7 @@ class BenchResult:
     machine: dict[str, Any] = field(default_factory=dict)
     cold: bool = False
     stream_quality: dict[str, dict[int, ShuffleQuality]] = field(default_factory=dict)
+    stream_fixes: dict[str, str] = field(default_factory=dict)
     _suggested_buffer: int | None = field(default=None, repr=False)
 
     def run(self, method: str, workers: int, backend: str = BACKENDS[0]) -> RunResult:
@@ -111,5 +114,6 @@ class BenchResult:
             "stream_quality": {
                 store: {str(w): q.to_dict() for w, q in by_workers.items()} for store, by_workers in self.stream_quality.items()
             },
+            "stream_fixes": dict(self.stream_fixes),
             "runs": [r.to_dict() for r in self.runs],
         }

@@ -23,11 +23,14 @@ from stoker.loading.workers import FALLBACK_WORKERS
                    "(the loader's default for a stream).")
 @click.option("--ranks", type=click.IntRange(min=1), default=1, show_default=True,
               help="Distributed ranks (world size) the shuffle-quality check of the stream assumes.")
+@click.option("--shards-at-once", type=click.IntRange(min=1), default=None,
+              help="Shards the stream reads at once (ShardStream's shards_at_once) the check assumes "
+                   "[default: the stream's, 32 for a local set, 8 for a URL].")
 @click.option("--classes", "max_classes", type=click.IntRange(min=0), default=20, show_default=True,
               help="Classes listed with their counts.")
 def inspect(
     root: str, grid: Path | None, split: str, count: int, batch_size: int, shuffle_buffer: int, workers: int, ranks: int,
-    max_classes: int,
+    shards_at_once: int | None, max_classes: int,
 ) -> None:
     """Show what data holds: a shard set's counts per split and class, bytes, storage mode,
     image size and origin; for any other layout, what it is opened as, its splits and classes.
@@ -36,7 +39,8 @@ def inspect(
     class-sorted data) in the order a sequential reader meets them on disk, and in the
     order training gets them from the streaming reader (ShardStream): each of --workers
     DataLoader workers on each of --ranks ranks reads its part and makes batches, and the
-    loader hands them over in turn. A poorly mixed stream is flagged with a warning.
+    loader hands them over in turn. A poorly mixed stream is flagged with a warning that
+    names the setting that fixes it (more shards at once, a larger buffer, or a shuffled pack).
     """
     from stoker.data import detect_layout
 
@@ -45,7 +49,7 @@ def inspect(
         return
     from stoker.shards import summarize, write_grid
     from stoker.shards.cache import download_note
-    from stoker.shards.quality import stream_quality
+    from stoker.shards.quality import check_pack, stream_name
 
     note = download_note(root)  # a URL: the manifest is read first, to say what will be downloaded
     if note is not None:
@@ -56,16 +60,12 @@ def inspect(
     click.echo(f"\nshuffle quality (batch {batch_size}):")
     warnings: list[str] = []
     for split_summary in summary.splits:
-        qualities = stream_quality(root, split_summary.name, batch_size, shuffle_buffer, workers=workers, ranks=ranks)
-        for order, quality in qualities.items():
+        stored, check = check_pack(root, split_summary.name, batch_size, shuffle_buffer, workers=workers, ranks=ranks,
+                                   shards_at_once=shards_at_once)
+        for order, quality in (("stored order", stored), (stream_name(shuffle_buffer, workers, ranks), check.quality)):
             click.echo(f"  {split_summary.name:<8} {order:<26} {quality.summary()}")
-            if order != "stored order" and not quality.ok:
-                warnings.append(
-                    f"warning: {split_summary.name}: a ShardStream read by {workers} worker(s) x {ranks} rank(s) is "
-                    f"not well mixed (score {quality.score:.2f}, {quality.verdict}): batches hold fewer classes than a shuffle "
-                    "would give. Read it map-style (ShardDataset), or repack it shuffled "
-                    "(`stoker pack` without --no-shuffle)"
-                )
+        if not check.ok:
+            warnings.append(check.warning(split_summary.name))
     for line in warnings:
         click.echo(line)
     if grid is not None:

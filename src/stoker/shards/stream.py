@@ -1,27 +1,39 @@
-"""``ShardStream``: an iterable torch Dataset over a shard set — shard order shuffled, then a buffer.
+"""``ShardStream``: an iterable torch Dataset over a shard set — several shards read at once, then a buffer.
 
 Each epoch, the shards of the split are put in a seeded random order
-(:func:`stoker.order.permutation` of the shards) and their rows laid end to end. That
-sequence is split by the rule of :mod:`stoker.order`: rank ``r`` of ``R`` takes every
-``R``-th row (so the ranks' shares differ by at most one sample), and deals its rows to
-its workers in blocks of ``block_rows``: worker ``w`` of ``N`` reads blocks ``w, w + N,
-w + 2N, ...``. Every (rank, worker) therefore reads across the whole epoch — all of its
-shards, in step with the others — rather than one contiguous piece of it, so how well
-the batches are mixed does not depend on the number of workers or ranks (with
-contiguous pieces, two workers over a class-sorted pack each read half of the classes:
-every batch held half of them). Every sample is read exactly once per epoch; nothing is
-trimmed. Each reader then shuffles its rows through a buffer of ``shuffle_buffer`` rows
-(:func:`stoker.order.buffer_shuffle`, drawn from ``(BUFFER, rank, worker)`` of the
-epoch); its reads stay within a window of the files (good for a page cache, or a disk
-larger than memory).
+(:func:`stoker.order.permutation` of the shards) and cut into groups of at most
+``shards_at_once`` consecutive shards, as equal as they can be: :data:`SHARDS_AT_ONCE`
+(32) for a local set, :data:`REMOTE_SHARDS_AT_ONCE` (8) for a set at a URL, or fewer
+when the cache holds fewer. The rows of a group are merged at random (drawn from
+``(INTERLEAVE,)`` of the epoch; each shard's rows keep their stored order, so each file
+is still read in runs), and the groups laid end to end. Every stretch of that sequence
+holds rows of a whole group of shards, so a batch mixes the classes of about
+``shards_at_once`` shards however the pack was cut. (One shard at a time, a class-sorted
+pack cut into shards of one class gave batches of about one class whenever the buffer
+held about one shard.)
+
+That sequence is split by the rule of :mod:`stoker.order`: rank ``r`` of ``R`` takes
+every ``R``-th row (so the ranks' shares differ by at most one sample), and deals its
+rows to its workers in blocks of ``block_rows``: worker ``w`` of ``N`` reads blocks
+``w, w + N, w + 2N, ...``. Every (rank, worker) therefore reads across the whole epoch,
+in step with the others, rather than one contiguous piece of it, so how well the
+batches are mixed does not depend on the number of workers or ranks. Every sample is
+read exactly once per epoch; nothing is trimmed. Each reader then shuffles its rows
+through a buffer of ``shuffle_buffer`` rows (:func:`stoker.order.buffer_shuffle`, drawn
+from ``(BUFFER, rank, worker)`` of the epoch). Its reads stay within one group of files
+at a time (good for a page cache, or a disk larger than memory): for a set at a URL,
+each shard of the group is a file in the local cache, so a reader holds at most
+``shards_at_once + fetch_ahead`` shards there (the cache's ``cache_limit`` lowers
+``shards_at_once`` to fit, see :func:`shards_at_once_for`).
 
 ``len(stream)`` is what this rank reads per epoch, all its workers together, as for
-every stoker reader.
+every stoker reader. How well a stream's batches are mixed, as a DataLoader with
+workers delivers them on each rank, and what setting would fix a poor mix, is measured
+by :func:`stoker.shards.quality.check_stream` (training runs it before the first epoch).
 """
 
 from __future__ import annotations
 
-import logging
 import os
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -35,15 +47,61 @@ from stoker.loading.collate import collate
 from stoker.loading.contract import StreamReader
 from stoker.loading.placement import distributed_placement
 from stoker.loading.skips import OnError, Skipped
-from stoker.order import BUFFER, buffer_shuffle, check_placement, epoch_rng, permutation, share, share_size
+from stoker.order import BUFFER, INTERLEAVE, buffer_shuffle, check_placement, epoch_rng, permutation, share, share_size
 from stoker.shards.cache import read_ahead
 from stoker.shards.dataset import ShardDataset
 
-__all__ = ["BLOCK_ROWS", "ShardStream", "stream_order"]
+__all__ = [
+    "BLOCK_ROWS",
+    "REMOTE_SHARDS_AT_ONCE",
+    "SHARDS_AT_ONCE",
+    "ShardStream",
+    "shard_groups",
+    "shards_at_once_for",
+    "stream_order",
+]
 
 BLOCK_ROWS = 64  # rows a worker takes at a time: small enough to interleave, large enough to read in runs
+# Shards whose rows are merged into one stretch of the epoch: a batch mixes about this many
+# shards' classes. A local file open at once costs an address range and shorter runs per read
+# (read_rows / shards_at_once rows of each file); a remote one costs a cached file on disk and
+# its download before the first batch, hence fewer.
+SHARDS_AT_ONCE = 32
+REMOTE_SHARDS_AT_ONCE = 8
 
-log = logging.getLogger("stoker")
+
+
+def shard_groups(shard_order: np.ndarray, shards_at_once: int) -> list[np.ndarray]:
+    """``shard_order`` cut into the fewest groups of at most ``shards_at_once`` consecutive shards, as equal as can be.
+
+    Example:
+        >>> [g.tolist() for g in shard_groups(np.arange(10), 4)]
+        [[0, 1, 2, 3], [4, 5, 6], [7, 8, 9]]
+    """
+    if shards_at_once < 1:
+        raise ConfigError(f"shards_at_once must be >= 1, got {shards_at_once}")
+    count = -(-len(shard_order) // shards_at_once)
+    return [g for g in np.array_split(np.asarray(shard_order, dtype=np.int64), max(count, 1)) if len(g)]
+
+
+def _merged(groups: list[np.ndarray], sizes: np.ndarray, starts: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """The rows of each group of shards merged at random (each shard's rows in order), the groups end to end.
+
+    The merge is uniform over the ways to interleave the group's shards: which shard
+    each place of the stretch reads is a random permutation of the group's rows' shards.
+    """
+    parts = []
+    for group in groups:
+        members = np.sort(group)  # shard numbers ascending: their rows are ascending too
+        rows = np.concatenate([np.arange(starts[k], starts[k + 1], dtype=np.int64) for k in members])
+        if len(members) == 1:
+            parts.append(rows)
+            continue
+        shard_of = np.repeat(members, sizes[members])[rng.permutation(len(rows))]  # the shard each place reads
+        merged = np.empty_like(rows)
+        merged[np.argsort(shard_of, kind="stable")] = rows  # each shard's places, in order, take its rows in order
+        parts.append(merged)
+    return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
 
 
 def stream_order(
@@ -58,17 +116,21 @@ def stream_order(
     worker: int,
     num_workers: int,
     block_rows: int = BLOCK_ROWS,
+    shards_at_once: int = SHARDS_AT_ONCE,
 ) -> np.ndarray:
     """The sample indices one (rank, worker) reads in one epoch, in the order it reads them.
 
     Args:
         shard_sizes: samples in each shard of the split, in manifest order.
-        seed, epoch: fix the shard order and the buffer's draws.
-        shuffle: shuffle the shard order and run the buffer; False reads in order.
+        seed, epoch: fix the shard order, the merge of each group and the buffer's draws.
+        shuffle: shuffle the shard order, merge groups of shards and run the buffer;
+            False reads in stored order.
         shuffle_buffer: rows in the shuffle buffer.
         rank, world_size, worker, num_workers: which part of the epoch to read.
         block_rows: rows of a rank's sequence dealt to one worker at a time (fewer
-            when the smallest shard would not give every worker a block).
+            when the smallest group of shards would not give every worker a block).
+        shards_at_once: shards whose rows are merged into one stretch of the epoch
+            (1: one shard after the other).
 
     Returns:
         ``int64`` sample indices (into the split, as :class:`ShardDataset` numbers them).
@@ -83,19 +145,43 @@ def stream_order(
     if block_rows < 1:
         raise ConfigError(f"block_rows must be >= 1, got {block_rows}")
     sizes = np.asarray(shard_sizes, dtype=np.int64)
-    starts = np.concatenate([[0], np.cumsum(sizes)])
-    shard_order = permutation(len(sizes), seed, epoch) if shuffle else np.arange(len(sizes))
-    sequence = np.concatenate(
-        [np.arange(starts[k], starts[k + 1], dtype=np.int64) for k in shard_order] or [np.zeros(0, dtype=np.int64)]
-    )
-    # Each shard must give every worker a block, or a worker would miss that shard.
-    smallest = int(sizes[sizes > 0].min()) if (sizes > 0).any() else 1
+    starts = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+    if shuffle:
+        groups = shard_groups(permutation(len(sizes), seed, epoch), shards_at_once)
+        sequence = _merged(groups, sizes, starts, epoch_rng(seed, epoch, INTERLEAVE))
+    else:
+        groups = shard_groups(np.arange(len(sizes)), 1)
+        sequence = np.arange(int(starts[-1]), dtype=np.int64)
+    # Each group must give every worker a block, or a worker would miss that group's shards.
+    totals = np.asarray([int(sizes[g].sum()) for g in groups], dtype=np.int64)
+    smallest = int(totals[totals > 0].min()) if (totals > 0).any() else 1
     block_rows = max(1, min(block_rows, smallest // (world_size * num_workers)))
     mine = share(sequence, rank, world_size, worker, num_workers, block=block_rows)
     if not shuffle:
         return mine
     rng = epoch_rng(seed, epoch, BUFFER, rank, worker)
     return np.fromiter(buffer_shuffle(mine.tolist(), shuffle_buffer, rng), dtype=np.int64, count=len(mine))
+
+
+def shards_at_once_for(
+    shard_bytes: list[int], wanted: int = SHARDS_AT_ONCE, cache_limit: int | None = None, fetch_ahead: int = 0
+) -> int:
+    """Shards a stream merges at once: ``wanted``, at most the shards there are, and what a cache limit holds.
+
+    A remote set keeps every shard of the group being read in its local cache, and
+    ``fetch_ahead`` more on the way: with ``cache_limit`` bytes that is at most
+    ``cache_limit // largest shard - fetch_ahead`` shards (at least 1).
+
+    Example:
+        >>> shards_at_once_for([100] * 20), shards_at_once_for([100] * 3), shards_at_once_for([100] * 20, 8, 500, 2)
+        (20, 3, 3)
+    """
+    if isinstance(wanted, bool) or not isinstance(wanted, (int, np.integer)) or wanted < 1:
+        raise ConfigError(f"shards_at_once must be a positive integer, got {wanted!r}")
+    fits = int(wanted)
+    if cache_limit is not None and shard_bytes:
+        fits = min(fits, max(1, int(cache_limit) // max(max(shard_bytes), 1) - max(fetch_ahead, 0)))
+    return max(1, min(fits, len(shard_bytes)))
 
 
 class ShardStream(IterableDataset, StreamReader):
@@ -121,6 +207,13 @@ class ShardStream(IterableDataset, StreamReader):
         cache_dir, cache_limit, storage_options: for a shard set at a URL: the verified
             local cache, its size limit and the filesystem's options (see :class:`ShardDataset`).
         fetch_ahead: shards of a remote set downloaded ahead of the one being read.
+        shards_at_once: shards whose rows are merged into one stretch of the epoch;
+            default :data:`SHARDS_AT_ONCE` (32) for a local set,
+            :data:`REMOTE_SHARDS_AT_ONCE` (8) for a URL. Fewer when the split has fewer,
+            or when a remote set's ``cache_limit`` holds fewer (see
+            :func:`shards_at_once_for`); the attribute ``shards_at_once`` is the number used.
+            The epoch's order depends on it: to read a local copy and its URL in the same
+            order (and resume one from the other), give both the same value.
 
     Example:
         >>> stream = ShardStream("packed", split="train", shuffle_buffer=10_000)  # doctest: +SKIP
@@ -144,6 +237,7 @@ class ShardStream(IterableDataset, StreamReader):
         cache_limit: int | str | None = None,
         storage_options: dict[str, Any] | None = None,
         fetch_ahead: int = 2,
+        shards_at_once: int | None = None,
     ) -> None:
         if shuffle_buffer < 1 or read_rows < 1:
             raise ConfigError(f"shuffle_buffer and read_rows must be >= 1, got {shuffle_buffer} and {read_rows}")
@@ -156,13 +250,12 @@ class ShardStream(IterableDataset, StreamReader):
             cache_dir=cache_dir, cache_limit=cache_limit, storage_options=storage_options,
         )
         self.fetch_ahead = fetch_ahead
-        if self.dataset.manifest.made_by.get("shuffle") is False:  # `stoker pack --no-shuffle`
-            log.warning(
-                "%s: packed with --no-shuffle (the source's order kept); a ShardStream reads it close to that "
-                "order, so batches may hold few classes. Repack without --no-shuffle, or read it map-style "
-                "(ShardDataset, shuffled by the sampler); `stoker inspect %s --workers N` scores the stream",
-                root, root,
-            )
+        infos = self.dataset.shards.infos
+        cache = self.dataset.shards.cache
+        wanted = shards_at_once if shards_at_once is not None else SHARDS_AT_ONCE if cache is None else REMOTE_SHARDS_AT_ONCE
+        self.shards_at_once = shards_at_once_for(
+            [info.bytes for info in infos], wanted, cache.limit if cache is not None else None, fetch_ahead
+        )
         self.shuffle = shuffle
         self.shuffle_buffer = shuffle_buffer
         self.seed = seed
@@ -197,6 +290,7 @@ class ShardStream(IterableDataset, StreamReader):
             world_size=world_size,
             worker=worker,
             num_workers=num_workers,
+            shards_at_once=self.shards_at_once,
         )
 
     def __iter__(self) -> Iterator[tuple[Any, int] | Skipped]:

@@ -111,6 +111,9 @@ class Scenario:
             (``nn.CrossEntropyLoss()``); the epoch loss weights it by batch size.
         train_loader: yields ``(images, labels)`` batches; a stoker :class:`~stoker.Loader`
             (its shuffle order is fixed per epoch, which makes resume exact) or any iterable.
+            Over a :class:`~stoker.shards.ShardStream`, how well its batches are mixed is
+            measured here, before training, and a poor mix is logged with the setting
+            that fixes it (:func:`stoker.shards.quality.warn_if_poorly_mixed`).
         valid_loader: the same for validation, or ``None`` to skip validation (then no
             ``best.pt`` and no patience).
         epochs: total number of epochs (a resumed run continues up to this number).
@@ -206,3 +209,16 @@ class Scenario:
             raise ConfigError(f"Scenario: scheduler_interval must be 'epoch' or 'step', got {self.scheduler_interval!r}")
         if self.patience is not None and self.valid_loader is None:
             raise ConfigError("Scenario: patience watches validation accuracy; give a valid_loader or drop patience")
+        _check_stream_mixing(self.train_loader)
+
+
+def _check_stream_mixing(loader: Iterable[Any]) -> None:
+    """A train loader over a ShardStream: say before training when its batches are poorly mixed (once, rank 0)."""
+    from torch.utils.data import DataLoader
+
+    from stoker.loading import Loader
+    from stoker.shards import ShardStream
+    from stoker.shards.quality import warn_if_poorly_mixed
+
+    if isinstance(loader, (Loader, DataLoader)) and isinstance(loader.dataset, ShardStream) and loader.batch_size:
+        warn_if_poorly_mixed(loader.dataset, int(loader.batch_size), int(loader.num_workers))
