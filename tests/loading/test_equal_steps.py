@@ -66,7 +66,11 @@ def test_a_hand_written_ddp_loop_runs_equal_steps_over_every_reader(tmp_path: Pa
         for epoch, (x, y) in enumerate(zip(a["readers"][name], b["readers"][name], strict=True)):
             where = f"{name}, epoch {epoch}"
             seen = x["seen"] + y["seen"]
-            assert x["steps"] == y["steps"] == 9 + (name != "skipping"), where
+            assert x["steps"] == y["steps"], where
+            if name == "stream":  # blocks of rows per worker: 500 samples a rank, at most one short batch per worker
+                assert 10 <= x["steps"] <= 10 + 2, where
+            else:
+                assert x["steps"] == 9 + (name != "skipping"), where
             assert len(seen) == len(set(seen)) and set(seen) <= set(range(N)), where  # at most once per epoch
             # Every sample is trained on, trimmed (counted) or skipped (counted): none lost unseen.
             assert len(seen) + x["trimmed"] + y["trimmed"] + x["skipped"] + y["skipped"] == N, where
