@@ -21,10 +21,17 @@ Then the GIL: the longest pause of a Python loop while another thread decodes on
 2000x2000 PNG (a decoder that holds the GIL stops it for the whole decode), and two
 threads decoding side by side against one (scaling; on a loaded machine this scatters).
 
+With ``--loader N``, the same question a training run asks: N DigiFace-like files
+(``stoker make-data digiface``) packed as encoded shards, read by ``make_loader`` with 2
+worker processes and with 2 threads (libspng; and worker processes with Pillow, as
+before), against a hand-written torchvision Dataset in a DataLoader with 2 workers, batch
+256, interleaved epochs, as ratios to that Dataset per round.
+
 Run::
 
     python benchmarks/bench_png_guard.py            # about a minute
     python benchmarks/bench_png_guard.py --quick
+    python benchmarks/bench_png_guard.py --loader 3000 --rounds 5 --out /tmp/png-loader
 """
 
 from __future__ import annotations
@@ -39,6 +46,7 @@ import time
 import warnings
 import zlib
 from collections.abc import Callable
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -291,16 +299,80 @@ def gil(threads: int = 2) -> None:
         sys.setswitchinterval(switch)
 
 
+def loader(n: int, rounds: int, out: Path) -> None:
+    """Encoded PNG shards through make_loader against a hand-written torchvision Dataset."""
+    from torch.utils.data import DataLoader, Dataset
+    from torchvision.io import ImageReadMode, decode_image
+
+    from stoker import decode
+    from stoker.loading.loader import make_loader
+    from stoker.packer import pack
+    from stoker.shards import ShardDataset
+    from stoker.sources.synthetic import make_digiface
+
+    marker = out / f"made-{n}"
+    if not marker.exists():
+        make_digiface(out / "files", n=n, classes=10, overwrite=True)
+        pack(out / "files", out / "encoded", store="encoded", workers=0, progress=False, overwrite=True)
+        marker.touch()
+    files = sorted((out / "files").rglob("*.png"))
+
+    class Files(Dataset[tuple[torch.Tensor, int]]):
+        """What one writes by hand: torchvision.io (libpng) on each file."""
+
+        def __len__(self) -> int:
+            return len(files)
+
+        def __getitem__(self, i: int) -> tuple[torch.Tensor, int]:
+            return decode_image(str(files[i]), mode=ImageReadMode.RGB), 0
+
+    def epoch(batches: object) -> float:
+        start, done = time.perf_counter(), 0
+        for images, _ in batches:  # type: ignore[attr-defined]
+            done += len(images)
+        return done / (time.perf_counter() - start)
+
+    methods: dict[str, object] = {
+        "torchvision Dataset, 2 workers": DataLoader(Files(), batch_size=256, num_workers=2, shuffle=True,
+                                                     persistent_workers=True),
+    }
+    real = decode._spng_decode
+    decode._spng_decode = None  # type: ignore[assignment]  # the worker processes forked now keep Pillow
+    before = make_loader(ShardDataset(out / "encoded"), batch_size=256, num_workers=2, backend="process", shuffle=True)
+    epoch(before)
+    decode._spng_decode = real
+    for backend in ("process", "thread"):
+        methods[f"encoded shards, {backend} x2 (libspng)"] = make_loader(
+            ShardDataset(out / "encoded"), batch_size=256, num_workers=2, backend=backend, shuffle=True)
+    methods["encoded shards, process x2 (Pillow, before)"] = before
+    for batches in methods.values():
+        epoch(batches)  # the workers start
+    rates: dict[str, list[float]] = {name: [] for name in methods}
+    for _ in range(rounds):
+        for name, batches in methods.items():
+            rates[name].append(epoch(batches))
+    base = rates["torchvision Dataset, 2 workers"]
+    print(f"\n## Loaders: {n:,} 112x112 RGBA PNGs, batch 256, {rounds} interleaved epochs\n")
+    print("| loader | median img/s | / torchvision Dataset, per round |")
+    print("|---|---|---|")
+    for name, got in rates.items():
+        print(f"| {name} | {statistics.median(got):,.0f} | {_spread([a / b for a, b in zip(got, base, strict=True)])} |")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seconds", type=float, default=0.6, help="time per path, image kind and round")
     parser.add_argument("--rounds", type=int, default=5, help="interleaved rounds")
     parser.add_argument("--quick", action="store_true", help="0.1 s per measurement, 2 rounds (a smoke test)")
+    parser.add_argument("--loader", type=int, default=0, metavar="N", help="also time loaders on N generated files")
+    parser.add_argument("--out", type=Path, default=Path("/tmp/stoker-png-loader"), help="where --loader makes its data")
     args = parser.parse_args()
     torch.set_num_threads(1)
     seconds, rounds = (0.1, 2) if args.quick else (args.seconds, args.rounds)
     speed(rounds, seconds)
     gil()
+    if args.loader:
+        loader(args.loader, rounds, args.out)
     print(f"\n{os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f} at the end.")
 
 
