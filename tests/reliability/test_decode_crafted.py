@@ -114,3 +114,8 @@ def test_16_bit_png_is_scaled_to_8_bits() -> None:
     image = decode_image(_png(np.full((4, 5), 65535, np.uint16)), "deep.png")
     assert image.dtype.is_floating_point is False and image.shape == (3, 4, 5)
     assert int(image.min()) == 255
+
+
+def test_run_guarded_names_the_decoders_it_knows() -> None:
+    with pytest.raises(ConfigError, match="'stoker', 'torchvision', 'pyspng'"):
+        run_guarded("png", range(3), decoder="libpng")
