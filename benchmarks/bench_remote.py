@@ -40,7 +40,7 @@ from pathlib import Path
 
 warnings.filterwarnings("ignore", message="The image decoding and encoding capabilities of TorchVision")
 
-from stoker.fs import Location  # noqa: E402
+from stoker.fs import where  # noqa: E402
 from stoker.loading import make_loader  # noqa: E402
 from stoker.packer import pack  # noqa: E402
 from stoker.shards import ShardDataset, ShardStream  # noqa: E402
@@ -135,10 +135,10 @@ def main() -> None:
 
     proc, endpoint = start_server()
     try:
-        bucket = Location("s3://bench")
+        bucket = where("s3://bench")
         bucket.fs.mkdir("bench")
         url = "s3://bench/packed"
-        place = Location(url)
+        place = where(url)
         for path in sorted(local.iterdir()):
             place.upload(path, path.name)
         caches = work / "caches"

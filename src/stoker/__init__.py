@@ -31,7 +31,7 @@ from stoker.errors import (
 if TYPE_CHECKING:
     from stoker.bench import bench, tune
     from stoker.data import DataSplits, open_data
-    from stoker.loading import Loader, make_loader
+    from stoker.loading import EqualSteps, Loader, make_loader
     from stoker.mixing import shuffle_quality
     from stoker.packer import pack
     from stoker.pipes import Pipe, register_stage
@@ -48,6 +48,7 @@ except PackageNotFoundError:  # running from a source tree that is not installed
 _HOMES: dict[str, str] = {
     "ClassFolderDataset": "stoker.sources",
     "DataSplits": "stoker.data",
+    "EqualSteps": "stoker.loading",
     "FileDataset": "stoker.sources",
     "IdDataset": "stoker.sources",
     "LabelFileDataset": "stoker.sources",
@@ -79,6 +80,7 @@ __all__ = [
     "DataError",
     "DataSplits",
     "DecodeError",
+    "EqualSteps",
     "FileDataset",
     "IdDataset",
     "LabelError",

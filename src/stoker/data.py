@@ -38,7 +38,6 @@ import json
 import logging
 import os
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from pathlib import Path
 from typing import Any, Literal, overload
 
 import numpy as np
@@ -47,7 +46,7 @@ from torch.utils.data import Dataset
 
 from stoker.decode import Box, resize
 from stoker.errors import ConfigError, DataError, LabelError, MissingFileError
-from stoker.fs import Location, where
+from stoker.fs import PATH_OR_URL_TYPES, Location, where
 from stoker.loading.skips import OnError, check_on_error
 from stoker.shards.dataset import ShardDataset
 from stoker.shards.manifest import Manifest
@@ -63,7 +62,7 @@ log = logging.getLogger("stoker")
 __all__ = ["SPLIT_NAMES", "DataSplits", "LabelOrder", "Layout", "canonical_split", "detect_layout", "open_data"]
 
 PathLike = str | os.PathLike[str] | Location
-Where = Path | Location  # a local path, or a folder or file at a URL (stoker.fs)
+Where = Location  # a local path, or a folder or file at a URL (stoker.fs)
 Paths = PathLike | Sequence[PathLike]
 # {split: paths}: each split from its own sources, one label mapping for all (matched by class name).
 SplitPaths = Mapping[str, Paths]
@@ -86,12 +85,7 @@ def canonical_split(name: str) -> str:
 
 
 def _subfolders(p: Where) -> list[str]:
-    if isinstance(p, Location):
-        return [name for name in p.list_dirs() if not name.startswith(".")]
-    try:
-        return sorted(e.name for e in os.scandir(p) if e.is_dir() and not e.name.startswith("."))
-    except OSError as exc:
-        raise DataError(f"{p}: cannot read the folder ({exc.strerror}); check its permissions") from None
+    return [name for name in p.list_dirs() if not name.startswith(".")]
 
 
 def _split_folders(p: Where) -> dict[str, Where] | None:
@@ -134,7 +128,7 @@ def detect_layout(path: PathLike) -> Layout:
         ConfigError: a file that is neither a label file nor an id file; a folder whose
             layout is ambiguous (the message says what was found and what to pass).
     """
-    p = where(path)  # a local Path, or a Location for a URL (same questions, asked through fsspec)
+    p = where(path)  # a local path or a URL: the same questions (stoker.fs)
     if p.is_file():
         suffix = p.suffix.lower()
         if suffix == ".txt":
@@ -187,10 +181,8 @@ def _keep_inside(root: Where, path: Where) -> None:
     Raises:
         LabelError: a symbolic link leads outside the data folder.
     """
-    if isinstance(root, Location) or isinstance(path, Location):
-        return  # object stores have no symbolic links
-    base, target = root.resolve(), path.resolve()
-    if target != base and base not in target.parents:
+    if not root.contains(path):
+        target = path.resolve()
         raise LabelError(
             f"{path}: leads outside the data folder {root} (to {target}); stoker reads only what is inside "
             "the folder it is given. Replace the link by the files, or pass the target folder itself"
@@ -206,7 +198,7 @@ def _id_partitions(id_file: Where) -> list[str]:
             return [str(k) for k in obj["partition"]]
         with io.StringIO(text, newline="") as f:
             return list(dict.fromkeys(row["split"] for row in csv.DictReader(f)))
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+    except (OSError, DataError, ValueError, KeyError, TypeError, AttributeError):
         return ["train"]  # let IdDataset raise its own, precise error
 
 
@@ -340,8 +332,8 @@ class DataSplits(Mapping[str, Dataset]):
         try:
             return self.datasets[split]
         except KeyError:
-            hint = ("; hold out a share: open_data(..., valid=0.1), stoker train --set data.valid=0.1, "
-                    "or stoker pack ... --split valid=0.1") if split == "valid" else ""
+            hint = ("; hold out a share of train: `stoker train --valid-share 0.1`, `stoker pack ... --split valid=0.1`, "
+                    "or open_data(..., valid=0.1)") if split == "valid" else ""
             raise ConfigError(f"{self.where()}: has no split {split!r} (it has: {', '.join(self.datasets)}){hint}") from None
 
     def __iter__(self) -> Iterator[str]:
@@ -423,8 +415,8 @@ def _apply(ds: FileDataset, transform: Transform | None, on_error: OnError) -> F
 def _as_paths(paths: PathLike | Sequence[PathLike] | None, what: str) -> list[Where]:
     if paths is None:
         return []
-    items = [paths] if isinstance(paths, (str, os.PathLike, Location)) else list(paths)
-    # A URL (s3://, gs://, memory://, ...) becomes a Location, never a Path: pathlib would
+    items = [paths] if isinstance(paths, PATH_OR_URL_TYPES) else list(paths)
+    # A URL (s3://, gs://, memory://, ...) becomes a RemoteLocation, never a Path: pathlib would
     # turn "s3://b/x" into a local folder "s3:/b/x". file:// URLs are local paths.
     out = [where(item) for item in items]
     if not out and what == "paths":

@@ -4,10 +4,12 @@ PNGs decode with libspng (through ``imagecodecs``; it releases the GIL, so threa
 decode side by side), after stoker has checked every chunk's CRC and the declared size;
 Pillow decodes the PNGs libspng cannot (gray+alpha, 16-bit gray or RGB, compressed text
 or ICC chunks), the ones it refuses, and every PNG when ``imagecodecs`` is missing.
-torchvision's libpng never sees a PNG: it crashed the process on crafted files. Other
-images decode with torchvision.io (libjpeg-turbo), PIL being the fallback for formats
-torchvision cannot read. ``.pt`` files load with ``weights_only=True`` and ``.npy``
-files with ``allow_pickle=False``: opening a stranger's data never runs code.
+torchvision's libpng never sees a PNG: it crashes the process on some damaged files.
+Every other image decodes with torchvision.io (libjpeg-turbo for JPEG), and Pillow where
+torchvision cannot read it. (JPEGs of encoded shards read at a known size take a faster
+path first, :mod:`stoker.jpeg`, which comes back here when it cannot be sure of its
+result.) ``.pt`` files load with ``weights_only=True`` and ``.npy`` files with
+``allow_pickle=False``: opening a stranger's data never runs code.
 Grayscale, grayscale+alpha and RGBA all become RGB here and nowhere else.
 """
 
@@ -80,11 +82,14 @@ def decode_image(
 ) -> torch.Tensor:
     """Decode an encoded image (JPEG, PNG, WEBP, GIF, BMP, TIFF) to a uint8 RGB CHW tensor.
 
-    The bytes are checked before a decoder sees them: a PNG's chunks and their CRCs, and
-    the width and height a header declares against ``max_pixels`` (before any pixel
-    buffer is allocated). PNGs decode with libspng, or Pillow (see the module's
-    docstring), never with torchvision's libpng, which crashes on crafted files. A multi-frame
-    image (an animated GIF) gives its first frame; 16-bit samples are scaled to 8 bits.
+    The bytes are checked before a decoder sees them: the width and height a header
+    declares against ``max_pixels`` (before any pixel buffer is allocated), and a PNG's
+    chunk lengths and CRCs (for a message naming the damaged chunk). A PNG's compressed
+    stream is not checked beforehand: PNGs go to libspng, or Pillow (see the module's
+    docstring), which raise on a bad stream (a :class:`DecodeError` here) where
+    torchvision's libpng crashes the process. Other formats go to torchvision.io, and to
+    Pillow when it cannot read them. A multi-frame image (an animated GIF) gives its first
+    frame; 16-bit samples are scaled to 8 bits.
 
     Args:
         data: the encoded bytes of the file.

@@ -12,6 +12,7 @@ import os
 import signal
 import sys
 import threading
+from pathlib import Path
 
 __all__ = ["die_with_parent", "pid_alive"]
 
@@ -45,11 +46,24 @@ def die_with_parent(parent_pid: int | None = None) -> None:
 
 
 def pid_alive(pid: int) -> bool:
-    """Whether process ``pid`` runs on this machine (one we may not signal counts as running)."""
+    """Whether process ``pid`` runs on this machine (one we may not signal counts as running).
+
+    A zombie (killed, not yet reaped by its parent: a ``kill -9`` under a parent that
+    never waits, such as a container's first process) does not run.
+    """
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:
         return True
-    return True
+    return not _zombie(pid)
+
+
+def _zombie(pid: int) -> bool:
+    """Whether ``/proc`` (Linux) says ``pid`` has exited and waits to be reaped; ``False`` where it cannot tell."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text(encoding="ascii", errors="replace")
+    except OSError:
+        return False
+    return stat.rpartition(")")[2].split()[:1] == ["Z"]  # the state follows the command name in brackets

@@ -12,6 +12,7 @@ import pytest
 from stoker import ClassFolderDataset, ConfigError
 from stoker.bench import BenchData, LoaderSettings, Method, bench, quick_bench, render_markdown, save_report
 from stoker.bench.methods import build_files
+from stoker.bench.report import recommendation, result_notes
 
 
 class _DropsFirstSample:
@@ -68,7 +69,7 @@ def test_a_method_that_drops_a_sample_is_incorrect_and_not_timed(result) -> None
         assert run.img_per_s is None and run.epoch_s is None
     table = render_markdown(result)
     assert "INCORRECT" in table
-    assert any("drops-one" in note and "INCORRECT" in note for note in result.notes())
+    assert any("drops-one" in note and "INCORRECT" in note for note in result_notes(result))
 
 
 def test_the_thread_backend_runs_and_a_stream_is_marked_unsupported_on_it(tiny: ClassFolderDataset) -> None:
@@ -84,7 +85,7 @@ def test_a_shuffle_buffer_too_small_for_class_sorted_files_is_flagged(tiny: Clas
                    device="cpu", limits_time_s=0.05, progress=False)
     run = result.run("pipe", 0)
     assert run.status == "ok" and run.shuffle is not None and run.shuffle.verdict == "poor"
-    flagged = [note for note in result.notes() if "shuffle buffer of 2 is too small" in note]
+    flagged = [note for note in result_notes(result) if "shuffle buffer of 2 is too small" in note]
     assert len(flagged) == 1 and "--shuffle-buffer" in flagged[0]
 
 
@@ -129,7 +130,7 @@ def test_every_run_of_a_method_is_measured_against_the_same_machine_limit(result
         assert limits == {result.limits.machine_limit(work, sequential=sequential)[0]}
         # CPU time ticks in 10 ms steps: a tiny run may read 0, but is always reported
         assert all(r.cpu_s_per_1k_img is not None and r.peak_memory_bytes > 0 for r in runs)
-    assert result.recommendation().startswith("Recommendation: use ")
+    assert recommendation(result).startswith("Recommendation: use ")
 
 
 def test_a_stream_over_a_reused_unshuffled_pack_is_scored_per_workers_and_flagged(tiny_root: Path, tmp_path: Path) -> None:
@@ -142,5 +143,5 @@ def test_a_stream_over_a_reused_unshuffled_pack_is_scored_per_workers_and_flagge
     assert set(result.stream_quality) == {"pixels"} and result.stream_quality["pixels"][0].verdict == "poor"
     text = render_markdown(result)
     assert "Mixing of a ShardStream over these shards" in text and "pixels: 0 workers" in text
-    assert any("ShardStream over the pixels shards is not well mixed" in note for note in result.notes())
+    assert any("ShardStream over the pixels shards is not well mixed" in note for note in result_notes(result))
     assert result.to_dict()["stream_quality"]["pixels"]["0"]["verdict"] == "poor"

@@ -11,7 +11,7 @@ import pytest
 
 from stoker.bench import BenchResult, Limits, RunResult, recommendation, render_markdown, save_report
 from stoker.bench.monitor import ProcessMonitor
-from stoker.bench.report import figure, step_img_per_s
+from stoker.bench.report import figure, report_dict, step_img_per_s
 
 # Decode-bound PNGs on 2 cores: 1,000 img/s per core; reads and copies are far faster.
 _LIMITS = Limits(cores=2, decode_img_per_s=1000.0, memcpy_bytes_per_s=1e10, read_bytes_per_s=1e9, read_cold=True,
@@ -58,7 +58,7 @@ def test_the_report_ends_with_a_recommendation_and_its_ratio_to_plain_files_at_t
     assert text.rstrip().splitlines()[-1] == f"**{line}**" and text.count("Recommendation:") == 1
     assert render_markdown(result, details=False).rstrip().endswith(f"**{line}**")
     assert "Recommendation:" not in render_markdown(result, recommend=False)
-    assert result.to_dict()["recommendation"] == line
+    assert report_dict(result)["recommendation"] == line
 
 
 def _trained(run: RunResult, wait: float) -> RunResult:

@@ -45,12 +45,13 @@ def test_the_even_split_drops_the_tail_of_each_epochs_order_and_rank_slice_drops
 def _rank_main(rank: int, folder: str) -> None:
     import torch.distributed as dist
 
+    early = make_loader(list(range(11)), batch_size=2, num_workers=0, device=None, seed=4)  # type: ignore[arg-type]
     dist.init_process_group("gloo", init_method=f"file://{folder}/rendezvous", rank=rank, world_size=2)
     try:
-        found = {}
+        found = {"early": {"epochs": _epochs(early, 2), "trimmed": early.trimmed, "batches": len(early)}}
         for even in (True, False):
             loader = make_loader(list(range(11)), batch_size=2, num_workers=0, device=None, seed=4, even=even)  # type: ignore[arg-type]
-            found[str(even)] = {"epochs": _epochs(loader, 2), "trimmed": loader.split_trimmed, "batches": len(loader)}
+            found[str(even)] = {"epochs": _epochs(loader, 2), "trimmed": loader.trimmed, "batches": len(loader)}
         Path(folder, f"rank{rank}.json").write_text(json.dumps(found))
     finally:
         dist.destroy_process_group()
@@ -75,4 +76,6 @@ def test_make_loader_under_two_gloo_ranks_reads_the_rank_shares(tmp_path: Path) 
         assert mine["True"]["trimmed"] == (1 if rank == 0 else 0)  # counted once, on rank 0
         assert mine["False"]["trimmed"] == 0
     assert found[0]["True"]["batches"] == found[1]["True"]["batches"] == 3  # 5 samples each: equal steps
+    # Made before the process group started (a Lightning module's loader): it splits once the ranks exist.
+    assert [mine["early"] for mine in found] == [mine["True"] for mine in found]
     assert torch.distributed.is_available()

@@ -218,7 +218,7 @@ def test_a_distributed_sampler_resumes_too(data: dict[str, Path], tmp_path: Path
     try:
         def new_loader() -> Any:
             loader = make_loader(ClassFolderDataset(data["both"]), batch_size=BATCH, num_workers=0, device="cpu", seed=5)
-            assert loader._distributed  # the DistributedSampler path
+            assert loader._distributed  # the rank split (EpochSampler)
             return loader
 
         check_state_contract(new_loader, sorted([*range(N_A), *range(1000, 1000 + N_B)]), k=2)
@@ -238,3 +238,61 @@ def test_shard_stream_iter_from_is_the_rest_of_the_stream(data: dict[str, Path])
 
 def _ids_of_items(items: Any) -> list[int]:
     return [int(image[0, 0, 0]) + 256 * int(image[1, 0, 0]) for image, _ in items]
+
+
+CLAIMS = {  # reader -> the contract protocol its class names (stoker.loading.contract)
+    "class_folders": "MapReader", "concat": "MapReader", "shards_pixels": "MapReader", "shards_encoded": "MapReader",
+    "shard_stream": "StreamReader", "pipe": "StreamReader",
+}
+
+
+@pytest.mark.parametrize("name", sorted(CLAIMS))
+def test_every_reader_conforms_to_the_contract_it_claims(data: dict[str, Path], name: str) -> None:
+    from stoker.loading import contract
+
+    reader = _readers()[name](data)
+    claimed = getattr(contract, CLAIMS[name])
+    assert claimed in type(reader).__mro__  # named in its class line, so mypy checks the signatures
+    assert isinstance(reader, claimed)
+    parts = [p for p in claimed.__mro__[1:] if getattr(p, "_is_protocol", False) and p.__module__ == contract.__name__]
+    assert parts and all(isinstance(reader, part) for part in parts)
+    if claimed is contract.StreamReader:
+        reader.set_epoch(1)
+        first = [_first_pixel(item) for item in reader]
+        reader.set_epoch(1)
+        assert [_first_pixel(item) for item in reader.iter_from(2)] == first[2:]
+    else:
+        assert reader.on_error in ("raise", "skip") and len(reader.__getitems__([0, 1])) == 2
+
+
+def test_the_loader_asks_the_contract_not_the_class() -> None:
+    class Counting(torch.utils.data.IterableDataset):  # conforms by shape only (names no protocol)
+        def __init__(self) -> None:
+            self.epochs: list[int] = []
+            self.starts: list[int] = []
+
+        def set_epoch(self, epoch: int) -> None:
+            self.epochs.append(epoch)
+
+        def iter_from(self, start: int) -> Any:
+            self.starts.append(start)
+            return iter(range(start, 10))
+
+        def __iter__(self) -> Any:
+            return self.iter_from(0)
+
+    data = Counting()
+    loader = make_loader(data, batch_size=4, num_workers=0, device="cpu")
+    first = next(iter(loader))
+    state = loader.state_dict()
+    fresh = make_loader(data, batch_size=4, num_workers=0, device="cpu")
+    fresh.load_state_dict(state)
+    rest = [b.tolist() for b in fresh]
+    assert first.tolist() == [0, 1, 2, 3] and rest == [[4, 5, 6, 7], [8, 9]]
+    assert data.epochs and set(data.epochs) == {0}  # set_epoch before the epoch (by the loader and in its worker)
+    assert data.starts == [0, 4]  # resumed by iter_from, not by reading and dropping
+
+
+def _first_pixel(item: Any) -> int:
+    image = item[0] if isinstance(item, tuple | list) else item  # (image, label), or an image alone
+    return int(image[0, 0, 0]) + 256 * int(image[1, 0, 0])

@@ -31,8 +31,11 @@ def test_list_files_is_sorted_and_filtered_by_mask(folder: Path) -> None:
 
 def test_list_files_takes_several_masks_and_recurses(folder: Path) -> None:
     pipe = Pipe.list_files(folder, masks=["*.png", "*.jpg"], recursive=True)
-    assert names(pipe, folder) == ["a.jpg", "b.jpg", "c.png", "sub/d.jpg", "sub/deeper/e.png"]
-    assert list(pipe) == list(pipe)  # a recipe: every iteration lists again
+    expected = ["a.jpg", "b.jpg", "c.png", "sub/d.jpg", "sub/deeper/e.png"]
+    assert names(pipe, folder) == expected
+    assert names(pipe, folder) == expected  # a recipe: a second iteration gives every file again, in the same order
+    (folder / "sub" / "deeper" / "f.jpg").write_bytes(b"x")
+    assert names(pipe, folder) == [*expected, "sub/deeper/f.jpg"]  # every iteration lists the folder again
 
 
 def test_list_files_names_a_missing_folder(tmp_path: Path) -> None:

@@ -141,9 +141,9 @@ def test_unreadable_class_folder_says_cannot_read_even_as_root(tmp_path: Path, m
     # root reads every folder, so the permission error is raised the way the OS would raise it
     write_png(tmp_path / "cls" / "0" / "a.png")
     write_png(tmp_path / "cls" / "1" / "b.png")
-    from stoker.sources import untrusted
+    from stoker.fs import local  # where every local folder is scanned
 
-    real = untrusted.os.scandir
+    real = local.os.scandir
     locked = (tmp_path / "cls" / "1").resolve()
 
     def scandir(path: object) -> object:
@@ -151,6 +151,6 @@ def test_unreadable_class_folder_says_cannot_read_even_as_root(tmp_path: Path, m
             raise PermissionError(13, "Permission denied", str(path))
         return real(path)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(untrusted.os, "scandir", scandir)
+    monkeypatch.setattr(local.os, "scandir", scandir)
     with pytest.raises(DataError, match=r"cls/1: cannot read the folder \(permission denied\)"):
         ClassFolderDataset(tmp_path / "cls")

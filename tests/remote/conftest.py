@@ -126,9 +126,9 @@ def write_class_folders(root: Path, n: int, classes: int = 4, size: tuple[int, i
 
 def upload_folder(local: Path, url: str) -> str:
     """Copy every file of ``local`` (recursively) to ``url``; returns ``url``."""
-    from stoker.fs import Location
+    from stoker.fs import RemoteLocation
 
-    place = Location(url)
+    place = RemoteLocation(url)
     for path in sorted(local.rglob("*")):
         if path.is_file():
             place.upload(path, path.relative_to(local).as_posix())

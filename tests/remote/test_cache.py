@@ -17,7 +17,7 @@ import pytest
 from fsspec.implementations.memory import MemoryFileSystem
 
 from stoker.errors import ConfigError, ShardError
-from stoker.fs import Location
+from stoker.fs import RemoteLocation
 from stoker.shards import ShardDataset, ShardStream
 from stoker.shards.cache import ShardCache, default_cache_dir, parse_bytes
 
@@ -26,7 +26,7 @@ from .conftest import upload_folder
 
 def _memory_copy(local: Path, name: str) -> str:
     url = f"memory://stoker-cache-test/{name}"
-    place = Location(url)
+    place = RemoteLocation(url)
     if place.exists():
         place.fs.rm(place.path, recursive=True)
     return upload_folder(local, url)
@@ -59,7 +59,7 @@ def test_each_shard_is_downloaded_once_and_reads_like_local(small_pack: Path, tm
 
 def test_a_damaged_object_is_refused_and_never_cached(small_pack: Path, tmp_path: Path) -> None:
     url = _memory_copy(small_pack, "damaged")
-    place = Location(url)
+    place = RemoteLocation(url)
     name = "train-00001.arrow"
     data = bytearray(place.read_bytes(name))
     data[len(data) // 2] ^= 0xFF  # same size, so opening (sizes only) passes
@@ -100,7 +100,7 @@ def test_a_cut_download_is_retried(small_pack: Path, tmp_path: Path) -> None:
 
 def test_a_truncated_object_is_found_on_opening(small_pack: Path, tmp_path: Path) -> None:
     url = _memory_copy(small_pack, "truncated")
-    place = Location(url)
+    place = RemoteLocation(url)
     place.write_bytes("train-00002.arrow", place.read_bytes("train-00002.arrow")[:-10])
     with pytest.raises(ShardError, match="train-00002.arrow.*truncated or changed"):
         ShardDataset(url, cache_dir=tmp_path / "cache")

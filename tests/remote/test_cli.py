@@ -8,7 +8,7 @@ import pytest
 from click.testing import CliRunner
 
 from stoker.cli.main import main as cli
-from stoker.fs import Location
+from stoker.fs import RemoteLocation
 from stoker.shards import verify
 
 from .conftest import upload_folder
@@ -32,7 +32,7 @@ def test_verify_a_bucket(s3_server: str, bucket: str, small_pack: Path, cache: P
 
 def test_verify_names_a_damaged_object(s3_server: str, bucket: str, small_pack: Path, cache: Path) -> None:
     url = upload_folder(small_pack, f"{bucket}/packed")
-    place = Location(url)
+    place = RemoteLocation(url)
     data = bytearray(place.read_bytes("train-00004.arrow"))
     data[-100] ^= 1
     place.write_bytes("train-00004.arrow", bytes(data))

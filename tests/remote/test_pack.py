@@ -11,7 +11,7 @@ from click.testing import CliRunner
 from stoker import pack
 from stoker.cli.main import main as cli
 from stoker.errors import ConfigError, ShardError
-from stoker.fs import Location
+from stoker.fs import RemoteLocation
 from stoker.shards import ShardDataset
 from stoker.shards import packing as packing_module
 
@@ -21,7 +21,7 @@ _ARGS: dict[str, Any] = {"store": "pixels", "shard_samples": 8, "progress": Fals
 
 
 def _objects(url: str) -> dict[str, bytes]:
-    place = Location(url)
+    place = RemoteLocation(url)
     place.invalidate()
     return {name: place.read_bytes(name) for name in sorted(place.sizes())}
 
@@ -48,7 +48,7 @@ def test_an_interrupted_remote_pack_never_looks_finished_and_resumes(
     real_upload = packing_module.upload_shard
     uploads: list[str] = []
 
-    def upload_then_stop(place: Location, staging: Path, info: Any) -> None:
+    def upload_then_stop(place: RemoteLocation, staging: Path, info: Any) -> None:
         real_upload(place, staging, info)
         uploads.append(info.name)
         if len(uploads) == 2:
@@ -86,7 +86,7 @@ def test_a_bucket_holding_other_files_is_not_packed_into(
     s3_server: str, bucket: str, small_folders: Path, tmp_path: Path
 ) -> None:
     url = f"{bucket}/busy"
-    Location(url).write_bytes("notes.txt", b"keep me")
+    RemoteLocation(url).write_bytes("notes.txt", b"keep me")
     with pytest.raises(ConfigError, match="is not empty.*other files"):
         pack(small_folders, url, workers=0, cache_dir=tmp_path / "cache", **_ARGS)
     pack(small_folders, url, workers=0, cache_dir=tmp_path / "cache", overwrite=True, **_ARGS)

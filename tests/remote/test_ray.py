@@ -44,11 +44,11 @@ def test_a_ray_pack_is_byte_identical_to_a_local_pack(
 
 
 def test_a_ray_pack_to_a_bucket(ray_cluster: Any, s3_server: str, bucket: str, small_folders: Path, small_pack: Path, tmp_path: Path) -> None:
-    from stoker.fs import Location
+    from stoker.fs import RemoteLocation
 
     url = f"{bucket}/ray"
     pack(small_folders, url, engine="ray", cache_dir=tmp_path / "cache", **_ARGS)
-    place = Location(url)
+    place = RemoteLocation(url)
     assert {name: place.read_bytes(name) for name in place.sizes()} == _files(small_pack)
 
 

@@ -48,10 +48,10 @@ def test_a_url_that_is_not_a_shard_set(s3_server: str, bucket: str, tmp_path: Pa
 
 
 def test_a_deleted_shard_is_found_on_opening(s3_server: str, bucket: str, small_pack: Path, tmp_path: Path) -> None:
-    from stoker.fs import Location
+    from stoker.fs import RemoteLocation
 
     url = upload_folder(small_pack, f"{bucket}/packed")
-    Location(url).remove("train-00003.arrow")
+    RemoteLocation(url).remove("train-00003.arrow")
     with pytest.raises(ShardError, match="train-00003.arrow.*is missing"):
         ShardDataset(url, cache_dir=tmp_path)
 

@@ -12,6 +12,9 @@ Modes:
     resume        continues ``stop`` from its mid-epoch last.pt, each rank from its own position.
     nan           a non-finite loss on rank 1 at batch 3: records each rank's message.
     nan-late      the same, read back every 5 batches: found after batch 5, named batch 3 on both ranks.
+    trace         two epochs over unequal shares (11 and 10 batches) with grad_accum 3, sync_every 5, a
+                  mid-epoch last.pt every 2 steps and validation: records the digests of
+                  tests/train/test_fit_golden.py, with every Ranks call this rank made.
     crash         rank 1 raises at batch 2 (the test checks that the launch ends).
 """
 
@@ -78,6 +81,46 @@ def run_fit(out: Path, modes: list[str], root: str | None) -> None:
     ranks.close()
 
 
+def fit_traced(rank: int, out: Path) -> dict[str, Any]:
+    """Mode ``trace``: the run's digests on this rank (see tests/train/test_fit_golden.py)."""
+    import random
+
+    import numpy as np
+    import pytest
+    from test_fit_golden import Recorder, environment, sha, trace_ranks, untimed_checkpoint, untimed_history
+
+    from stoker.loading import make_loader
+    from stoker.pipes import Pipe
+    from stoker.train import Scenario, fit
+
+    torch.manual_seed(0)
+    random.seed(0)
+    np.random.seed(0)
+    train = make_loader(Pipe.from_iterable(range(1001)).shuffle(1001, seed=3).shard().map(numbered), batch_size=50,
+                        num_workers=0, device="cpu", seed=0)
+    valid = make_loader(Pipe.from_iterable(range(1001, 1228)).shard().map(numbered), batch_size=40, num_workers=0,
+                        device="cpu")
+    model = nn.Sequential(nn.Flatten(), nn.Linear(48, 8), nn.BatchNorm1d(8), nn.ReLU(), nn.Linear(8, 4))
+    optimizer = torch.optim.AdamW(model.parameters(), lr=0.05)
+    scenario = Scenario(model, optimizer, nn.CrossEntropyLoss(), train, valid, epochs=2, grad_accum=3, sync_every=5,
+                        checkpoint_every_steps=2, scheduler=torch.optim.lr_scheduler.StepLR(optimizer, 1, gamma=0.5),
+                        preprocess=lambda images: images.float() / 255, device="cpu", log_dir=str(out / "runs"),
+                        name="trace", loggers=("csv",), progress=False, plot=False)
+    calls: list[Any] = []
+    events: list[Any] = []
+    histories: list[Any] = []
+    with pytest.MonkeyPatch.context() as patch:
+        trace_ranks(patch, calls)
+        history = fit(scenario, callbacks=[Recorder(events, histories)])
+    run_dir = out / "runs" / "trace"
+    result = {"collectives": sha(calls), "calls": len(calls), "weights": sha(model.state_dict()),
+              "history": sha(untimed_history(history.state_dict())), "trimmed": history[0].trimmed, "environment": environment()}
+    if rank == 0:
+        result.update(events=sha(events), last=sha(untimed_checkpoint(run_dir / "last.pt")),
+                      best=sha(untimed_checkpoint(run_dir / "best.pt")))
+    return result
+
+
 def fit_once(mode: str, root: str | None, rank: int, out: Path) -> dict[str, Any]:
     """One epoch of ``fit`` in ``mode``; what this rank saw."""
     from stoker.errors import TrainingError
@@ -86,6 +129,8 @@ def fit_once(mode: str, root: str | None, rank: int, out: Path) -> dict[str, Any
     from stoker.shards import ShardStream
     from stoker.train import Scenario, fit
 
+    if mode == "trace":
+        return fit_traced(rank, out)
     torch.manual_seed(0)
     if mode == "stream":
         dataset: Any = ShardStream(root, shuffle_buffer=64, seed=1)  # type: ignore[arg-type]

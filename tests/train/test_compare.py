@@ -54,8 +54,9 @@ def test_three_runs_in_two_groups_draw_two_colours(runs: list[Path], tmp_path: P
     shards = next(s for s in summaries if s.group == "shards")
     assert shards.best_acc == pytest.approx(0.85) and shards.best_epoch == 2  # acc/valid = acc - 0.05
     table = format_table(summaries)
-    assert table.splitlines()[0].split() == ["group", "run", "best", "vAcc", "epoch", "time", "img/s", "wait"]
+    assert table.splitlines()[0].split() == ["group", "run", "best", "vAcc", "epoch", "time", "img/s", "wait", "status"]
     assert "shards-a" in table and "25%" in table
+    assert [line.split()[-1] for line in table.splitlines()[1:]] == ["finished"] * 3
 
 
 def test_group_by_a_key_of_the_record_and_other_metrics(runs: list[Path]) -> None:

@@ -95,7 +95,7 @@ def test_torchrun_stoker_train_is_one_run_that_resumes_alone(tmp_path: Path) -> 
     assert [p.name for p in runs.iterdir()] == ["ddp"]
     run_dir = runs / "ddp"
     assert len(list(run_dir.glob("metrics.csv"))) == 1 and len(list(run_dir.glob("events.out.tfevents.*"))) == 1
-    assert done.stdout.count("2/2 - tLoss") == 1
+    assert done.stdout.count("2/2 - tLoss") == 1 and done.stdout.count("run folder:") == 1
     record = json.loads((run_dir / "run.json").read_text())
     assert record["world_size"] == 2 and record["status"] == "finished"
     for epoch in record["epochs"]:  # global figures: the even split trims n % 2; validation counts every sample once
@@ -145,8 +145,15 @@ def test_two_torchrun_agents_train_over_a_stream_and_a_pipe_in_step(tmp_path: Pa
     assert _ranks_out(tmp_path, "pipe")[0]["reductions"] == 3
 
 
-def test_stop_resume_nan_and_crash_agree_over_the_ranks(tmp_path: Path) -> None:
-    done = _torchrun("stop,resume,nan,nan-late,crash", str(tmp_path))
+@pytest.fixture(scope="module")
+def launch(tmp_path_factory: pytest.TempPathFactory) -> tuple[subprocess.CompletedProcess[str], Path]:
+    """One torchrun launch for several tests (process start-up is most of their time)."""
+    out = tmp_path_factory.mktemp("launch")
+    return _torchrun("stop,resume,nan,nan-late,trace,crash", str(out)), out
+
+
+def test_stop_resume_nan_and_crash_agree_over_the_ranks(launch: tuple[subprocess.CompletedProcess[str], Path]) -> None:
+    done, tmp_path = launch
     assert (tmp_path / "nan-rank1.json").is_file(), done.stdout[-2000:] + done.stderr[-6000:]
     # Ctrl-C on rank 1: both ranks stop after the same step; last.pt holds each rank's loader position.
     stopped, resumed = _ranks_out(tmp_path, "stop"), _ranks_out(tmp_path, "resume")
@@ -167,8 +174,49 @@ def test_stop_resume_nan_and_crash_agree_over_the_ranks(tmp_path: Path) -> None:
     assert done.returncode != 0 and "rank 1 breaks down" in done.stderr
 
 
+# Recorded from fit before it was split into named steps, per rank; re-recorded for the order module and for
+# equal steps in the loader (collectives, and rank 0's logger calls: a stream's len() under ranks is unknown now),
+# see test_fit_golden.py.
+TRACE_ENVIRONMENT = "torch 2.14.1, x86_64, AVX2"
+TRACE_GOLDEN: list[dict[str, Any]] = [
+    {
+        "collectives": "4b887b9271ea9b46618e082ccf09b02cf562b7cd2c6ab8302ca34605973fcb77",
+        "calls": 42,
+        "weights": "430e29280dfd79c3eeb458f9c8eee8a1c6e7cb5787ae1b0e97b785788b9dc4aa",
+        "history": "63642b0139c7875cf2aedc2fcc17f9837e13f5a1b365c3ad7f24e38324bd4663",
+        "trimmed": 1,
+        "environment": "torch 2.14.1, x86_64, AVX2",
+        "events": "fed04e71bca9cb88e34b28876567575f818e846aaa5b458f5f6a613e76fe55ee",
+        "last": "6d004435212b8291edb4a9ae0c1bad06e7b5e15da9fe4e1fba7d270a2b9d1712",
+        "best": "e5d64119946f03052a70d3b32275447a5c08fc486d08167bbec68d499f2243d1",
+    },
+    {
+        "collectives": "4b887b9271ea9b46618e082ccf09b02cf562b7cd2c6ab8302ca34605973fcb77",
+        "calls": 42,
+        "weights": "430e29280dfd79c3eeb458f9c8eee8a1c6e7cb5787ae1b0e97b785788b9dc4aa",
+        "history": "63642b0139c7875cf2aedc2fcc17f9837e13f5a1b365c3ad7f24e38324bd4663",
+        "trimmed": 1,
+        "environment": "torch 2.14.1, x86_64, AVX2",
+    },
+]
+
+
+def test_two_ranks_make_the_recorded_collectives_and_weights_bit_for_bit(
+        launch: tuple[subprocess.CompletedProcess[str], Path]) -> None:
+    done, out = launch
+    assert (out / "trace-rank1.json").is_file(), done.stdout[-2000:] + done.stderr[-6000:]
+    a, b = _ranks_out(out, "trace")
+    # The same collectives in the same order on both ranks, one set of weights; one sample trimmed a epoch.
+    assert a["calls"] == b["calls"] and a["weights"] == b["weights"] and a["history"] == b["history"]
+    assert a["trimmed"] == 1
+    print(f"\nTRACE_GOLDEN {json.dumps([a, b])}")  # to re-record: pytest -s -k recorded
+    if a["environment"] != TRACE_ENVIRONMENT:
+        pytest.skip(f"the golden digests pin {TRACE_ENVIRONMENT}; this is {a['environment']}")
+    assert [a, b] == TRACE_GOLDEN
+
+
 def test_a_mid_epoch_checkpoint_resumes_on_its_own_number_of_ranks_only(tmp_path: Path) -> None:
-    from stoker.train.loop import _my_partial
+    from stoker.train.run import _my_partial
 
     partial = {"epoch": 2, "phase": "train", "loader": {}, "train": {}, "train_timer": {}, "lr": 0.1, "world_size": 2,
                "ranks": [{"loader": {"r": 0}, "train": {}, "train_timer": {}}, {"loader": {"r": 1}, "train": {}, "train_timer": {}}]}

@@ -163,6 +163,29 @@ def test_nan_loss_stops_the_run_and_last_good_checkpoint_loads(folders: Path, tm
     assert json.loads((tmp_path / "nan" / "run.json").read_text())["status"] == "non-finite loss"
 
 
+@pytest.mark.parametrize("every_steps", [None, 2])
+def test_a_non_finite_loss_in_the_first_epoch_says_whether_a_checkpoint_exists(folders: Path, tmp_path: Path,
+                                                                              every_steps: int | None) -> None:
+    # NaN at epoch 1, batch 6: with no mid-epoch checkpoint there is no last.pt to speak of; with one every
+    # 2 steps, last.pt holds batch 4.
+    scenario = _every(folders, tmp_path, "nan1", sync_every=1, loss_fn=_NanAt(1, 6, 8), every_steps=every_steps)
+    with pytest.raises(TrainingError, match=r"epoch 1, batch 6;") as caught:
+        fit(scenario)
+    message = str(caught.value)
+    last = tmp_path / "nan1" / "last.pt"
+    if every_steps is None:
+        assert not last.exists()
+        assert "before its first checkpoint, so there is no last.pt to resume from" in message
+        assert "still holds" not in message
+    else:
+        assert load_checkpoint(last)["partial"]["train"]["batches"] == 4
+        assert f"{last} still holds the last good point" in message
+    assert "Lower the learning rate" in message
+    # The folder holds no run then: starting again under the same name works, as the message says.
+    if every_steps is None:
+        assert len(fit(_every(folders, tmp_path, "nan1", sync_every=1, epochs=1))) == 1
+
+
 def _every(folders: Path, tmp_path: Path, name: str, sync_every: int, grad_accum: int = 1, loss_fn=None,
            every_steps: int | None = None, epochs: int = 2) -> Scenario:
     torch.manual_seed(0)

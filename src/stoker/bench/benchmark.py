@@ -72,7 +72,7 @@ def open_data(data: str | os.PathLike[str] | FileDataset) -> tuple[FileDataset, 
         return data, ",".join(s.name for s in data.index.sources)
     from stoker.data import open_data as open_any  # the one way in
 
-    path = where(data)  # a local Path, or a Location for a URL (never a folder named "s3:")
+    path = where(data)  # a local path or a URL (never a folder named "s3:")
     opened = open_any(path)
     dataset = opened["train"]
     if opened.is_shards or not isinstance(dataset, FileDataset):
@@ -80,7 +80,7 @@ def open_data(data: str | os.PathLike[str] | FileDataset) -> tuple[FileDataset, 
             f"{path}: is a shard set; benchmark the data it was packed from, and pass the shard sets "
             f"with --packed (packed=) to reuse them"
         )
-    return dataset, (path.resolve().name if isinstance(path, Path) else path.name) or str(path)
+    return dataset, path.resolve().name or str(path)
 
 
 def _settle_size(dataset: FileDataset, size: tuple[int, int] | None) -> tuple[int, int] | None:
@@ -375,7 +375,7 @@ def quick_bench(
     Example:
         >>> quick_bench("stoker-demo/data/digiface")  # doctest: +SKIP
     """
-    from stoker.bench.report import recommendation, render_markdown
+    from stoker.bench.report import recommendation, render_markdown, result_notes
 
     plan = BenchPlan(data, workers=workers, batch_size=batch_size, max_seconds=max_seconds, size=size,
                      limits_time_s=0.5, progress=False)
@@ -383,7 +383,7 @@ def quick_bench(
     echo(render_markdown(result, details=False, recommend=False))  # the recommendation is the last line, once
     echo("")
     echo(f"Limits on this machine: {result.limits.summary()}.")
-    for note in result.notes():
+    for note in result_notes(result):
         echo(f"- {note}")
     echo("")
     echo(recommendation(result))

@@ -24,6 +24,7 @@ import torch
 from stoker.bench.methods import Work  # decode it, or only read and copy its pixels
 from stoker.decode import resize
 from stoker.errors import ConfigError
+from stoker.fs import local_path
 from stoker.sources.dataset import FileDataset
 
 __all__ = ["Limits", "Work", "evict_from_page_cache", "measure_limits", "measure_sequential_read"]
@@ -126,10 +127,11 @@ def evict_from_page_cache(paths: list[str]) -> bool:
         return False
     done = False
     for path in paths:
-        if "://" in path and not path.startswith("file://"):
+        local = local_path(path)
+        if local is None:  # a URL: no page cache here
             continue
         try:
-            fd = os.open(path.removeprefix("file://"), os.O_RDONLY)
+            fd = os.open(local, os.O_RDONLY)
         except OSError:
             continue
         try:

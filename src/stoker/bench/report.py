@@ -34,6 +34,7 @@ __all__ = [
     "recommendation",
     "render_markdown",
     "render_summary_table",
+    "report_dict",
     "result_notes",
     "save_json",
     "save_report",
@@ -379,7 +380,7 @@ def render_markdown(result: BenchResult, details: bool = True, recommend: bool =
             parts.append(f"Packing, a one-off cost: {packing}{reused}.")
         if result.stream_quality:
             parts.append(_stream_line(result))
-        notes = result.notes()
+        notes = result_notes(result)
         if notes:
             parts += [""] + [f"- {note}" for note in notes]
         parts += ["", _details_table(result.runs)]
@@ -396,10 +397,15 @@ def _json_default(value: Any) -> Any:
     raise TypeError(f"cannot write {type(value).__name__} to JSON")
 
 
+def report_dict(result: BenchResult) -> dict[str, Any]:
+    """What ``bench.json`` holds: ``result.to_dict()`` with the notes and the recommendation."""
+    return {**result.to_dict(), "notes": result_notes(result), "recommendation": recommendation(result)}
+
+
 def save_json(result: BenchResult, path: str | os.PathLike[str]) -> Path:
-    """Write ``result.to_dict()`` as JSON and return the path."""
+    """Write :func:`report_dict` as JSON and return the path."""
     path = Path(path)
-    path.write_text(json.dumps(result.to_dict(), indent=1, default=_json_default) + "\n", encoding="utf-8")
+    path.write_text(json.dumps(report_dict(result), indent=1, default=_json_default) + "\n", encoding="utf-8")
     return path
 
 

@@ -88,20 +88,9 @@ class BenchResult:
             self._suggested_buffer = suggest_buffer_size(self.source_order_labels, self.batch_size, self.num_classes)
         return self._suggested_buffer or 0
 
-    def notes(self) -> list[str]:
-        """Plain-language remarks: wrong methods, poor shuffling, partial runs, the cache."""
-        from stoker.bench.report import result_notes
-
-        return result_notes(self)
-
-    def recommendation(self) -> str:
-        """One line: the fastest correct setting and its ratio to plain files (see :func:`~stoker.bench.report.recommendation`)."""
-        from stoker.bench.report import recommendation
-
-        return recommendation(self)
-
     def to_dict(self) -> dict[str, Any]:
-        """A JSON-ready dict of the whole result."""
+        """A JSON-ready dict of what was measured (``bench.json`` adds the notes and the recommendation:
+        :func:`~stoker.bench.report.report_dict`)."""
         return {
             "description": self.description,
             "samples": self.samples,
@@ -119,8 +108,6 @@ class BenchResult:
             "expected_checksum": self.expected_checksum,
             "shuffle_buffer": self.shuffle_buffer,
             "machine": self.machine,
-            "notes": self.notes(),
-            "recommendation": self.recommendation(),
             "stream_quality": {
                 store: {str(w): q.to_dict() for w, q in by_workers.items()} for store, by_workers in self.stream_quality.items()
             },

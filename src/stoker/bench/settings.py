@@ -40,6 +40,7 @@ from typing import Any
 from stoker import _tomllib as tomllib
 from stoker.bench.methods import METHODS
 from stoker.errors import ConfigError, MissingFileError
+from stoker.fs import local_path
 from stoker.loading.backends import BACKENDS
 from stoker.loading.workers import FALLBACK_WORKERS
 
@@ -312,10 +313,9 @@ def check_tuned_for(
     retune_data = settings.data or "DATA"
     warnings: list[str] = []
     for item in data:
-        text = os.fspath(item)
-        if "://" in text and not text.startswith("file://"):
+        path = local_path(item)
+        if path is None:  # a URL: its storage is not looked at
             continue
-        path = Path(text.removeprefix("file://"))
         found = _storage_of(path)
         if found is None:
             continue

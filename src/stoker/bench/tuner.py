@@ -197,10 +197,10 @@ def _tuned_on(data: str | os.PathLike[str] | FileDataset) -> dict[str, str]:
         roots = list(dict.fromkeys(str(s.root) for s in data.index.sources))
         return {"data": str(Path(roots[0]).resolve())} if len(roots) == 1 else {}
     from stoker.data import detect_layout
-    from stoker.fs import Location, where
+    from stoker.fs import where
 
     place = where(data)  # a URL stays a URL (pathlib would make s3://b of it s3:/b)
-    name = place.url if isinstance(place, Location) else str(place.resolve())
+    name = str(place.resolve())
     return {"data": name, "layout": detect_layout(place)}
 
 

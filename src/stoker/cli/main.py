@@ -53,5 +53,5 @@ for _module, _name in _COMMANDS:
     main.add_command(getattr(importlib.import_module(f"stoker.cli.{_module}"), _name))
 
 
-if __name__ == "__main__":  # `python -m stoker.cli.main` (what `torchrun -m stoker.cli.main train ...` starts)
+if __name__ == "__main__":  # `python -m stoker.cli.main`; `python -m stoker` (stoker/__main__.py) is the short form
     main()

@@ -89,7 +89,7 @@ def train(config: Path | None, loader_file: Path | None, assignments: tuple[str,
     naming its key); a flag's value passes the key's own check, and an unknown key or a
     bad value is an error naming the flag or file, the key and what it accepts.
     """
-    from stoker.train.runner import train_from_config
+    from stoker.train.runner import rank_zero, train_from_config
 
     if keys:
         click.echo(describe_keys(), nl=False)
@@ -107,12 +107,12 @@ def train(config: Path | None, loader_file: Path | None, assignments: tuple[str,
         _check_tuned_for(loader_file, cfg.data.path)
     try:
         result = train_from_config(cfg, echo=click.echo)
-    except KeyboardInterrupt:
-        where = Path(cfg.run.log_dir) / str(cfg.run.name) if cfg.run.name else Path(cfg.run.log_dir)
-        click.echo(f"\ninterrupted; {where}/last.pt holds the last point saved: continue with "
-                   f"stoker train --log-dir {cfg.run.log_dir} --name {cfg.run.name or '<run name>'} --resume", err=True)
+    except KeyboardInterrupt as exc:
+        if rank_zero():  # one line for the run, not one per rank
+            click.echo(f"\ninterrupted; {str(exc) or 'stopped before the run began; start it again'}", err=True)
         sys.exit(130)
-    click.echo(result.where())
+    if rank_zero():
+        click.echo(result.where())
 
 
 def _loader_settings(path: Path) -> dict[str, Any]:

@@ -9,7 +9,7 @@ from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from itertools import islice
-from typing import Any, cast
+from typing import Any
 
 import numpy as np
 import torch
@@ -26,8 +26,16 @@ from torch.utils.data import (
 from stoker.errors import ConfigError, StokerError
 from stoker.loading.backends import BACKENDS, Backend
 from stoker.loading.collate import Batch, collate, to_device
+from stoker.loading.contract import (
+    SupportsCollate,
+    SupportsEpoch,
+    SupportsGetItems,
+    SupportsIterFrom,
+    SupportsLoaderDefaults,
+)
 from stoker.loading.samplers import EpochSampler, RankSlice
 from stoker.loading.skips import Skipped
+from stoker.loading.steps import EqualSteps, ranks_in_step, steps_are_certain
 from stoker.loading.workers import default_workers
 from stoker.order import WORKER_SEEDS, epoch_seed
 
@@ -64,7 +72,8 @@ def _seed_worker(worker_id: int) -> None:
 def iter_from(dataset: Iterable[Any], start: int) -> Iterator[Any]:
     """Iterate ``dataset`` from its item ``start`` on, as cheaply as it allows.
 
-    A data set with an ``iter_from(start)`` method (``Pipe``, ``ShardStream``) passes
+    A data set with an ``iter_from(start)`` method
+    (:class:`~stoker.loading.contract.SupportsIterFrom`: ``Pipe``, ``ShardStream``) passes
     over the first items without reading or decoding them; any other iterable is read
     from the beginning and the first ``start`` items are thrown away (logged, since it
     costs as much as reading them).
@@ -82,9 +91,8 @@ def iter_from(dataset: Iterable[Any], start: int) -> Iterator[Any]:
     """
     if start <= 0:
         return iter(dataset)
-    method = getattr(dataset, "iter_from", None)
-    if callable(method):
-        return cast(Iterator[Any], method(start))
+    if isinstance(dataset, SupportsIterFrom):
+        return dataset.iter_from(start)
     log.info("resuming %s: it has no iter_from(start), so its first %d items are read and discarded",
              type(dataset).__name__, start)
     return islice(iter(dataset), start, None)
@@ -121,7 +129,7 @@ class _Positioned(IterableDataset):
         info = get_worker_info()
         worker = info.id if info is not None else 0
         epoch, start = int(self.control[0]), int(self.control[1 + worker])
-        if hasattr(self.dataset, "set_epoch"):
+        if isinstance(self.dataset, SupportsEpoch):
             self.dataset.set_epoch(epoch)
         return iter_from(self.dataset, start)
 
@@ -216,8 +224,23 @@ class Loader:
     batches and labels are exact; with ``num_workers=0`` the transforms draw from the
     process's global generators, which ``fit`` saves, and are exact too.
 
+    Under ``torch.distributed`` (made with ``even=True``, the default) every rank gets the
+    same number of batches each epoch, whatever the reader, so any loop over it — a
+    hand-written DDP loop, Lightning's, ``fit`` — runs the same steps on every rank and
+    cannot reach a collective the others miss (see :mod:`stoker.loading.steps`). Where the
+    count is known (a map-style data set under the even split, read with
+    ``on_error="raise"``) nothing is exchanged; otherwise (a ``Pipe``, a ``ShardStream``,
+    any iterable, a reader that skips bad samples) the ranks agree before each batch in
+    one small all-reduce, every rank stops at the step where the first one runs out, and
+    the rest of this rank's epoch is read without being yielded.
+
     Attributes:
         skipped: bad samples skipped in the last epoch (``on_error="skip"``).
+        trimmed: samples of the last epoch left out so that every rank ran the same
+            number of steps: this rank's batches past the step where the first rank ran
+            out, plus, on rank 0 only, the ``len % world_size`` samples the even
+            map-style split leaves out; a sum over ranks is the epoch's total. 0 alone
+            and for ``even=False``.
     """
 
     def __init__(
@@ -234,6 +257,8 @@ class Loader:
         seed: int,
         collate_fn: Callable[[Any], Any],
         sampler: Sampler[int] | None,
+        even: bool = True,
+        split_later: bool = False,
     ) -> None:
         self.dataset = dataset
         self.batch_size = batch_size
@@ -248,10 +273,13 @@ class Loader:
         self._generator = torch.Generator()  # the DataLoader's: worker base seeds
         self._iterable = isinstance(dataset, IterableDataset)
         self._distributed = isinstance(sampler, EpochSampler)  # a rank's share (stoker.loading.samplers)
+        self._even = even
+        self._shuffle = shuffle
+        # Made before the process group (Lightning starts it in trainer.fit): split by rank once there is one.
+        self._split_later = split_later and not self._iterable and not self._distributed
         # Samples of an epoch no rank reads: the tail an even split drops (counted on rank 0 only).
-        self.split_trimmed = 0
-        if isinstance(sampler, EpochSampler) and sampler.rank == 0:
-            self.split_trimmed = sampler.trimmed
+        self._split_tail = sampler.trimmed if isinstance(sampler, EpochSampler) and sampler.rank == 0 else 0
+        self.trimmed = self._split_tail  # known before the first pass; each pass adds what the ranks' agreement left out
         if self._iterable:
             self._sampler: Sampler[int] | None = None
         elif sampler is not None:
@@ -295,7 +323,22 @@ class Loader:
         self.drop_last = drop_last
 
     def __len__(self) -> int:
-        """Number of batches per epoch (for map-style data sets)."""
+        """Number of batches per epoch.
+
+        Raises:
+            TypeError: an iterable data set read by several ranks in step (``even=True``
+                under ``torch.distributed``): how many batches the ranks run together is
+                known only as they read (they agree at every step), and a length that
+                differed between ranks would let a loop that stops at ``len(loader)``
+                (Lightning does) stop one rank before the others — a hang or a
+                collective mismatch. Iterate it to the end instead: every rank stops at
+                the same step.
+        """
+        if self._iterable and self._agrees():
+            raise TypeError(
+                f"len() of a Loader over a {type(self.dataset).__name__} read by several ranks in step is not known "
+                "before the epoch is read (the ranks agree at every step); iterate it to the end"
+            )
         if self._dataloader is not None:
             return len(self._dataloader)
         return len(self._batches)
@@ -392,10 +435,12 @@ class Loader:
 
     def __iter__(self) -> Iterator[Any]:
         resume, self._pending = (self._pending if self._pending is not None and self._pending["epoch"] == self.epoch else None), None
+        if self._split_later and ranks_in_step():
+            self._split_by_rank()
         self._generator.manual_seed(epoch_seed(self.seed, self.epoch, WORKER_SEEDS))
         if isinstance(self._sampler, EpochSampler):
             self._sampler.set_epoch(self.epoch)
-        if hasattr(self.dataset, "set_epoch"):
+        if isinstance(self.dataset, SupportsEpoch):
             self.dataset.set_epoch(self.epoch)
         self._restart_epoch()
         self.skipped = []
@@ -412,6 +457,43 @@ class Loader:
         batches: Iterator[Any] = self._iter_process(self._dataloader) if self._dataloader is not None else self._iter_threads()
         if self._iterable and self._slots > 1:
             batches = _in_worker_order(batches, self._slots, self._next_worker)
+        # Every rank the same number of batches: known for an even map-style split that cannot
+        # skip; agreed at every step for the rest (stoker.loading.steps).
+        steps = EqualSteps(self._counted(batches)) if self._agrees() else None
+        self.trimmed = self._split_tail
+        for item in steps if steps is not None else self._counted(batches):
+            yield to_device(item.data if isinstance(item, Batch) else item, self.device, non_blocking=self._pin)
+        if steps is not None:
+            self.trimmed += steps.trimmed
+        if self.skipped:
+            shown = "; ".join(f"{s.key}: {s.reason}" for s in self.skipped[:3])
+            log.warning(
+                "skipped %d bad sample(s) in epoch %d (on_error='skip'): %s%s",
+                len(self.skipped), self.epoch, shown, " ..." if len(self.skipped) > 3 else "",
+            )
+        self.epoch += 1
+        self._restart_epoch()
+
+    def _split_by_rank(self) -> None:
+        """Read this rank's share from now on: the process group started after this loader was made.
+
+        ``make_loader(distributed=None)`` means "split by rank under torch.distributed";
+        a loader made before the group exists (as a Lightning module's loader made before
+        ``trainer.fit`` starts the ranks) would otherwise read the whole data set on every
+        rank, each sample once per rank per epoch, with nothing said.
+        """
+        rank, world_size = torch.distributed.get_rank(), torch.distributed.get_world_size()
+        sampler = EpochSampler(self.dataset, rank, world_size, shuffle=self._shuffle, seed=self.seed, even=self._even)
+        self._split_later, self._distributed, self._sampler = False, True, sampler
+        if self._resume_sampler is not None:
+            self._resume_sampler.base = sampler  # what the DataLoader (or the thread pool's batches) draws from
+        self._split_tail = sampler.trimmed if rank == 0 else 0
+        self.trimmed = self._split_tail
+        log.info("the process group started after this loader was made: rank %d now reads its share (1 of %d) of %s",
+                 rank, world_size, type(self.dataset).__name__)
+
+    def _counted(self, batches: Iterator[Any]) -> Iterator[Any]:
+        """The epoch's batches as they arrive, its position and skips counted; a batch left empty is not yielded."""
         for item in batches:
             self._batches_done += 1
             if isinstance(item, _FromWorker):
@@ -422,16 +504,22 @@ class Loader:
                 self.skipped.extend(item.skipped)
                 if item.size == 0:
                     continue
-                item = item.data
-            yield to_device(item, self.device, non_blocking=self._pin)
-        if self.skipped:
-            shown = "; ".join(f"{s.key}: {s.reason}" for s in self.skipped[:3])
-            log.warning(
-                "skipped %d bad sample(s) in epoch %d (on_error='skip'): %s%s",
-                len(self.skipped), self.epoch, shown, " ..." if len(self.skipped) > 3 else "",
-            )
-        self.epoch += 1
-        self._restart_epoch()
+            yield item
+
+    @property
+    def equal_steps(self) -> bool:
+        """Whether every rank of the process group gets the same number of batches from this loader.
+
+        True for a loader made with ``even=True`` (the default): under an initialised
+        process group with several ranks, each epoch yields the same number of batches on
+        every rank, in any loop (see :mod:`stoker.loading.steps`); ``False`` for
+        ``even=False`` (validation), whose ranks' shares may differ by a batch.
+        """
+        return self._even
+
+    def _agrees(self) -> bool:
+        """Whether this epoch's ranks agree at every step: even, several ranks, and the counts not known equal."""
+        return self._even and ranks_in_step() and not steps_are_certain(self.dataset, self._sampler)
 
     def _iter_process(self, dataloader: DataLoader) -> Iterator[Any]:
         try:
@@ -441,7 +529,7 @@ class Loader:
 
     def _iter_threads(self) -> Iterator[Any]:
         """Fetch batches on a thread pool, in order, with a bounded number in flight."""
-        fetch = getattr(self.dataset, "__getitems__", None)
+        fetch = self.dataset.__getitems__ if isinstance(self.dataset, SupportsGetItems) else None
 
         def load(indices: list[int]) -> Any:
             samples = fetch(indices) if fetch is not None else [self.dataset[i] for i in indices]
@@ -515,7 +603,14 @@ def make_loader(
 
     Batches come out already on ``device`` (non-blocking copies from pinned memory when
     it is CUDA). Shuffling is seeded per epoch, every worker gets a distinct seed, and
-    under ``torch.distributed`` each rank reads its own part of every epoch.
+    under ``torch.distributed`` each rank reads its own part of every epoch and (with
+    ``even=True``) every rank gets the same number of batches, so a DDP loop of your own
+    cannot hang or fail on a collective one rank misses; what that leaves out is counted
+    in :attr:`Loader.trimmed`.
+
+    What the loader asks of a data set beyond torch's protocol (``set_epoch``,
+    ``iter_from``, ``__getitems__``, ``collate_fn``, ``loader_defaults``, ``on_error``)
+    is written down in :mod:`stoker.loading.contract`.
 
     Args:
         dataset: any torch Dataset: a stoker layout, a ``ShardDataset``, a ``Pipe``...
@@ -536,15 +631,22 @@ def make_loader(
         collate_fn: batch maker; default: the data set's ``collate_fn`` attribute if it
             has one, else torch's default collate with bad-sample accounting.
         distributed: split a map-style data set by rank; default: when
-            ``torch.distributed`` is initialised. (Iterable data sets, ``Pipe`` and
-            ``ShardStream``, split themselves by rank.)
-        even: with ``distributed``, give every rank the same number of samples (for
-            training: every rank then runs the same number of steps): an
+            ``torch.distributed`` is initialised — when the loader is made, or, for a
+            loader made before the process group (a Lightning module's, before
+            ``trainer.fit`` starts the ranks), from the first epoch read under it.
+            (Iterable data sets, ``Pipe`` and ``ShardStream``, split themselves by rank.)
+        even: under ``torch.distributed``, every rank yields the same number of
+            batches each epoch, in any loop (hand-written, Lightning, ``fit``), for
+            training: a map-style data set gets an
             :class:`~stoker.loading.samplers.EpochSampler` that drops the last
             ``len % world_size`` samples of each (shuffled) epoch rather than repeat
-            any (``loader.split_trimmed``). ``False``: every sample exactly once over
-            the ranks, shares differing by one (for validation; see :class:`RankSlice`).
-            Both follow the split rule of :mod:`stoker.order`.
+            any; where the ranks' counts can still differ (iterables, readers that
+            skip bad samples) the ranks agree before each batch and all stop at the
+            step where the first runs out. What is left out is counted in
+            :attr:`Loader.trimmed`. ``False``: no agreement, every sample exactly once
+            over the ranks, shares differing by one (for validation; see
+            :class:`RankSlice`); run no collective inside such a loop. Both follow
+            the split rule of :mod:`stoker.order`.
 
     Returns:
         A :class:`Loader`; iterate it once per epoch.
@@ -556,7 +658,7 @@ def make_loader(
     """
     if batch_size < 1:
         raise ConfigError(f"batch_size must be >= 1, got {batch_size}")
-    defaults = getattr(dataset, "loader_defaults", None) or {}
+    defaults = (dataset.loader_defaults or {}) if isinstance(dataset, SupportsLoaderDefaults) else {}
     if num_workers is None:
         num_workers = default_workers(defaults)  # stoker.loading.workers: the one rule
     if backend is None:
@@ -570,6 +672,7 @@ def make_loader(
     iterable = isinstance(dataset, IterableDataset)
     if backend == "thread" and iterable:
         raise ConfigError("backend='thread' needs a map-style data set; use backend='process' for a Pipe")
+    split_later = distributed is None  # no process group yet: the loader splits when one starts (Lightning)
     if distributed is None:
         distributed = torch.distributed.is_available() and torch.distributed.is_initialized()
     sampler: Sampler[int] | None = None
@@ -588,6 +691,8 @@ def make_loader(
         persistent_workers=persistent_workers,
         backend=backend,
         seed=seed,
-        collate_fn=collate_fn or cast(Callable[[Any], Any], getattr(dataset, "collate_fn", collate)),
+        collate_fn=collate_fn or (dataset.collate_fn if isinstance(dataset, SupportsCollate) else collate),
         sampler=sampler,
+        even=even,
+        split_later=split_later,
     )

@@ -28,10 +28,11 @@ from torch.utils.data import IterableDataset
 
 from stoker.errors import ConfigError
 from stoker.loading.collate import collate
+from stoker.loading.contract import StreamReader
 from stoker.loading.placement import distributed_placement
 from stoker.pipes.compose import Step, compose
 from stoker.pipes.context import Context
-from stoker.pipes.registry import is_one_to_one, registered_stage
+from stoker.pipes.registry import is_one_to_one, registered_stage, reserve_names
 from stoker.pipes.sharding import shard_step
 from stoker.pipes.shuffle import shuffle_step
 from stoker.pipes.sources import iterable_step, list_files_step
@@ -43,7 +44,7 @@ T = TypeVar("T")
 U = TypeVar("U")
 
 
-class Pipe(IterableDataset[T]):
+class Pipe(IterableDataset[T], StreamReader):
     """A streaming dataset built from a source and a chain of stages.
 
     Build one with :meth:`from_iterable` or :meth:`list_files`, then chain stages. Stages
@@ -145,6 +146,9 @@ class Pipe(IterableDataset[T]):
             >>> list(Pipe.from_iterable([1]).concat(Pipe.from_iterable([2]), Pipe.from_iterable([3])))
             [1, 2, 3]
         """
+        for other in others:
+            if not isinstance(other, Pipe):
+                raise ConfigError(f"concat: expected Pipes, got {type(other).__name__}; wrap it with Pipe.from_iterable(...)")
         return self._then(concat_step(others))
 
     def shuffle(self, buffer_size: int, seed: int | None = None) -> Pipe[T]:
@@ -307,3 +311,6 @@ class Pipe(IterableDataset[T]):
 
     def __repr__(self) -> str:
         return "Pipe(" + " -> ".join(step.name for step in self._steps) + ")"
+
+
+reserve_names(name for name in dir(Pipe) if not name.startswith("_"))  # no stage may shadow a method

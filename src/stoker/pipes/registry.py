@@ -9,18 +9,33 @@ pickles to worker processes as long as the function lives at module level.
 from __future__ import annotations
 
 import keyword
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any, TypeVar
 
 from stoker.errors import ConfigError
 
-__all__ = ["StageFn", "is_one_to_one", "register_stage", "registered_stage", "registered_stages"]
+__all__ = ["StageFn", "is_one_to_one", "register_stage", "registered_stage", "registered_stages", "reserve_names"]
 
 StageFn = Callable[..., Iterator[Any]]
 F = TypeVar("F", bound=StageFn)
 
 _STAGES: dict[str, StageFn] = {}
 _ONE_TO_ONE: set[str] = set()
+_RESERVED: set[str] = set()  # the Pipe's own methods (pipe.py reserves them): no stage may take these names
+
+
+def reserve_names(names: Iterable[str]) -> None:
+    """Keep ``names`` (the ``Pipe`` class's own methods) from being registered as stages.
+
+    Raises:
+        ConfigError: a stage is registered already under one of ``names``.
+    """
+    names = set(names)
+    taken = sorted(names & set(_STAGES))
+    if taken:
+        raise ConfigError(f"register_stage: {', '.join(map(repr, taken))} registered as stage(s) but also Pipe method(s); "
+                          "rename the stage(s)")
+    _RESERVED.update(names)
 
 
 def register_stage(name: str, *, replace: bool = False, one_to_one: bool = False) -> Callable[[F], F]:
@@ -53,13 +68,11 @@ def register_stage(name: str, *, replace: bool = False, one_to_one: bool = False
         >>> list(Pipe.from_iterable(range(5)).pairs(fill=-1))
         [(0, 1), (2, 3), (4, -1)]
     """
-    from stoker.pipes.pipe import Pipe  # here, not at the top: pipe.py imports this module
-
     if not isinstance(name, str) or not name.isidentifier() or keyword.iskeyword(name) or name.startswith("_"):
         raise ConfigError(
             f"register_stage: {name!r} is not a valid stage name; use a public identifier like 'load_image'"
         )
-    if hasattr(Pipe, name):
+    if name in _RESERVED:
         raise ConfigError(f"register_stage: {name!r} is a Pipe method and cannot be replaced; choose another name")
 
     def register(fn: F) -> F:

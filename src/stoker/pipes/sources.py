@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, TypeVar, cast
 
 from stoker.errors import ConfigError, MissingFileError
-from stoker.fs import Location, is_url, where
+from stoker.fs import where
 from stoker.pipes.compose import Step
 
 __all__ = ["iterable_step", "iterate", "list_files", "list_files_step", "matching_files"]
@@ -53,34 +53,18 @@ def matching_files(folder: str, masks: Sequence[str], recursive: bool) -> Iterat
     time. Symbolic links to folders are not followed (they could loop). A URL
     (``s3://bucket/images``) is listed through fsspec, in the same order.
     """
-    if is_url(folder) and not folder.startswith("file://"):
-        yield from _remote_matching_files(Location(folder), masks, recursive)
-        return
-    with os.scandir(folder) as scan:
-        entries = sorted(scan, key=lambda entry: entry.name)
-    subfolders = []
-    for entry in entries:
-        if entry.is_file():
-            if any(fnmatch.fnmatch(entry.name, mask) for mask in masks):
-                yield entry.path
-        elif recursive and entry.is_dir(follow_symlinks=False):
-            subfolders.append(entry.path)
-    for subfolder in subfolders:
-        yield from matching_files(subfolder, masks, recursive)
-
-
-def _remote_matching_files(place: Location, masks: Sequence[str], recursive: bool) -> Iterator[str]:
-    for name in sorted(place.sizes()):
-        if any(fnmatch.fnmatch(name, mask) for mask in masks):
-            yield place.url_of(name)
-    if recursive:
-        for sub in place.list_dirs():
-            yield from _remote_matching_files(place.child(sub), masks, recursive)
+    place = where(folder)
+    listing = place.walk() if recursive else iter([("", place.kinds())])
+    for rel_dir, kinds in listing:
+        here = place.child(rel_dir) if rel_dir else place
+        for name in sorted(kinds):
+            kind = kinds[name]  # a link counts when it leads to a file (links to folders are not walked)
+            if (kind == "file" or (kind == "link" and here.is_file(name))) and any(fnmatch.fnmatch(name, m) for m in masks):
+                yield here.url_of(name)
 
 
 def _is_folder(root: str) -> bool:
-    place = where(root)
-    return place.is_dir() if isinstance(place, Location) else os.path.isdir(place)
+    return where(root).is_dir()
 
 
 def _no_files_error(root: str | Path, masks: Sequence[str], recursive: bool) -> MissingFileError:
@@ -122,7 +106,7 @@ def list_files_step(root: str | os.PathLike[str], masks: str | Sequence[str] = "
     if not mask_tuple or not all(isinstance(mask, str) for mask in mask_tuple):
         raise ConfigError(f"list_files: masks must be a glob pattern or a list of them, like '*.jpg'; got {masks!r}")
     place = where(root)
-    folder = place.url if isinstance(place, Location) else str(place)
+    folder = str(place)
     if not _is_folder(folder):
         what = "is a file, not a folder" if place.exists() else "folder not found"
         raise MissingFileError(f"{folder}: {what}; pass the folder that holds the files")

@@ -108,13 +108,6 @@ def batch_step(batch_size: int, drop_last: bool = False, collate_fn: Callable[[l
 
 
 def concat_step(pipes: Sequence[Pipe[Any]]) -> Step:
-    """Check the arguments of ``Pipe.concat`` and make its step."""
-    from stoker.pipes.pipe import Pipe  # here, not at the top: pipe.py imports this module
-
-    for other in pipes:
-        if not isinstance(other, Pipe):
-            raise ConfigError(
-                f"concat: expected Pipes, got {type(other).__name__}; wrap it with Pipe.from_iterable(...)"
-            )
+    """Make the step of ``Pipe.concat`` (which checks that ``pipes`` are pipes)."""
     parts = tuple(pipes)
     return Step("concat", concat_items, (parts,), needs_context=True, length=partial(concat_length, parts))

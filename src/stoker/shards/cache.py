@@ -141,7 +141,7 @@ class ShardCache:
 
     Example:
         >>> cache = ShardCache("/tmp/stoker-cache", limit="50GB")  # doctest: +SKIP
-        >>> path = cache.fetch(Location("s3://bucket/packed"), manifest.shards[0])  # doctest: +SKIP
+        >>> path = cache.fetch(where("s3://bucket/packed"), manifest.shards[0])  # doctest: +SKIP
     """
 
     def __init__(
@@ -214,7 +214,7 @@ class ShardCache:
             digest = hashlib.sha256()
             size = 0
             try:
-                with remote.fs.open(remote.path.rstrip("/") + "/" + info.name, "rb") as src, open(tmp, "wb") as out:
+                with remote.open(info.name) as src, open(tmp, "wb") as out:
                     while size <= info.bytes and (chunk := src.read(_CHUNK)):
                         digest.update(chunk)
                         out.write(chunk)
@@ -361,7 +361,7 @@ def download_note(root: str, cache_dir: str | os.PathLike[str] | None = None) ->
     from stoker.shards.manifest import Manifest
 
     place = where(root)
-    if not isinstance(place, Location):
+    if place.is_local:  # read in place: nothing to download
         return None
     manifest = Manifest.load(place)
     cache = ShardCache(cache_dir)

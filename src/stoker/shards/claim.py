@@ -17,6 +17,7 @@ import numpy as np
 import pyarrow as pa
 
 from stoker.errors import ConfigError, ShardError
+from stoker.fs import local_path
 from stoker.shards.format import MANIFEST_NAME, TMP_SUFFIX, shard_schema
 from stoker.shards.manifest import Manifest, ShardInfo
 from stoker.shards.plan import ShardPlan, read_plan_fingerprint
@@ -54,8 +55,8 @@ def check_place(out: Path, sources: Sequence[Source]) -> None:
     """
     resolved = out.resolve()
     for src in sources:
-        root = Path(src.root)
-        if "://" not in src.root and (resolved == root.resolve() or root.resolve() in resolved.parents):
+        root = local_path(src.root)  # None for a URL: never inside a local out
+        if root is not None and (resolved == root.resolve() or root.resolve() in resolved.parents):
             raise ConfigError(f"{out}: is inside the source {src.root}; write the shards to a folder outside it")
     if out.exists() and not out.is_dir():
         raise ConfigError(f"{out}: exists and is not a folder; choose another output folder")

@@ -16,6 +16,7 @@ from stoker.errors import ConfigError, DataError
 from stoker.fs import PathOrURL
 from stoker.jpeg import decode_batch_on_device, decode_jpeg_resized, decode_jpegs_into, is_jpeg
 from stoker.loading.collate import Batch, collate
+from stoker.loading.contract import MapReader, SupportsCollate, SupportsEpoch, SupportsLoaderDefaults
 from stoker.loading.skips import OnError, Skipped
 from stoker.shards.manifest import Manifest
 from stoker.shards.reader import ShardSet
@@ -103,7 +104,7 @@ def collate_shard_batch(samples: Any) -> Batch:
     return Batch((images, samples.labels), len(samples), samples.skipped)
 
 
-class ShardDataset(Dataset):
+class ShardDataset(Dataset, MapReader, SupportsEpoch, SupportsCollate, SupportsLoaderDefaults):
     """A map-style torch Dataset over one split of a shard set made by ``stoker pack``.
 
     Give it to :func:`stoker.make_loader` (or any torch DataLoader): the sampler shuffles

@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from stoker.errors import ConfigError, MissingFileError, ShardError
+from stoker.errors import ConfigError, DataError, MissingFileError, ShardError
 from stoker.fs import Location, where
 from stoker.shards.format import (
     FORMAT_NAME,
@@ -191,20 +191,7 @@ class Manifest:
             ShardError: the manifest is missing, unreadable, edited or malformed.
             ConfigError: the URL's filesystem is not installed.
         """
-        place = root if isinstance(root, Location) else where(root, storage_options)
-        if isinstance(place, Location):
-            return _load_remote(place)
-        root = place
-        path = root / MANIFEST_NAME
-        try:
-            if path.stat().st_size > _MAX_MANIFEST_BYTES:
-                raise ShardError(f"{path}: larger than {_MAX_MANIFEST_BYTES >> 20} MiB; this is not a stoker manifest")
-            data = path.read_bytes()
-        except FileNotFoundError:
-            raise _no_manifest(str(root), (root / PLAN_NAME).exists(), root.is_dir(), "the folder") from None
-        except OSError as exc:
-            raise ShardError(f"{path}: cannot read ({exc.strerror or exc})") from None
-        return cls.from_bytes(data, str(path))
+        return _load(where(root, storage_options))
 
 
 _REPACK_HINT = "the manifest was edited or damaged; restore it or re-pack with `stoker pack`"
@@ -222,13 +209,14 @@ def _no_manifest(where: str, has_plan: bool, exists: bool, what: str) -> ShardEr
     return ShardError(f"{where}: no {MANIFEST_NAME}, so this is not a shard set; make one with `stoker pack`")
 
 
-def _load_remote(place: Location) -> Manifest:
-    """``Manifest.load`` for a shard set at a URL (the manifest is read first, nothing else)."""
+def _load(place: Location) -> Manifest:
+    """``Manifest.load``: a folder or a URL, read the same way (the manifest first, nothing else)."""
     try:
         data = place.read_bytes(MANIFEST_NAME, max_bytes=_MAX_MANIFEST_BYTES)
     except MissingFileError:
-        raise _no_manifest(place.url, place.exists(PLAN_NAME), place.exists(), "the URL") from None
-    except ConfigError as exc:
+        what = "the folder" if place.is_local else "the URL"
+        raise _no_manifest(place.url, place.exists(PLAN_NAME), place.is_dir(), what) from None
+    except DataError as exc:  # too large, not a regular file, or unreadable
         raise ShardError(f"{exc}; this is not a stoker manifest") from None
     except OSError as exc:
         raise ShardError(f"{place.url_of(MANIFEST_NAME)}: cannot read ({exc})") from None

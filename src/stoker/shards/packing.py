@@ -323,8 +323,9 @@ def write_shards(
         2000
     """
     place = where(out, storage_options)
-    remote = RemoteOut(place, os.fspath(cache_dir) if cache_dir is not None else None) if isinstance(place, Location) else None
-    out = remote.staging if remote is not None else Path(place)  # type: ignore[arg-type]
+    local = place.local_path  # shards are written to local disk: a URL out is staged, then uploaded
+    remote = RemoteOut(place, os.fspath(cache_dir) if cache_dir is not None else None) if local is None else None
+    out = local if local is not None else remote.staging  # type: ignore[union-attr]
     _check_args(store, size, shard_samples, shard_bytes, valid, workers)
     channels = check_channels(channels, store)
     if engine not in ENGINES:
@@ -468,7 +469,7 @@ class _Writing:
             smoothing=0.1,
         ) as bar:
             if self.engine == "ray" and todo:
-                infos.update(write_on_ray(job, todo, bar))
+                infos.update(write_on_ray(_write_shard, job, todo, bar))
             else:
                 infos.update(_write_all(job, todo, workers, bar))
         manifest = Manifest(

@@ -267,13 +267,14 @@ class ShardSet:
         storage_options: dict[str, Any] | None = None,
     ) -> None:
         place = where(root, storage_options)
-        self.remote: Location | None = place if isinstance(place, Location) else None
+        local = place.local_path  # shards are memory-mapped: a set at a URL goes through the verified cache first
+        self.remote: Location | None = place if local is None else None
         self.cache: ShardCache | None = ShardCache(cache_dir, cache_limit) if self.remote is not None else None
-        self.root: Path | str = place.url if isinstance(place, Location) else place
+        self.root: Path | str = place.url if local is None else local
         self.split = split
         # Before loading: a change in between is caught later. (A remote set is read through
         # the verified cache: a re-packed shard fails its SHA-256 there.)
-        self._stamp = _manifest_stamp(place) if isinstance(place, Path) else None
+        self._stamp = _manifest_stamp(local) if local is not None else None
         self.manifest = Manifest.load(place)
         self.infos = self.manifest.shards_of(split)
         self.schema = shard_schema(self.manifest.store, self.manifest.image_size, self.manifest.channels)

@@ -11,6 +11,7 @@ import pyarrow as pa
 import torch
 
 from stoker.errors import ConfigError, DataError
+from stoker.fs import where
 from stoker.shards.dataset import ShardDataset, load_shard_image
 from stoker.shards.format import ROW_COLUMNS
 from stoker.sources.dataset import FileDataset
@@ -62,16 +63,10 @@ def _relative(path: str, root: str) -> str:
 
 
 def _file_size(path: str) -> int:
-    if "://" in path and not path.startswith("file://"):
-        try:
-            import fsspec
-        except ImportError:
-            raise ConfigError(f"{path}: reading remote files needs fsspec; pip install 'stoker[remote]'") from None
-        return int(fsspec.filesystem(path.split("://", 1)[0]).size(path))
-    try:
-        return os.stat(path.removeprefix("file://")).st_size
-    except FileNotFoundError:
-        raise DataError(f"{path}: file not found (moved or deleted since the index was built?)") from None
+    size = where(path).size()  # a local path or a URL (stoker.fs)
+    if size is None:
+        raise DataError(f"{path}: file not found (moved or deleted since the index was built?)")
+    return size
 
 
 class FileRows:

@@ -32,6 +32,7 @@ from torch.utils.data import IterableDataset, get_worker_info
 
 from stoker.errors import ConfigError
 from stoker.loading.collate import collate
+from stoker.loading.contract import StreamReader
 from stoker.loading.placement import distributed_placement
 from stoker.loading.skips import OnError, Skipped
 from stoker.order import BUFFER, buffer_shuffle, check_placement, epoch_rng, permutation, share, share_size
@@ -97,7 +98,7 @@ def stream_order(
     return np.fromiter(buffer_shuffle(mine.tolist(), shuffle_buffer, rng), dtype=np.int64, count=len(mine))
 
 
-class ShardStream(IterableDataset):
+class ShardStream(IterableDataset, StreamReader):
     """An iterable torch Dataset over one split of a shard set: every sample once per epoch.
 
     Use it where an iterable data set is wanted (streaming-style training, several

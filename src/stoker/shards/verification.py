@@ -201,7 +201,7 @@ def verify(
     if workers is not None and workers < 0:
         raise ConfigError(f"workers must be >= 0, got {workers}")
     place = where(root, storage_options)
-    report = VerifyReport(place.url if isinstance(place, Location) else str(place))
+    report = VerifyReport(str(place))
     try:
         manifest = Manifest.load(place)
     except StokerError as exc:
@@ -209,11 +209,12 @@ def verify(
         return report
     paths: dict[str, Path] = {}
     fetch_faults: list[Fault] = []
-    if isinstance(place, Location):
+    local = place.local_path  # shards are memory-mapped: a set at a URL is fetched into the verified cache first
+    if local is None:
         paths, fetch_faults = _fetch_all(place, manifest, ShardCache(cache_dir), progress)
         root = Path(".")  # unused: every shard's path is given
     else:
-        root = place
+        root = local
     if workers is None:
         workers = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
     failed = {f.shard for f in fetch_faults}

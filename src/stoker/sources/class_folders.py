@@ -6,7 +6,6 @@ import logging
 import os
 import re
 from collections import Counter
-from pathlib import Path
 from typing import Literal
 
 from stoker.decode import SAMPLE_SUFFIXES
@@ -15,7 +14,7 @@ from stoker.fs import Location, PathOrURL, join, where
 from stoker.loading.skips import OnError
 from stoker.sources.dataset import FileDataset, Transform
 from stoker.sources.index import SampleIndex, Source
-from stoker.sources.untrusted import check_name_utf8, parse_label, resolve_inside, scan_kinds
+from stoker.sources.untrusted import check_name_utf8, parse_label
 
 __all__ = ["ClassFolderDataset"]
 
@@ -24,26 +23,23 @@ log = logging.getLogger("stoker")
 LabelMode = Literal["auto", "numeric", "sorted"]
 
 
-def _remote_listing(place: Location) -> tuple[list[str], dict[str, list[str]]]:
-    """Class folders of a folder at a URL and the sample files under each (one recursive listing)."""
-    files: dict[str, list[str]] = {f: [] for f in place.list_dirs() if not f.startswith(".")}
-    for rel in place.walk_files():
-        folder, _, rest = rel.partition("/")
-        if rest and folder in files and os.path.splitext(rest)[1].lower() in SAMPLE_SUFFIXES:
-            files[folder].append(rest)
-    return sorted(files), files
+def _list_files(root: Location, ignored: Counter[str] | None = None) -> tuple[list[str], dict[str, list[str]]]:
+    """The class folders of ``root`` and the sample files under each (in ``os.walk`` order, relative to it).
 
-
-def _list_files(root: Path, folder: str, ignored: Counter[str] | None = None) -> list[str]:
-    """Sample files under ``root/folder`` (recursively, in ``os.walk`` order), as paths relative to it.
-
-    Only regular files are data: a FIFO or device named like an image is an error, and
-    a symlink must resolve to a regular file inside ``root`` (``root`` is resolved).
+    One walk of ``root`` (one recursive listing at a URL). Only regular files are data: a
+    FIFO or device named like an image is an error, and a symlink must resolve to a
+    regular file inside ``root`` (``root`` is resolved).
     """
-    found: list[str] = []
-
-    def walk(rel_dir: str) -> None:
-        kinds = scan_kinds(root / rel_dir)
+    folders: list[str] = []
+    files: dict[str, list[str]] = {}
+    for rel_dir, kinds in root.walk(prune=_hidden_top_folder):
+        if not rel_dir:
+            folders = sorted(n for n, kind in kinds.items() if kind == "dir" and not n.startswith("."))
+            files = {f: [] for f in folders}
+            continue
+        folder, _, below = rel_dir.partition("/")
+        if folder not in files:
+            continue
         for name in sorted(kinds):
             kind, rel = kinds[name], f"{rel_dir}/{name}"
             if kind == "dir":
@@ -53,15 +49,15 @@ def _list_files(root: Path, folder: str, ignored: Counter[str] | None = None) ->
                 if ignored is not None and not name.startswith("."):
                     ignored[suffix or "(no suffix)"] += 1
                 continue
-            check_name_utf8(name, str(root / rel_dir))
-            if kind != "file" and resolve_inside(root, rel, str(root), None) is None:
+            check_name_utf8(name, root.url_of(rel_dir))
+            if kind != "file" and root.file_inside(rel, str(root), None) is None:
                 continue  # a dangling symlink: not a sample
-            found.append(rel[len(folder) + 1 :])
-        for name in sorted(n for n, kind in kinds.items() if kind == "dir"):
-            walk(f"{rel_dir}/{name}")
+            files[folder].append(rel[len(folder) + 1 :])
+    return folders, files
 
-    walk(folder)
-    return found
+
+def _hidden_top_folder(rel_dir: str) -> bool:
+    return "/" not in rel_dir and rel_dir.startswith(".")
 
 
 _DIGITS = re.compile(r"[0-9]+")
@@ -103,17 +99,10 @@ class ClassFolderDataset(FileDataset):
         if labels not in ("auto", "numeric", "sorted"):
             raise ConfigError(f"labels must be 'auto', 'numeric' or 'sorted', got {labels!r}")
         place = where(root)
-        local = place if isinstance(place, Path) else Path()  # used only when local
-        remote_files: dict[str, list[str]] | None = None
-        if isinstance(place, Location):  # a bucket: list it once (stoker.fs)
-            folders, remote_files = _remote_listing(place)
-            if not folders and not place.exists():
-                raise MissingFileError(f"{place.url}: folder not found; pass the folder that holds one folder per class")
-        else:
-            if not local.is_dir():
-                raise MissingFileError(f"{local}: folder not found; pass the folder that holds one folder per class")
-            kinds = scan_kinds(local.resolve())
-            folders = sorted(n for n, kind in kinds.items() if kind == "dir" and not n.startswith("."))
+        if not place.is_dir():
+            raise MissingFileError(f"{place}: folder not found; pass the folder that holds one folder per class")
+        ignored: Counter[str] = Counter()
+        folders, listed = _list_files(place.resolve(), ignored)
         if not folders:
             raise MissingFileError(f"{root}: no class folders found; expected {root}/<class>/<image files>")
         for f in folders:
@@ -130,11 +119,10 @@ class ClassFolderDataset(FileDataset):
         else:
             label_of = {f: i for i, f in enumerate(folders)}
             classes = list(folders)
-        resolved = place.url if isinstance(place, Location) else str(local.resolve())
+        resolved = str(place.resolve())
         keys, paths, sample_labels, empty = [], [], [], []
-        ignored: Counter[str] = Counter()
         for folder in folders:
-            files = remote_files[folder] if remote_files is not None else _list_files(Path(resolved), folder, ignored)
+            files = listed[folder]
             if not files:
                 empty.append(folder)
             for rel in files:

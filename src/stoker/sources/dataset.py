@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import os
-import stat
 from collections.abc import Callable
 from typing import Any
 
@@ -13,6 +11,8 @@ from torch.utils.data import Dataset
 
 from stoker.decode import decode_sample
 from stoker.errors import ConfigError, DataError, MissingFileError
+from stoker.fs import where
+from stoker.loading.contract import MapReader
 from stoker.loading.skips import OnError, Skipped
 from stoker.sources.index import SampleIndex
 from stoker.sources.splitting import stratified_split
@@ -26,43 +26,23 @@ MAX_FILE_BYTES = 1 << 30
 
 
 def read_file_bytes(path: str) -> bytes:
-    """Read a whole file, local or (with fsspec installed) remote such as ``s3://...``."""
-    if "://" in path and not path.startswith("file://"):
-        try:
-            import fsspec
-        except ImportError:
-            raise ConfigError(f"{path}: reading remote files needs fsspec; pip install 'stoker[remote]'") from None
-        try:
-            with fsspec.open(path, "rb") as f:
-                return f.read()
-        except FileNotFoundError:
-            raise MissingFileError(f"{path}: file not found (moved or deleted since the index was built?)") from None
-    local = path.removeprefix("file://")
+    """Read a whole sample file, local (a regular file only: a FIFO never blocks) or at a URL such as ``s3://...``.
+
+    Raises:
+        MissingFileError: the file is gone.
+        DataError: it is not a regular file, is larger than 1 GiB, or cannot be read.
+    """
     try:
-        # O_NONBLOCK: opening a FIFO must not wait for a writer; the fstat then refuses it.
-        fd = os.open(local, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
-    except FileNotFoundError:
+        return where(path).read_bytes(max_bytes=MAX_FILE_BYTES)
+    except MissingFileError:
         raise MissingFileError(f"{path}: file not found (moved or deleted since the index was built?)") from None
-    except OSError as exc:
-        raise DataError(f"{path}: cannot read file ({exc.strerror})") from None
-    info = os.fstat(fd)
-    if not stat.S_ISREG(info.st_mode) or info.st_size > MAX_FILE_BYTES:
-        os.close(fd)
-        if not stat.S_ISREG(info.st_mode):
-            raise DataError(f"{path}: not a regular file (a FIFO, device or folder); only regular files are data")
-        raise DataError(f"{path}: {info.st_size:,} bytes, larger than {MAX_FILE_BYTES >> 20:,} MiB; not a sample file")
-    with os.fdopen(fd, "rb") as f:
-        try:
-            return f.read()
-        except OSError as exc:
-            raise DataError(f"{path}: cannot read file ({exc.strerror})") from None
 
 
 def _size(shape: torch.Size) -> str:
     return "x".join(str(v) for v in shape[-2:]) + (f" ({shape[0]} channels)" if len(shape) == 3 else "")
 
 
-class FileDataset(Dataset):
+class FileDataset(Dataset, MapReader):
     """A map-style torch Dataset that reads and decodes one file per sample.
 
     Every layout (:class:`IdDataset`, :class:`LabelFileDataset`,

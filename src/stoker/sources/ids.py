@@ -7,39 +7,26 @@ import io
 import json
 import os
 from collections.abc import Mapping, Sequence
-from pathlib import Path
 from typing import Any
 
 from stoker.decode import SAMPLE_SUFFIXES
 from stoker.errors import ConfigError, DataError, LabelError, MissingFileError
-from stoker.fs import Location, PathOrURL, is_url, join, parent
+from stoker.fs import FileKinds, Location, PathOrURL
 from stoker.fs import where as locate
 from stoker.loading.skips import OnError
 from stoker.sources.dataset import FileDataset, Transform
 from stoker.sources.index import SampleIndex, Source
-from stoker.sources.untrusted import FileKinds, check_name_utf8, parse_label, read_text_file, resolve_inside, scan_kinds
+from stoker.sources.untrusted import check_name_utf8, parse_label, read_text_file
 
 __all__ = ["IdDataset"]
 
 
-def _entry_names(root: Location) -> list[str]:
-    """The file names directly in a folder at a URL (one listing of a bucket)."""
-    names = list(root.sizes())
-    if not names and not root.exists():
-        raise MissingFileError(f"{root.url}: data folder not found; pass the folder that holds the <id> files as root")
-    return names
-
-
-def _files_by_stem(root: Path | Location, suffixes: Sequence[str]) -> tuple[dict[str, str], FileKinds | None]:
-    """Map each file stem under ``root`` to its file name (one directory scan), and (local) what each entry is."""
-    kinds: FileKinds | None = None
-    if isinstance(root, Location):
-        names = sorted(_entry_names(root))
-    else:
-        if not root.is_dir():
-            raise MissingFileError(f"{root}: data folder not found; pass the folder that holds the <id> files as root")
-        kinds = scan_kinds(root)
-        names = sorted(n for n, kind in kinds.items() if kind != "dir")
+def _files_by_stem(root: Location, suffixes: Sequence[str]) -> tuple[dict[str, str], FileKinds]:
+    """Map each file stem under ``root`` to its file name (one listing), and what each entry is."""
+    if not root.is_dir():
+        raise MissingFileError(f"{root}: data folder not found; pass the folder that holds the <id> files as root")
+    kinds = root.kinds()
+    names = sorted(n for n, kind in kinds.items() if kind != "dir")
     found: dict[str, str] = {}
     for name in names:
         stem, suffix = os.path.splitext(name)
@@ -86,18 +73,14 @@ class IdDataset(FileDataset):
         name: str = "ids",
         where: str = "labels",
     ) -> None:
-        place = locate(root)  # a folder or a URL
+        place = locate(root).resolve()  # a folder (links resolved) or a URL
         if split not in partition:
             raise ConfigError(f"split {split!r} is not in the partition; it has: {', '.join(sorted(partition))}")
         _check_partition(partition, where)
         ids = [str(i) for i in partition[split]]
         int_labels = {str(k): parse_label(v, f"{where}: id {k!r}") for k, v in labels.items()}
-        if isinstance(place, Location):
-            files, kinds = _files_by_stem(place, SAMPLE_SUFFIXES)
-            resolved = place.url
-        else:
-            files, kinds = _files_by_stem(place.resolve(), SAMPLE_SUFFIXES)
-            resolved = str(place.resolve())
+        files, kinds = _files_by_stem(place, SAMPLE_SUFFIXES)
+        resolved = str(place)
         paths, sample_labels = [], []
         for sample_id in ids:
             if sample_id not in int_labels:
@@ -107,14 +90,11 @@ class IdDataset(FileDataset):
                     f"{resolved}: no file for id {sample_id!r} (looked for {sample_id}{{{','.join(SAMPLE_SUFFIXES)}}}); "
                     "add the file or remove the id from the partition"
                 )
-            if kinds is None:  # a URL: the listing names only plain files
-                paths.append(join(resolved, files[sample_id]))
-            else:
-                check_name_utf8(files[sample_id], resolved)
-                found = resolve_inside(Path(resolved), files[sample_id], f"{where}: id {sample_id!r}", kinds)
-                if found is None:  # a dangling symlink
-                    raise MissingFileError(f"{join(resolved, files[sample_id])}: the file of id {sample_id!r} does not exist")
-                paths.append(found)
+            check_name_utf8(files[sample_id], resolved)
+            found = place.file_inside(files[sample_id], f"{where}: id {sample_id!r}", kinds)
+            if found is None:  # a dangling symlink
+                raise MissingFileError(f"{place.url_of(files[sample_id])}: the file of id {sample_id!r} does not exist")
+            paths.append(found)
             sample_labels.append(int_labels[sample_id])
         num_classes = max(int_labels.values(), default=-1) + 1  # all splits agree on the class count
         index = SampleIndex.build(
@@ -172,22 +152,19 @@ class IdDataset(FileDataset):
         return cls(_default_root(path, root), partition, labels, split, where=str(path), **kwargs)
 
 
-def _as_path(path: PathOrURL) -> Path | str:
-    """A local path as a Path; a URL stays a string (pathlib would eat its ``//``)."""
-    place = locate(path)
-    return place.url if isinstance(place, Location) else place
+def _as_path(path: PathOrURL) -> Location:
+    """The id file's location (a URL stays a URL: pathlib would eat its ``//``)."""
+    return locate(path)
 
 
-def _default_root(path: Path | str, root: PathOrURL | None) -> PathOrURL:
+def _default_root(path: Location, root: PathOrURL | None) -> Location:
     if root is not None:
-        return root if isinstance(root, Location) or (isinstance(root, str) and is_url(root)) else Path(root)
-    if isinstance(path, str):  # a URL
-        folder = parent(path)
-        return join(folder, "data") if Location(join(folder, "data")).is_dir() else folder
-    return path.parent / "data" if (path.parent / "data").is_dir() else path.parent
+        return locate(root)
+    data = path.parent / "data"
+    return data if data.is_dir() else path.parent
 
 
-def _no_duplicate_keys(pairs: list[tuple[str, Any]], path: Path | str) -> dict[str, Any]:
+def _no_duplicate_keys(pairs: list[tuple[str, Any]], path: Location) -> dict[str, Any]:
     seen: dict[str, Any] = {}
     for key, value in pairs:
         if key in seen:

@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from stoker.decode import Box
 from stoker.errors import ConfigError, LabelError, MissingFileError
-from stoker.fs import Location, PathOrURL, join, where
+from stoker.fs import PathOrURL, where
 from stoker.loading.skips import OnError
 from stoker.sources.dataset import FileDataset, Transform
 from stoker.sources.index import SampleIndex, Source
-from stoker.sources.untrusted import parse_label, read_text_file, resolve_inside, scan_kinds
+from stoker.sources.untrusted import parse_label, read_text_file
 
 __all__ = ["LabelFileDataset", "read_label_file"]
 
@@ -84,40 +82,24 @@ class LabelFileDataset(FileDataset):
         name: str = "labels",
     ) -> None:
         place = where(root)
-        local = place if isinstance(place, Path) else Path()  # used only when local
-        if not isinstance(place, Location):
-            label_file = where(label_file)
-            if not local.is_dir():
-                raise MissingFileError(f"{local}: image folder not found")
+        label_file = where(label_file)
+        if not place.is_dir():
+            raise MissingFileError(f"{place}: image folder not found")
         if crop is not None and (len(crop) != 4 or any(int(v) != v for v in crop)):
             raise ConfigError(f"crop must be four integers (top, left, height, width), got {crop!r}")
         names, labels, lines = _read_label_lines(label_file)
-        if isinstance(place, Location):
-            present = set(place.sizes())
-            if not present:
-                raise MissingFileError(f"{place.url}: image folder not found (or empty)")
-            for name_, line_no in zip(names, lines, strict=True):
-                if name_.startswith("/") or "\\" in name_ or ".." in name_.split("/"):
-                    raise LabelError(f"{label_file}:{line_no}: {name_!r} points outside the data folder {place.url}; name files relative to it")
-                if name_ not in present and not place.exists(name_):
-                    raise MissingFileError(
-                        f"{label_file}:{line_no}: lists {name_!r} but {join(place.url, name_)} does not exist; "
-                        "restore the image or remove its line"
-                    )
-            resolved = place.url
-            paths = [join(resolved, n) for n in names]
-        else:
-            resolved = str(local.resolve())
-            kinds = scan_kinds(Path(resolved))
-            paths = []
-            for name_, line_no in zip(names, lines, strict=True):
-                found = resolve_inside(Path(resolved), name_, f"{label_file}:{line_no}", kinds)
-                if found is None:
-                    raise MissingFileError(
-                        f"{label_file}:{line_no}: lists {name_!r} but {local / name_} does not exist; "
-                        "restore the image or remove its line"
-                    )
-                paths.append(found)
+        folder = place.resolve()  # what a line names must stay inside it (links resolved)
+        resolved = str(folder)
+        kinds = folder.kinds()
+        paths = []
+        for name_, line_no in zip(names, lines, strict=True):
+            found = folder.file_inside(name_, f"{label_file}:{line_no}", kinds)
+            if found is None:
+                raise MissingFileError(
+                    f"{label_file}:{line_no}: lists {name_!r} but {place.url_of(name_)} does not exist; "
+                    "restore the image or remove its line"
+                )
+            paths.append(found)
         box = tuple(int(v) for v in crop) if crop is not None else None
         index = SampleIndex.build(names, paths, labels, Source(name, resolved, box))  # type: ignore[arg-type]
         super().__init__(index, transform, on_error)

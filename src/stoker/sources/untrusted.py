@@ -9,23 +9,17 @@ store names as Arrow strings), and its labels must be plain integers within
 
 from __future__ import annotations
 
-import os
 import re
-import stat
-from pathlib import Path
 from typing import Any
 
 from stoker.errors import DataError, LabelError, MissingFileError
-from stoker.fs import Location, PathOrURL, where
+from stoker.fs import PathOrURL, where
 
 __all__ = [
     "MAX_CLASSES",
-    "FileKinds",
     "check_name_utf8",
     "parse_label",
     "read_text_file",
-    "resolve_inside",
-    "scan_kinds",
 ]
 
 _MAX_TEXT_BYTES = 1 << 30  # a label or id file larger than this is not one
@@ -36,8 +30,6 @@ _MAX_TEXT_BYTES = 1 << 30  # a label or id file larger than this is not one
 MAX_CLASSES = 10**7
 
 _INTEGER = re.compile(r"-?[0-9]+")
-
-FileKinds = dict[str, str]  # entry name -> "file", "link", "dir" or "other"
 
 
 def parse_label(value: Any, where: str) -> int:
@@ -76,70 +68,6 @@ def check_name_utf8(name: str, where: str) -> None:
         raise DataError(f"{where}: file name {shown!r} is not valid UTF-8; rename the file") from None
 
 
-def scan_kinds(folder: Path) -> FileKinds:
-    """What each entry of ``folder`` is, from one directory scan (no stat per file).
-
-    Raises:
-        DataError: the folder cannot be read (permissions).
-    """
-    kinds: FileKinds = {}
-    try:
-        with os.scandir(folder) as entries:
-            for entry in entries:
-                if entry.is_symlink():
-                    kinds[entry.name] = "link"
-                elif entry.is_file(follow_symlinks=False):
-                    kinds[entry.name] = "file"
-                elif entry.is_dir(follow_symlinks=False):
-                    kinds[entry.name] = "dir"
-                else:
-                    kinds[entry.name] = "other"
-    except PermissionError:
-        raise DataError(f"{folder}: cannot read the folder (permission denied); fix its permissions") from None
-    except OSError as exc:
-        raise DataError(f"{folder}: cannot read the folder ({exc.strerror or exc})") from None
-    return kinds
-
-
-def resolve_inside(root: Path, name: str, where: str, kinds: FileKinds | None = None) -> str | None:
-    """The absolute path of ``root/name`` if it is a regular file inside ``root``; None if it does not exist.
-
-    ``root`` must already be resolved. ``kinds`` (from :func:`scan_kinds` of ``root``)
-    answers plain names without a system call; names with folders, and symlinks, are
-    resolved and must stay inside ``root``.
-
-    Raises:
-        LabelError: the name is absolute, climbs out of ``root``, or resolves outside it.
-        DataError: it is not a regular file (a folder, FIFO or device).
-    """
-    plain = "/" not in name and "\\" not in name and name not in ("", ".", "..")
-    if plain and kinds is not None:
-        kind = kinds.get(name)
-        if kind is None:
-            return None
-        if kind == "file":
-            return str(root / name)
-        if kind != "link":
-            raise DataError(f"{where}: {root / name} is not a regular file ({kind}); only regular files are data")
-    if os.path.isabs(name) or ".." in Path(name).parts:
-        raise LabelError(f"{where}: {name!r} points outside the data folder {root}; name files relative to it")
-    path = os.path.realpath(root / name)
-    if path != str(root) and not path.startswith(str(root).rstrip(os.sep) + os.sep):
-        raise LabelError(
-            f"{where}: {name!r} resolves to {path}, outside the data folder {root} (a symlink?); "
-            "copy the file into the folder"
-        )
-    try:
-        mode = os.stat(path).st_mode
-    except FileNotFoundError:
-        return None
-    except OSError as exc:
-        raise DataError(f"{where}: cannot read {path} ({exc.strerror or exc})") from None
-    if not stat.S_ISREG(mode):
-        raise DataError(f"{where}: {path} is not a regular file; only regular files are data")
-    return path
-
-
 def read_text_file(path: PathOrURL, what: str, expected: str) -> str:
     """The text of a label or id file (local or a URL): a regular file, UTF-8 (a byte-order mark is dropped).
 
@@ -147,28 +75,12 @@ def read_text_file(path: PathOrURL, what: str, expected: str) -> str:
         MissingFileError: it does not exist.
         LabelError: it is not a regular file, too large, or not UTF-8 text.
     """
-    place = where(path)
-    if isinstance(place, Location):
-        try:
-            data = place.read_bytes()
-        except FileNotFoundError:
-            raise MissingFileError(f"{path}: {what} not found") from None
-        return _decode_text(data, path, what, expected)
-    path = place
     try:
-        info = os.stat(path)
-    except FileNotFoundError:
+        data = where(path).read_bytes(max_bytes=_MAX_TEXT_BYTES)
+    except MissingFileError:
         raise MissingFileError(f"{path}: {what} not found") from None
-    except OSError as exc:
-        raise LabelError(f"{path}: cannot read the {what} ({exc.strerror or exc})") from None
-    if not stat.S_ISREG(info.st_mode):
-        raise LabelError(f"{path}: the {what} is not a regular file; expected {expected}")
-    if info.st_size > _MAX_TEXT_BYTES:
-        raise LabelError(f"{path}: the {what} is larger than {_MAX_TEXT_BYTES >> 20} MiB; expected {expected}")
-    try:
-        data = path.read_bytes()
-    except OSError as exc:
-        raise LabelError(f"{path}: cannot read the {what} ({exc.strerror or exc})") from None
+    except DataError as exc:
+        raise LabelError(f"{exc}; expected {expected} (the {what})") from None
     return _decode_text(data, path, what, expected)
 
 

@@ -18,7 +18,7 @@ from typing import Any
 from stoker.errors import ConfigError, DataError
 from stoker.train.loggers.csv import CSV_COLUMNS, CSV_FILE, read_csv
 from stoker.train.plots import plot_compare
-from stoker.train.record import RUN_FILE, read_run_json
+from stoker.train.record import RUN_FILE, read_run_json, run_status
 
 __all__ = ["RunSummary", "compare_runs", "find_runs", "format_table", "load_run"]
 
@@ -38,6 +38,8 @@ class RunSummary:
         time_s: wall time of all epochs.
         img_per_s: training images per second, averaged over epochs.
         data_wait_share: the share of all epochs' time spent waiting for data.
+        status: how the run stands (:func:`~stoker.train.record.run_status`): ``"finished"``,
+            ``"running"``, ``"interrupted"`` (also a run killed while its ``run.json`` said running)...
     """
 
     name: str
@@ -49,6 +51,7 @@ class RunSummary:
     time_s: float
     img_per_s: float
     data_wait_share: float
+    status: str = "unknown"
 
 
 def _lookup(record: dict[str, Any], key: str) -> Any:
@@ -90,7 +93,7 @@ def load_run(run_dir: str | os.PathLike[str], group_by: str | None = None) -> Ru
     time_s = sum(r["time_s"] for r in rows)
     img_per_s = sum(r["img_per_s"] for r in rows) / len(rows) if rows else math.nan
     wait_share = sum(r["data_wait_share"] * r["time_s"] for r in rows) / time_s if time_s > 0 else math.nan
-    return RunSummary(name, run_dir, group, rows, best_acc, best_epoch, time_s, img_per_s, wait_share)
+    return RunSummary(name, run_dir, group, rows, best_acc, best_epoch, time_s, img_per_s, wait_share, run_status(record))
 
 
 def find_runs(paths: Sequence[str | os.PathLike[str]]) -> list[Path]:
@@ -150,8 +153,8 @@ def compare_runs(
 
 
 def format_table(runs: Sequence[RunSummary]) -> str:
-    """A plain-text table: group, run, best valid accuracy and its epoch, time, img/s, data wait."""
-    header = ("group", "run", "best vAcc", "epoch", "time", "img/s", "wait")
+    """A plain-text table: group, run, best valid accuracy and its epoch, time, img/s, data wait, status."""
+    header = ("group", "run", "best vAcc", "epoch", "time", "img/s", "wait", "status")
     body = [
         (
             r.group,
@@ -161,12 +164,14 @@ def format_table(runs: Sequence[RunSummary]) -> str:
             f"{r.time_s:.1f}s",
             "-" if math.isnan(r.img_per_s) else f"{r.img_per_s:.0f}",
             "-" if math.isnan(r.data_wait_share) else f"{r.data_wait_share:.0%}",
+            r.status,
         )
         for r in runs
     ]
     widths = [max(len(row[i]) for row in (header, *body)) for i in range(len(header))]
     lines = []
     for row in (header, *body):
-        cells = [cell.ljust(w) if i < 2 else cell.rjust(w) for i, (cell, w) in enumerate(zip(row, widths, strict=True))]
+        cells = [cell.ljust(w) if i < 2 or i == len(row) - 1 else cell.rjust(w)
+                 for i, (cell, w) in enumerate(zip(row, widths, strict=True))]
         lines.append("  ".join(cells).rstrip())
     return "\n".join(lines)

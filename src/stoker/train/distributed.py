@@ -43,7 +43,7 @@ def _env_int(name: str) -> int:
     except (TypeError, ValueError):
         raise ConfigError(
             f"{name}={value!r}: a distributed launch sets {', '.join(_ENV)} to whole numbers; start with "
-            "torchrun --nproc-per-node N stoker train ..."
+            "torchrun --standalone --nproc-per-node N -m stoker train ..."
         ) from None
 
 
@@ -225,7 +225,7 @@ def join_launch(device: str | torch.device = "auto", timeout_s: float = DEFAULT_
     if missing:
         raise ConfigError(
             f"WORLD_SIZE={world} is set but {' and '.join(missing)} is not: there is no rendezvous to join. "
-            "Launch with torchrun (torchrun --standalone --nproc-per-node 2 stoker train ...), or unset WORLD_SIZE"
+            "Launch with torchrun (torchrun --standalone --nproc-per-node 2 -m stoker train ...), or unset WORLD_SIZE"
         )
     backend = os.environ.get("STOKER_DIST_BACKEND") or ("nccl" if torch.cuda.is_available() and not wants_cpu else "gloo")
     if backend not in ("nccl", "gloo"):

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import platform
+import shlex
 import socket
 import time
 from collections.abc import Mapping
@@ -21,7 +22,19 @@ from stoker.errors import ConfigError, DataError
 from stoker.lifetime import pid_alive
 from stoker.train.history import History
 
-__all__ = ["BEST_FILE", "LAST_FILE", "RUN_FILE", "device_name", "prepare_run_dir", "read_run_json", "versions", "write_run_json"]
+__all__ = [
+    "BEST_FILE",
+    "LAST_FILE",
+    "RUN_FILE",
+    "describe_status",
+    "device_name",
+    "prepare_run_dir",
+    "read_run_json",
+    "resume_command",
+    "run_status",
+    "versions",
+    "write_run_json",
+]
 
 RUN_FILE = "run.json"
 LAST_FILE = "last.pt"
@@ -113,6 +126,59 @@ def _alive(pid: object, host: object) -> bool:
     if host != socket.gethostname():
         return True  # cannot tell from here
     return pid_alive(pid)
+
+
+def run_status(record: Mapping[str, Any]) -> str:
+    """How the run of ``record`` (a ``run.json``) stands now: its recorded ``status``
+    (``"finished"``, ``"patience"``, ``"interrupted"``, ``"non-finite loss"``, ``"error"``...),
+    except that a run recorded as ``"running"`` whose process is gone is ``"interrupted"``.
+
+    A ``kill -9`` (or a lost machine) gives the run no chance to record how it ended, so
+    ``run.json`` keeps saying ``"running"``; the record's ``pid`` and ``host`` (rank 0's,
+    under torchrun) tell whether it still runs. A run on another host, or a record without
+    a pid, cannot be checked from here and stays ``"running"``.
+    """
+    status = str(record.get("status") or "unknown")
+    pid, host = record.get("pid"), record.get("host")
+    if status == "running" and isinstance(pid, int) and isinstance(host, str) and not _alive(pid, host):
+        return "interrupted"
+    return status
+
+
+def describe_status(record: Mapping[str, Any]) -> str:
+    """One line on how the run of ``record`` stands (:func:`run_status`), with the epochs it finished.
+
+    Example:
+        >>> describe_status({"status": "finished", "summary": {"epochs_done": 3}})
+        'finished after 3 epoch(s)'
+    """
+    status = run_status(record)
+    epochs = (record.get("summary") or {}).get("epochs_done", 0)
+    done = f" after {epochs} epoch(s)" if isinstance(epochs, int) else ""
+    if status == "interrupted" and record.get("status") == "running":
+        return f"interrupted (process {record.get('pid')} on {record.get('host')} is gone, killed or lost){done}"
+    if status == "running":
+        where = f" as process {record.get('pid')} on {record.get('host')}" if isinstance(record.get("pid"), int) else ""
+        return f"recorded as running{where}, which cannot be checked from here or still runs{done}"
+    return f"{status}{done}"
+
+
+def resume_command(log_dir: str | os.PathLike[str], name: str) -> str:
+    """The command that continues the run ``log_dir/name`` from its ``last.pt``, as this process was launched.
+
+    One process: ``stoker train --log-dir LOG --name NAME --resume``. Under ``torchrun``
+    on one machine, the same through ``torchrun --standalone --nproc-per-node N -m stoker``
+    (a checkpoint saved mid-epoch resumes on its own number of ranks only); over several
+    machines, the ``-m stoker train ...`` part of the launch, to run with its own flags.
+    """
+    args = f"train --log-dir {shlex.quote(str(log_dir))} --name {shlex.quote(name)} --resume"
+    world = int(os.environ.get("WORLD_SIZE") or 1)
+    local = int(os.environ.get("LOCAL_WORLD_SIZE") or world)
+    if world <= 1:
+        return f"stoker {args}"
+    if local == world:
+        return f"torchrun --standalone --nproc-per-node {world} -m stoker {args}"
+    return f"-m stoker {args} under the same torchrun launch as this one ({world} ranks, {local} on each machine)"
 
 
 def write_run_json(run_dir: Path, record: Mapping[str, Any], history: History | None = None) -> Path:

@@ -23,7 +23,7 @@ from stoker.errors import CheckpointError, StokerError
 from stoker.train.checkpoint import set_rng_state
 from stoker.train.history import History
 
-__all__ = ["CHECKPOINT_FORMAT", "LAST_KEYS", "PARTIAL_KEYS", "check_last", "restore_last", "restore_loader"]
+__all__ = ["CHECKPOINT_FORMAT", "LAST_KEYS", "PARTIAL_KEYS", "check_last", "restore_last", "restore_loader", "restore_tally"]
 
 CHECKPOINT_FORMAT = "stoker-checkpoint/1"
 LAST_KEYS: tuple[str, ...] = ("model", "optimizer", "scaler", "scheduler", "epoch", "best_acc", "best_epoch", "history", "rng")
@@ -113,3 +113,12 @@ def restore_loader(loader: Any, state: dict[str, Any], path: Path, epoch: int) -
             f"with load_state_dict (stoker's make_loader); this one is a {type(loader).__name__}"
         )
     _apply(path, "train loader position", lambda: loader.load_state_dict(state))
+
+
+def restore_tally(tally: Any, state: dict[str, Any], path: Path) -> None:
+    """Give a phase's tally the running sums saved in the middle of its epoch.
+
+    Raises:
+        CheckpointError: the saved sums are not a tally state (the message names ``path``).
+    """
+    _apply(path, "mid-epoch tallies", lambda: tally.load_state_dict(state))

@@ -8,25 +8,26 @@ import random
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import torch
+import torch.distributed as dist
 from torch import nn
 
-from stoker.errors import ConfigError
-from stoker.loading import resolve_device
+from stoker.errors import ConfigError, DataError
+from stoker.loading import Loader, resolve_device
 from stoker.train.config import OptimConfig, TrainConfig, parse_config
 from stoker.train.data import build_data, build_loaders
-from stoker.train.distributed import join_launch
+from stoker.train.distributed import Ranks, join_launch
 from stoker.train.history import History
-from stoker.train.loggers import Logger
+from stoker.train.loggers import Logger, RunInfo
 from stoker.train.loop import fit
 from stoker.train.models import build_model
-from stoker.train.record import BEST_FILE, LAST_FILE, RUN_FILE
+from stoker.train.record import BEST_FILE, LAST_FILE, RUN_FILE, describe_status, read_run_json, resume_command
 from stoker.train.scenario import SCENARIO_KEYS, Scenario
 
-__all__ = ["RunResult", "build_optimizer", "demo_run", "train_from_config"]
+__all__ = ["RunInterrupted", "RunResult", "build_optimizer", "demo_run", "rank_zero", "train_from_config"]
 
 Echo = Callable[[str], None]
 
@@ -86,6 +87,48 @@ class RunResult:
         return "\n".join(lines)
 
 
+class RunInterrupted(KeyboardInterrupt):
+    """A config-driven run stopped by Ctrl-C or SIGTERM; ``str()`` says what was saved and how to continue.
+
+    Attributes:
+        run_dir: the run folder (``None`` on ranks other than 0, or before it was made).
+        command: the command that continues the run (``""`` when there is nothing to resume).
+    """
+
+    def __init__(self, run_dir: Path | None) -> None:
+        self.run_dir = run_dir
+        self.command = ""
+        if run_dir is None:
+            text = "stopped before the run folder was made; start the run again"
+        elif not (run_dir / LAST_FILE).is_file():
+            text = f"{run_dir}: stopped before its first {LAST_FILE}, nothing to resume; start the run again"
+        else:
+            self.command = resume_command(run_dir.parent, run_dir.name)
+            text = f"{run_dir / LAST_FILE} holds the last point saved: continue with {self.command}"
+        super().__init__(text)
+
+
+class _RunFolder(Logger):
+    """Hears which folder the run writes to (rank 0 only: fit gives the other ranks no loggers)."""
+
+    def __init__(self) -> None:
+        self.run_dir: Path | None = None
+
+    def start(self, run: RunInfo, history: History) -> None:
+        self.run_dir = run.run_dir
+
+
+def rank_zero() -> bool:
+    """Whether this process is rank 0 of its run (or runs alone): the one process that prints.
+
+    Inside a process group, its rank; otherwise the ``RANK`` a launcher such as
+    ``torchrun`` set (which outlives the group, for what is printed after the run ended).
+    """
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_rank() == 0
+    return (os.environ.get("RANK") or "0").strip() == "0"
+
+
 def build_optimizer(cfg: OptimConfig, params: Any) -> torch.optim.Optimizer:
     """The optimizer of ``[optim]`` over ``params``."""
     if cfg.name == "sgd":
@@ -137,6 +180,7 @@ def train_from_config(
         ConfigError: a bad combination the checks of single keys cannot see.
         DataError: the data is missing or malformed.
         TrainingError: the loss became non-finite.
+        RunInterrupted: Ctrl-C or SIGTERM (a ``KeyboardInterrupt`` that says how to continue).
 
     Example:
         >>> result = train_from_config(load_config("train.toml", ["run.epochs=3"]))  # doctest: +SKIP
@@ -148,12 +192,27 @@ def train_from_config(
     ranks = join_launch(config.run.device)
     try:
         device = ranks.device if ranks.active else resolve_device(config.run.device)
-        return _train(config, callbacks, echo if ranks.main else None, device)
+        return _train(config, callbacks, echo if ranks.main else None, device, ranks)
     finally:
         ranks.close()
 
 
-def _train(config: TrainConfig, callbacks: Sequence[Logger], echo: Echo | None, device: torch.device) -> RunResult:
+def _steps_per_epoch(loader: Loader, grad_accum: int, ranks: Ranks) -> int:
+    """Optimizer steps in an epoch, the same number on every rank (a schedule's length: the ranks' LRs must not differ).
+
+    A stream read by several ranks has no length before it is read (``len`` raises):
+    then at most its share's batches plus one short batch per worker, the most over ranks.
+    """
+    try:
+        batches = len(loader)
+    except TypeError:
+        share = len(cast(Any, loader.dataset))  # this rank's samples (stoker.order: len is the rank's share)
+        batches = math.ceil(share / loader.batch_size) + max(loader.num_workers, 1)
+    return int(ranks.max([math.ceil(batches / grad_accum)])[0])
+
+
+def _train(config: TrainConfig, callbacks: Sequence[Logger], echo: Echo | None, device: torch.device,
+           ranks: Ranks) -> RunResult:
     """:func:`train_from_config` once the ranks are joined: on ``device``, echoing on rank 0 only."""
     data = build_data(config.data, seed=config.run.seed)
     num_classes = config.model.num_classes or data.num_classes
@@ -164,7 +223,7 @@ def _train(config: TrainConfig, callbacks: Sequence[Logger], echo: Echo | None, 
     # 2. Model, loss, optimizer, schedule.
     model = build_model(config.model.name, num_classes)
     optimizer = build_optimizer(config.optim, model.parameters())
-    steps = math.ceil(len(train_loader) / config.run.grad_accum)
+    steps = _steps_per_epoch(train_loader, config.run.grad_accum, ranks)
     scheduler, interval = _build_scheduler(config.optim, optimizer, config.run.epochs, steps)
     loss_fn = nn.CrossEntropyLoss(label_smoothing=config.optim.label_smoothing)
     if echo is not None:
@@ -172,6 +231,8 @@ def _train(config: TrainConfig, callbacks: Sequence[Logger], echo: Echo | None, 
         echo(f"model: {config.model.name} ({num_classes} classes, {sum(p.numel() for p in model.parameters()):,} parameters), "
              f"{config.optim.name} lr {config.optim.lr:g}, batch {config.data.batch_size}, "
              f"{train_loader.num_workers} {train_loader.backend} workers")
+        if config.run.resume and config.run.name:
+            _echo_resumed(Path(config.run.log_dir) / config.run.name, echo)
 
     record = config.to_dict()
     record["data"]["opened"] = data.description
@@ -190,8 +251,21 @@ def _train(config: TrainConfig, callbacks: Sequence[Logger], echo: Echo | None, 
     )
 
     # 3. Train (fit leaves the loader workers their cores on the CPU).
-    history = fit(scenario, callbacks)
+    folder = _RunFolder()
+    try:
+        history = fit(scenario, [*callbacks, folder])
+    except KeyboardInterrupt:
+        raise RunInterrupted(folder.run_dir) from None
     return RunResult(Path(history.run_dir or config.run.log_dir), history, data.description)
+
+
+def _echo_resumed(run_dir: Path, echo: Echo) -> None:
+    """Say how the run being resumed ended (a killed one says interrupted, not running)."""
+    try:
+        record = read_run_json(run_dir)
+    except DataError:
+        return  # no record to tell from: fit says whether there is anything to resume
+    echo(f"resuming {run_dir}: it was {describe_status(record)}")
 
 
 def demo_run(

@@ -1,0 +1,266 @@
+"""A :class:`~stoker.fs.location.Location` on local disk, read with the operating system (no fsspec).
+
+What a stranger's data names is checked here, once, for every reader: only regular files
+are read (a FIFO is opened without blocking, then refused; never ``/dev/zero``), names
+must stay inside their folder with symbolic links resolved, and links to folders are not
+followed when walking (they could loop).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import stat
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import IO
+
+from stoker.errors import DataError, LabelError, MissingFileError
+from stoker.fs.location import FileKinds, Location
+
+__all__ = ["LocalLocation", "open_regular", "resolve_inside", "scan_kinds"]
+
+# O_NONBLOCK: opening a FIFO must not wait for a writer; the fstat then refuses it.
+_OPEN_FLAGS = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
+
+
+def open_regular(path: str | os.PathLike[str], shown: str, max_bytes: int | None = None) -> IO[bytes]:
+    """``path`` open for reading bytes, if it is a regular file (of at most ``max_bytes``).
+
+    Raises:
+        MissingFileError: there is no such file.
+        DataError: it is not a regular file (a FIFO, device or folder), is too large, or cannot be opened.
+    """
+    try:
+        fd = os.open(path, _OPEN_FLAGS)
+    except FileNotFoundError:
+        raise MissingFileError(f"{shown}: not found") from None
+    except OSError as exc:
+        raise DataError(f"{shown}: cannot read file ({exc.strerror or exc})") from None
+    info = os.fstat(fd)
+    if not stat.S_ISREG(info.st_mode):
+        os.close(fd)
+        raise DataError(f"{shown}: not a regular file (a FIFO, device or folder); only regular files are data")
+    if max_bytes is not None and info.st_size > max_bytes:
+        os.close(fd)
+        raise DataError(f"{shown}: {info.st_size:,} bytes, larger than {max_bytes:,} bytes")
+    return os.fdopen(fd, "rb")
+
+
+def scan_kinds(folder: str | os.PathLike[str]) -> FileKinds:
+    """What each entry of ``folder`` is, from one directory scan (no stat per file).
+
+    Raises:
+        DataError: the folder cannot be read (permissions).
+    """
+    kinds: FileKinds = {}
+    try:
+        with os.scandir(folder) as entries:
+            for entry in entries:
+                if entry.is_symlink():
+                    kinds[entry.name] = "link"
+                elif entry.is_file(follow_symlinks=False):
+                    kinds[entry.name] = "file"
+                elif entry.is_dir(follow_symlinks=False):
+                    kinds[entry.name] = "dir"
+                else:
+                    kinds[entry.name] = "other"
+    except PermissionError:
+        raise DataError(f"{folder}: cannot read the folder (permission denied); fix its permissions") from None
+    except OSError as exc:
+        raise DataError(f"{folder}: cannot read the folder ({exc.strerror or exc})") from None
+    return kinds
+
+
+def resolve_inside(root: Path, name: str, where: str, kinds: FileKinds | None = None) -> str | None:
+    """The absolute path of ``root/name`` if it is a regular file inside ``root``; None if it does not exist.
+
+    ``root`` must already be resolved. ``kinds`` (from :func:`scan_kinds` of ``root``)
+    answers plain names without a system call; names with folders, and symlinks, are
+    resolved and must stay inside ``root``.
+
+    Raises:
+        LabelError: the name is absolute, climbs out of ``root``, or resolves outside it.
+        DataError: it is not a regular file (a folder, FIFO or device).
+    """
+    plain = "/" not in name and "\\" not in name and name not in ("", ".", "..")
+    if plain and kinds is not None:
+        kind = kinds.get(name)
+        if kind is None:
+            return None
+        if kind == "file":
+            return str(root / name)
+        if kind != "link":
+            raise DataError(f"{where}: {root / name} is not a regular file ({kind}); only regular files are data")
+    if os.path.isabs(name) or ".." in Path(name).parts:
+        raise LabelError(f"{where}: {name!r} points outside the data folder {root}; name files relative to it")
+    path = os.path.realpath(root / name)
+    if path != str(root) and not path.startswith(str(root).rstrip(os.sep) + os.sep):
+        raise LabelError(
+            f"{where}: {name!r} resolves to {path}, outside the data folder {root} (a symlink?); "
+            "copy the file into the folder"
+        )
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise DataError(f"{where}: cannot read {path} ({exc.strerror or exc})") from None
+    if not stat.S_ISREG(mode):
+        raise DataError(f"{where}: {path} is not a regular file; only regular files are data")
+    return path
+
+
+class LocalLocation(Location):
+    """A folder or file on local disk (a plain path, or a ``file://`` URL).
+
+    It is a :class:`os.PathLike`, so it goes wherever a path does (``open``, ``Path(...)``).
+    Its :attr:`url` is the path as given (relative stays relative).
+
+    Args:
+        path: the local path.
+    """
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        self._local = Path(path)
+        self.url = str(self._local)
+        self.storage_options = {}
+
+    @property
+    def local_path(self) -> Path:
+        """The path on local disk."""
+        return self._local
+
+    @property
+    def name(self) -> str:
+        """The last part of the path (like ``Path.name``)."""
+        return self._local.name
+
+    @property
+    def parent(self) -> LocalLocation:
+        """The folder holding this one."""
+        return LocalLocation(self._local.parent)
+
+    def child(self, *names: str) -> LocalLocation:
+        """The location ``self/name/...``."""
+        return LocalLocation(self._local.joinpath(*names))
+
+    def resolve(self) -> LocalLocation:
+        """The absolute path with symbolic links resolved."""
+        return LocalLocation(self._local.resolve())
+
+    def contains(self, other: Location) -> bool:
+        """True if ``other``, with links resolved, is this folder or below it (a URL never is)."""
+        if other.local_path is None:
+            return False
+        base, target = self._local.resolve(), other.local_path.resolve()
+        return target == base or base in target.parents
+
+    def _p(self, name: str | None) -> Path:
+        return self._local / name if name else self._local
+
+    # -- questions ------------------------------------------------------------------------
+    def exists(self, name: str | None = None) -> bool:
+        """True if the file or folder exists (a dangling link does not)."""
+        return self._p(name).exists()
+
+    def is_file(self, name: str | None = None) -> bool:
+        """True if this is a file (following links)."""
+        return self._p(name).is_file()
+
+    def is_dir(self, name: str | None = None) -> bool:
+        """True if this is a folder (following links)."""
+        return self._p(name).is_dir()
+
+    def size(self, name: str | None = None) -> int | None:
+        """Bytes of one file, or None if there is none."""
+        try:
+            return self._p(name).stat().st_size
+        except OSError:
+            return None
+
+    # -- reading --------------------------------------------------------------------------
+    def open(self, name: str | None = None) -> IO[bytes]:
+        """The file open for reading bytes (a regular file only: a FIFO does not block, it is refused)."""
+        return open_regular(self._p(name), self.url_of(name))
+
+    def read_bytes(self, name: str | None = None, max_bytes: int | None = None) -> bytes:
+        """The bytes of a regular file of at most ``max_bytes`` (see :meth:`Location.read_bytes`)."""
+        shown = self.url_of(name)
+        with open_regular(self._p(name), shown, max_bytes) as f:
+            try:
+                return f.read()
+            except OSError as exc:
+                raise DataError(f"{shown}: cannot read file ({exc.strerror or exc})") from None
+
+    # -- listing --------------------------------------------------------------------------
+    def kinds(self) -> FileKinds:
+        """What each entry is, from one directory scan (links are ``link``, not followed)."""
+        return scan_kinds(self._local)
+
+    def walk(self, prune: Callable[[str], bool] | None = None) -> Iterator[tuple[str, FileKinds]]:
+        """``(folder, kinds)`` for this folder and each folder below, depth first in name order (links not followed)."""
+
+        def visit(rel: str) -> Iterator[tuple[str, FileKinds]]:
+            kinds = scan_kinds(self._local / rel if rel else self._local)
+            yield rel, kinds
+            for name in sorted(n for n, kind in kinds.items() if kind == "dir"):
+                below = f"{rel}/{name}" if rel else name
+                if prune is None or not prune(below):
+                    yield from visit(below)
+
+        return visit("")
+
+    def sizes(self) -> dict[str, int]:
+        """``{name: bytes}`` of the regular files directly in this folder (not links; empty if it is not a folder)."""
+        out: dict[str, int] = {}
+        try:
+            with os.scandir(self._local) as entries:
+                for entry in entries:
+                    if not entry.is_symlink() and entry.is_file(follow_symlinks=False):
+                        out[entry.name] = entry.stat(follow_symlinks=False).st_size
+        except (FileNotFoundError, NotADirectoryError):
+            return {}
+        except OSError as exc:
+            raise DataError(f"{self}: cannot read the folder ({exc.strerror or exc}); check its permissions") from None
+        return out
+
+    def list_dirs(self) -> list[str]:
+        """Names of the folders directly in this one (links to folders included), sorted."""
+        try:
+            with os.scandir(self._local) as entries:
+                return sorted(e.name for e in entries if e.is_dir())
+        except (FileNotFoundError, NotADirectoryError):
+            return []
+        except OSError as exc:
+            raise DataError(f"{self}: cannot read the folder ({exc.strerror}); check its permissions") from None
+
+    def glob(self, pattern: str) -> list[Location]:
+        """The entries directly in this folder whose name matches ``pattern`` (links included, sorted)."""
+        return [LocalLocation(p) for p in sorted(self._local.glob(pattern))]
+
+    def file_inside(self, name: str, where: str, kinds: FileKinds | None = None) -> str | None:
+        """See :meth:`Location.file_inside`; this folder must be resolved (:meth:`resolve`)."""
+        return resolve_inside(self._local, name, where, kinds)
+
+    # -- writing --------------------------------------------------------------------------
+    def upload(self, local: str | os.PathLike[str], name: str) -> None:
+        """Copy a local file to ``name`` in this folder."""
+        self._p(name).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(local, self._p(name))
+
+    def write_bytes(self, name: str, data: bytes) -> None:
+        """Write a small file whole."""
+        self._p(name).parent.mkdir(parents=True, exist_ok=True)
+        self._p(name).write_bytes(data)
+
+    def remove(self, name: str) -> None:
+        """Delete ``name`` if it is there."""
+        self._p(name).unlink(missing_ok=True)
+
+    def invalidate(self) -> None:
+        """Nothing to forget: the operating system keeps no listing stoker could read stale."""
+
+    # -- plumbing -------------------------------------------------------------------------
+    def __fspath__(self) -> str:
+        return str(self._local)

@@ -1,0 +1,263 @@
+"""A :class:`~stoker.fs.location.Location` on an fsspec filesystem (``s3://``, ``gs://``, ``memory://``, ...).
+
+Credentials and endpoints come from fsspec's usual configuration: the environment
+(``AWS_ENDPOINT_URL``, ``AWS_PROFILE``, ``FSSPEC_S3_ENDPOINT_URL``, ...), fsspec's config
+files, or ``storage_options=``; stoker adds none of its own.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import os
+from collections.abc import Callable, Iterator, Mapping
+from typing import IO, Any
+
+from stoker.errors import ConfigError, DataError, LabelError, MissingFileError
+from stoker.fs.location import FileKinds, Location, join, parent
+
+__all__ = ["RemoteLocation"]
+
+# The pip extra that brings each protocol's filesystem (fsspec's own protocols need only fsspec).
+_EXTRAS = {
+    "s3": "s3", "s3a": "s3",
+    "gs": "gcs", "gcs": "gcs",
+    "az": "azure", "abfs": "azure", "abfss": "azure", "adl": "azure",
+    "http": "remote", "https": "remote",
+}
+
+
+class RemoteLocation(Location):
+    """A folder or file on an fsspec filesystem: the URL, its filesystem and its path there.
+
+    The filesystem is made on first use (and again after pickling, in the process that
+    uses it), so a RemoteLocation can go to DataLoader workers and Ray tasks.
+
+    Args:
+        url: an fsspec URL (``s3://bucket/prefix``, ``memory://x``, ``simplecache::s3://...``).
+        storage_options: passed to the filesystem (credentials, ``endpoint_url``, ...).
+
+    Raises:
+        ConfigError: the URL's filesystem is not installed, or the URL is malformed.
+    """
+
+    def __init__(self, url: str, storage_options: Mapping[str, Any] | None = None) -> None:
+        self.url = url.rstrip("/") if not url.endswith("://") else url
+        self.storage_options = dict(storage_options or {})
+        self._fs: Any = None
+        self._path = ""
+        self._pid = 0
+        self.fs  # noqa: B018  (fail now, with the install hint, rather than on first read)
+
+    @property
+    def fs(self) -> Any:
+        """The fsspec filesystem (``fsspec.AbstractFileSystem``), made again in a forked process."""
+        if self._fs is None or self._pid != os.getpid():
+            # Async filesystems (s3fs, gcsfs) are not fork-safe: a DataLoader worker makes its own.
+            self._fs, self._path = _url_to_fs(self.url, self.storage_options)
+            self._pid = os.getpid()
+        return self._fs
+
+    @property
+    def path(self) -> str:
+        """The path on :attr:`fs` (no protocol)."""
+        self.fs  # noqa: B018
+        return self._path
+
+    @property
+    def local_path(self) -> None:
+        """None: the bytes are not on local disk (download them first to memory-map them)."""
+        return None
+
+    @property
+    def name(self) -> str:
+        """The last part of the path (like ``Path.name``)."""
+        return self.path.rstrip("/").rsplit("/", 1)[-1]
+
+    @property
+    def parent(self) -> RemoteLocation:
+        """The folder holding this one."""
+        return RemoteLocation(parent(self.url), self.storage_options)
+
+    def child(self, *names: str) -> RemoteLocation:
+        """The location ``self/name/...``."""
+        return RemoteLocation(join(self.url, *names), self.storage_options)
+
+    def resolve(self) -> RemoteLocation:
+        """Itself: object stores have no symbolic links."""
+        return self
+
+    def contains(self, other: Location) -> bool:
+        """True if ``other`` is this URL or one below it."""
+        return other.url == self.url or other.url.startswith(self.url.rstrip("/") + "/")
+
+    def _p(self, name: str | None) -> str:
+        return self.path if not name else self.path.rstrip("/") + "/" + name.strip("/")
+
+    # -- questions ------------------------------------------------------------------------
+    def exists(self, name: str | None = None) -> bool:
+        """True if the object or folder exists."""
+        return bool(self.fs.exists(self._p(name)))
+
+    def is_file(self, name: str | None = None) -> bool:
+        """True if this is an object (a file)."""
+        return bool(self.fs.isfile(self._p(name)))
+
+    def is_dir(self, name: str | None = None) -> bool:
+        """True if this is a folder (on object stores: a prefix with objects under it)."""
+        return bool(self.fs.isdir(self._p(name)))
+
+    def size(self, name: str | None = None) -> int | None:
+        """Bytes of one object, or None if there is none (for stores that cannot list, like plain HTTP)."""
+        try:
+            return int(self.fs.size(self._p(name)))
+        except (FileNotFoundError, OSError, TypeError, ValueError):
+            return None
+
+    # -- reading --------------------------------------------------------------------------
+    def open(self, name: str | None = None) -> IO[bytes]:
+        """The object open for reading bytes (streamed through fsspec)."""
+        try:
+            return self.fs.open(self._p(name), "rb")  # type: ignore[no-any-return]
+        except FileNotFoundError:
+            raise MissingFileError(f"{self.url_of(name)}: not found") from None
+
+    def read_bytes(self, name: str | None = None, max_bytes: int | None = None) -> bytes:
+        """The bytes of this object (or of ``name`` inside this folder), of at most ``max_bytes``."""
+        path = self._p(name)
+        try:
+            if max_bytes is not None and (size := int(self.fs.size(path))) > max_bytes:  # a HEAD, then one GET
+                raise DataError(f"{self.url_of(name)}: {size:,} bytes, larger than {max_bytes:,} bytes")
+            return bytes(self.fs.cat_file(path))
+        except FileNotFoundError:
+            raise MissingFileError(f"{self.url_of(name)}: not found") from None
+
+    # -- listing --------------------------------------------------------------------------
+    def _entries(self, refresh: bool = False) -> list[dict[str, Any]]:
+        try:
+            if refresh:
+                try:
+                    return list(self.fs.ls(self.path, detail=True, refresh=True))
+                except TypeError:  # filesystems whose ls takes no refresh=
+                    pass
+            return list(self.fs.ls(self.path, detail=True))
+        except (FileNotFoundError, NotADirectoryError):
+            return []
+
+    def kinds(self) -> FileKinds:
+        """``file`` or ``dir`` for each entry directly in this folder (one listing; empty if none)."""
+        return {_last(e["name"]): "dir" if e.get("type") == "directory" else "file" for e in self._entries()}
+
+    def walk(self, prune: Callable[[str], bool] | None = None) -> Iterator[tuple[str, FileKinds]]:
+        """``(folder, kinds)`` for this folder and each below, parents first in name order, from one recursive listing."""
+        base = self.path.rstrip("/") + "/"
+        tree: dict[str, FileKinds] = {"": {}}
+        for path in self.fs.find(self.path):
+            text = str(path)
+            if not text.startswith(base):
+                continue
+            parts = text[len(base) :].split("/")
+            for depth in range(len(parts)):
+                folder = "/".join(parts[:depth])
+                kind = "file" if depth == len(parts) - 1 else "dir"
+                tree.setdefault(folder, {}).setdefault(parts[depth], kind)
+
+        def visit(rel: str) -> Iterator[tuple[str, FileKinds]]:
+            kinds = tree.get(rel, {})
+            yield rel, kinds
+            for name in sorted(n for n, kind in kinds.items() if kind == "dir"):
+                below = f"{rel}/{name}" if rel else name
+                if prune is None or not prune(below):
+                    yield from visit(below)
+
+        return visit("")
+
+    def sizes(self) -> dict[str, int]:
+        """``{name: bytes}`` of the files directly in this folder (one fresh listing)."""
+        out: dict[str, int] = {}
+        for e in self._entries(refresh=True):
+            if e.get("type") != "file":
+                continue
+            name = _last(e["name"])
+            size = e.get("size")
+            if size is None:  # an HTTP index page lists names only
+                size = self.size(name)
+            if size is not None:
+                out[name] = int(size)
+        return out
+
+    def list_dirs(self) -> list[str]:
+        """Names of the folders directly in this one, sorted."""
+        return sorted(_last(e["name"]) for e in self._entries() if e.get("type") == "directory")
+
+    def glob(self, pattern: str) -> list[Location]:
+        """The files directly in this folder whose name matches ``pattern`` (sorted)."""
+        return [self.child(name) for name in sorted(self.sizes()) if fnmatch.fnmatch(name, pattern)]
+
+    def file_inside(self, name: str, where: str, kinds: FileKinds | None = None) -> str | None:
+        """See :meth:`Location.file_inside` (an object store has no links: only the name is checked)."""
+        if name.startswith("/") or "\\" in name or ".." in name.split("/") or name in ("", "."):
+            raise LabelError(f"{where}: {name!r} points outside the data folder {self.url}; name files relative to it")
+        kind = kinds.get(name) if kinds is not None and "/" not in name else None
+        if kind is None and (kinds is None or "/" in name):
+            kind = "file" if self.is_file(name) else "dir" if self.is_dir(name) else None
+        if kind is None:
+            return None
+        if kind != "file":
+            raise DataError(f"{where}: {self.url_of(name)} is not a file ({kind}); only files are data")
+        return self.url_of(name)
+
+    # -- writing --------------------------------------------------------------------------
+    def upload(self, local: str | os.PathLike[str], name: str) -> None:
+        """Copy a local file to ``name`` in this folder.
+
+        On object stores an object appears only once its upload is complete, so a reader
+        never sees half a file.
+        """
+        self.fs.put_file(os.fspath(local), self._p(name))
+
+    def write_bytes(self, name: str, data: bytes) -> None:
+        """Write a small object whole."""
+        self.fs.pipe_file(self._p(name), data)
+
+    def remove(self, name: str) -> None:
+        """Delete ``name`` if it is there."""
+        try:
+            self.fs.rm_file(self._p(name))
+        except FileNotFoundError:
+            pass
+
+    def invalidate(self) -> None:
+        """Forget cached listings (other processes may have written here)."""
+        self.fs.invalidate_cache()
+
+    # -- plumbing -------------------------------------------------------------------------
+    def __getstate__(self) -> dict[str, Any]:
+        return {"url": self.url, "storage_options": self.storage_options}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.url, self.storage_options = state["url"], state["storage_options"]
+        self._fs, self._path, self._pid = None, "", 0
+
+
+def _last(path: Any) -> str:
+    return str(path).rstrip("/").rsplit("/", 1)[-1]
+
+
+def _url_to_fs(url: str, storage_options: Mapping[str, Any]) -> tuple[Any, str]:
+    protocol = url.split("::")[-1].split("://", 1)[0].lower()
+    extra = _EXTRAS.get(protocol, "remote")
+    try:
+        import fsspec.core
+    except ImportError:
+        raise ConfigError(f"{url}: reading URLs needs fsspec; pip install 'stoker[{extra}]'") from None
+    try:
+        fs, path = fsspec.core.url_to_fs(url, **storage_options)
+    except ImportError as exc:
+        raise ConfigError(
+            f"{url}: the filesystem for {protocol}:// is not installed ({exc}); pip install 'stoker[{extra}]'"
+        ) from None
+    except ValueError as exc:
+        if "protocol" in str(exc).lower():
+            raise ConfigError(f"{url}: fsspec does not know the protocol {protocol!r} ({exc})") from None
+        raise ConfigError(f"{url}: not a valid URL ({exc})") from None
+    return fs, str(path)

@@ -1,0 +1,147 @@
+"""The reader contract: what stoker's loader asks of a data set, written down as protocols.
+
+Any torch ``Dataset`` or ``IterableDataset`` can be given to :func:`~stoker.make_loader`;
+what a reader can do beyond that (start an epoch's order, resume in the middle of it,
+read a batch in one call, make its own batches, say how it is read fastest, say whether
+it drops bad samples) is one small protocol each, and the loader asks with
+``isinstance(dataset, SupportsX)`` (the protocols are ``runtime_checkable``: a reader
+conforms by having the member, whether or not it names the protocol).
+
+Two composites say what a reader is as a whole, and stoker's readers name the one they
+claim in their class line, so mypy checks every signature:
+
+* :class:`MapReader`: random access by index, a batch at a time, with a bad-sample
+  policy (``FileDataset`` and its layouts, ``ShardDataset``).
+* :class:`StreamReader`: an iterable that reads the order of the epoch it is set to and
+  can start anywhere in it (``Pipe``, ``ShardStream``).
+
+Example:
+    >>> class Squares:
+    ...     def set_epoch(self, epoch: int, /) -> None: ...
+    >>> isinstance(Squares(), SupportsEpoch)
+    True
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any, Protocol, runtime_checkable
+
+from stoker.loading.skips import OnError
+
+__all__ = [
+    "MapReader",
+    "StreamReader",
+    "SupportsCollate",
+    "SupportsEpoch",
+    "SupportsGetItems",
+    "SupportsIterFrom",
+    "SupportsLoaderDefaults",
+    "SupportsOnError",
+]
+
+
+@runtime_checkable
+class SupportsEpoch(Protocol):
+    """A reader whose order depends on the epoch (as ``DistributedSampler.set_epoch``)."""
+
+    def set_epoch(self, epoch: int, /) -> None:
+        """Read the order of ``epoch`` on the next iteration.
+
+        The loader calls it before every epoch, in the main process and (for an
+        iterable) in each worker, so the order is a function of the reader's seed and
+        ``epoch`` alone, the same in every process and after a resume. A map-style
+        reader shuffled by the loader's sampler may do nothing.
+        """
+
+
+@runtime_checkable
+class SupportsIterFrom(Protocol):
+    """An iterable that can start at a position of its epoch without reading what comes before."""
+
+    def iter_from(self, start: int, /) -> Iterator[Any]:
+        """This process's items of the current epoch from item ``start`` on (``iter_from(0)`` is ``iter``).
+
+        The items must be exactly those an uninterrupted pass gives after its first
+        ``start``: the loader resumes an epoch by giving each worker the number of items
+        it had already batched. Without it the loader reads and discards them.
+        """
+        ...
+
+
+@runtime_checkable
+class SupportsGetItems(Protocol):
+    """A map-style reader that reads a batch of samples in one call (torch's ``__getitems__``)."""
+
+    def __getitems__(self, indices: list[int], /) -> Sequence[Any]:
+        """The samples (or :class:`~stoker.loading.skips.Skipped` markers) at ``indices``, in order.
+
+        Torch's DataLoader and stoker's thread backend call it once per batch, so a
+        reader can gather a batch's rows at once; the result goes to the collate
+        function as it is.
+        """
+        ...
+
+
+@runtime_checkable
+class SupportsCollate(Protocol):
+    """A reader that makes its own batches (the loader's default ``collate_fn``)."""
+
+    def collate_fn(self, samples: Any, /) -> Any:
+        """One batch from what a batch's reads returned (a list of samples, or ``__getitems__``'s result).
+
+        Returning a :class:`~stoker.loading.collate.Batch` lets the loader count the bad
+        samples dropped; a batch of size 0 (every sample was bad) is not yielded.
+        Usually a ``staticmethod``.
+        """
+        ...
+
+
+@runtime_checkable
+class SupportsLoaderDefaults(Protocol):
+    """A reader that knows the loader settings that read it fastest."""
+
+    @property
+    def loader_defaults(self) -> Mapping[str, Any]:
+        """``make_loader`` keyword arguments (``num_workers``, ``backend``) used where the caller gave none."""
+        ...
+
+
+@runtime_checkable
+class SupportsOnError(Protocol):
+    """A reader with a bad-sample policy.
+
+    ``on_error == "raise"`` promises that every sample read is a sample (a bad one
+    raises), so a batch is never empty: under the even rank split the loader then knows
+    every rank's number of steps without asking the others (:mod:`stoker.loading.steps`).
+    Under ``"skip"`` a batch can come out empty, and the ranks agree at every step.
+    """
+
+    on_error: OnError
+
+
+@runtime_checkable
+class MapReader(SupportsGetItems, SupportsOnError, Protocol):
+    """A map-style reader: ``len``, ``reader[i]``, ``__getitems__`` and a bad-sample policy."""
+
+    def __len__(self) -> int:
+        """Samples in the data set (the loader's sampler draws indices below it)."""
+        ...
+
+    def __getitem__(self, index: int, /) -> Any:
+        """Sample ``index``: ``(image, label)``, or a ``Skipped`` marker under ``on_error="skip"``."""
+        ...
+
+
+@runtime_checkable
+class StreamReader(SupportsEpoch, SupportsIterFrom, SupportsCollate, Protocol):
+    """An iterable reader: the epoch's order from :meth:`set_epoch`, resumable with :meth:`iter_from`.
+
+    Under DataLoader workers and ``torch.distributed`` ranks each process reads its own
+    part of the epoch, so over all of them every item is read once. The ranks' parts may
+    differ in length: the loader keeps their steps equal (:mod:`stoker.loading.steps`).
+    """
+
+    def __iter__(self) -> Iterator[Any]:
+        """This process's items of the current epoch (``iter_from(0)``)."""
+        ...
