@@ -1,34 +1,52 @@
-"""What the PNG guard costs: the decode paths for PNG, side by side, in one run.
+"""PNG decoders side by side in one run: speed (interleaved rounds, as ratios) and the GIL.
 
 torchvision's libpng path crashes the process on PNGs whose zlib data is broken but
-whose CRCs are valid (see ``docs/reliability.md``). The candidates, timed on the same
-files in the same run, one core, files in memory:
+whose CRCs are valid (see ``docs/reliability.md``), so stoker never gives it a PNG. The
+candidates, timed on the same files in the same run, one thread, files in memory, in
+interleaved rounds (A, B, C, ..., A, B, C, ...) so that a busy moment of the machine
+falls on one round of every path rather than on one path:
 
-* ``torchvision alone``: ``torchvision.io.decode_image`` (unsafe: the baseline speed);
-* ``CRC check + torchvision``: what stoker did before (catches random damage only);
-* ``zlib check + torchvision``: a full check before libpng sees the file: every chunk's
-  CRC, the header, and the whole image data inflated with Python's zlib (exact size,
-  valid filter bytes); safe (0 crashes in ``fuzz_decode.py``), but it inflates twice;
-* ``stoker (Pillow)``: ``stoker.decode.decode_image`` today, which decodes PNG with
-  Pillow's own decoder (no libpng; it raises on damaged data) and checks the size first.
+* ``torchvision alone``: ``torchvision.io.decode_image`` (unsafe: the speed to beat);
+* ``zlib check + torchvision``: a full check before libpng sees the file (every chunk's
+  CRC, the header, the whole image data inflated with Python's zlib); safe, but it
+  inflates twice;
+* ``Pillow (stoker before)``: ``stoker.decode._decode_with_pil``, what stoker did for
+  every PNG before libspng: the reference pixels;
+* ``stoker (libspng)``: ``stoker.decode.decode_image`` today: CRC walk, size check, then
+  libspng through ``imagecodecs`` (Pillow for what libspng cannot read);
+* ``pyspng alone``, ``imagecodecs libspng alone``, ``imagecodecs libpng alone``: the
+  candidates, without stoker's checks or its conversion to RGB CHW.
 
-A guarded subprocess per image was not timed: a process round trip (~1 ms and more)
-costs more than decoding a 112x112 PNG many times over.
+Then the GIL: the longest pause of a Python loop while another thread decodes one
+2000x2000 PNG (a decoder that holds the GIL stops it for the whole decode), and two
+threads decoding side by side against one (scaling; on a loaded machine this scatters).
+
+With ``--loader N``, the same question a training run asks: N DigiFace-like files
+(``stoker make-data digiface``) packed as encoded shards, read by ``make_loader`` with 2
+worker processes and with 2 threads (libspng; and worker processes with Pillow, as
+before), against a hand-written torchvision Dataset in a DataLoader with 2 workers, batch
+256, interleaved epochs, as ratios to that Dataset per round.
 
 Run::
 
-    python benchmarks/bench_png_guard.py            # about 30 s
+    python benchmarks/bench_png_guard.py            # about a minute
     python benchmarks/bench_png_guard.py --quick
+    python benchmarks/bench_png_guard.py --loader 3000 --rounds 5 --out /tmp/png-loader
 """
 
 from __future__ import annotations
 
 import argparse
 import io
+import os
+import statistics
+import sys
+import threading
 import time
 import warnings
 import zlib
 from collections.abc import Callable
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -52,19 +70,6 @@ def _images(height: int, width: int, n: int, mode: str) -> list[bytes]:
         Image.fromarray(np.ascontiguousarray(array[:, :, :3])).convert(mode).save(buffer, "PNG")
         out.append(buffer.getvalue())
     return out
-
-
-def _crc_walk(data: memoryview) -> None:
-    """The check stoker ran before: every chunk's length and CRC-32 (copied from the old decode.py)."""
-    pos, end = 8, len(data)
-    while pos + 12 <= end:
-        length = int.from_bytes(data[pos : pos + 4], "big")
-        stop = pos + 8 + length
-        if zlib.crc32(data[pos + 4 : stop]) != int.from_bytes(data[stop : stop + 4], "big"):
-            raise ValueError("crc")
-        if data[pos + 4 : pos + 8] == b"IEND":
-            return
-        pos = stop + 4
 
 
 _PNG_CHANNELS = {0: 1, 2: 3, 3: 1, 4: 2, 6: 4}  # colour type -> samples per pixel
@@ -158,25 +163,39 @@ def check_png(data: memoryview, name: str, max_pixels: int | None = None) -> Non
 def _paths() -> dict[str, Callable[[bytes], object]]:
     from torchvision.io import ImageReadMode, decode_image
 
+    from stoker.decode import _decode_with_pil
     from stoker.decode import decode_image as stoker_decode
 
     def tv(data: bytes) -> object:
         return decode_image(torch.frombuffer(bytearray(data), dtype=torch.uint8), mode=ImageReadMode.RGB)
 
-    def crc_tv(data: bytes) -> object:
-        _crc_walk(memoryview(data))
-        return tv(data)
-
     def zlib_tv(data: bytes) -> object:
         check_png(memoryview(data), "bench.png")
         return tv(data)
 
-    return {
+    def pillow(data: bytes) -> object:
+        return _decode_with_pil(memoryview(data), "bench.png", 89_478_485)
+
+    paths: dict[str, Callable[[bytes], object]] = {
         "torchvision alone": tv,
-        "CRC check + torchvision (before)": crc_tv,
         "zlib check + torchvision": zlib_tv,
-        "stoker today (Pillow)": stoker_decode,
+        "Pillow (stoker before)": pillow,
+        "stoker (libspng)": stoker_decode,
     }
+    try:
+        import pyspng
+
+        paths["pyspng alone"] = lambda data: pyspng.load(data, "RGB")
+    except ImportError:
+        pass
+    try:
+        import imagecodecs
+
+        paths["imagecodecs libspng alone"] = imagecodecs.spng_decode
+        paths["imagecodecs libpng alone"] = imagecodecs.png_decode
+    except ImportError:
+        pass
+    return paths
 
 
 def _rate(fn: Callable[[bytes], object], files: list[bytes], seconds: float) -> float:
@@ -190,31 +209,171 @@ def _rate(fn: Callable[[bytes], object], files: list[bytes], seconds: float) -> 
             return done / elapsed
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--seconds", type=float, default=1.5, help="time per path and image kind, each of 3 rounds")
-    parser.add_argument("--quick", action="store_true", help="0.3 s per measurement")
-    args = parser.parse_args()
-    seconds = 0.3 if args.quick else args.seconds
-    torch.set_num_threads(1)
+def _spread(values: list[float]) -> str:
+    return f"{' / '.join(f'{v:.2f}' for v in sorted(values))} (median {statistics.median(values):.2f})"
+
+
+def speed(rounds: int, seconds: float) -> None:
+    """img/s of every path per image kind, and stoker's ratios per round."""
     kinds = [
         ("112x112 RGBA (DigiFace-like)", _images(112, 112, 32, "RGBA")),
         ("256x256 RGB", _images(256, 256, 16, "RGB")),
         ("448x448 RGB", _images(448, 448, 4, "RGB")),
     ]
     paths = _paths()
+    print(f"## Speed: median img/s of {rounds} interleaved rounds, one thread, files in memory\n")
     print("| image | " + " | ".join(paths) + " |")
     print("|---|" + "---|" * len(paths))
+    ratios: list[tuple[str, list[float], list[float]]] = []
     for label, files in kinds:
-        rates = {name: 0.0 for name in paths}
-        for _ in range(3):  # interleaved rounds; the best of each, so a busy moment hurts all alike
+        rates: dict[str, list[float]] = {name: [] for name in paths}
+        for _ in range(rounds):
             for name, fn in paths.items():
-                rates[name] = max(rates[name], _rate(fn, files, seconds))
-        base = rates["torchvision alone"]
-        cells = [f"{rates[n]:,.0f} img/s ({rates[n] / base:.2f}x)" for n in paths]
+                rates[name].append(_rate(fn, files, seconds))
+        median = {n: statistics.median(r) for n, r in rates.items()}
+        cells = [f"{median[n]:,.0f}" for n in paths]
         kb = sum(map(len, files)) / len(files) / 1024
         print(f"| {label}, {kb:.0f} KiB | " + " | ".join(cells) + " |")
-    print("\nimg/s on one core, files in memory; (ratio) is to torchvision alone, best of 3 interleaved rounds.")
+        new, tv, pil = rates["stoker (libspng)"], rates["torchvision alone"], rates["Pillow (stoker before)"]
+        ratios.append((label, [a / b for a, b in zip(new, tv, strict=True)], [a / b for a, b in zip(new, pil, strict=True)]))
+    print("\n| image | stoker (libspng) / torchvision alone, per round | stoker (libspng) / Pillow, per round |")
+    print("|---|---|---|")
+    for label, to_tv, to_pil in ratios:
+        print(f"| {label} | {_spread(to_tv)} | {_spread(to_pil)} |")
+
+
+def gil(threads: int = 2) -> None:
+    """Whether each decoder lets other Python threads run while it decodes, and thread scaling."""
+    from PIL import Image
+
+    rng = np.random.default_rng(0)
+    big = io.BytesIO()
+    Image.fromarray((rng.integers(0, 256, (2000, 2000, 4)) // 8).astype(np.uint8), "RGBA").save(big, "PNG")
+    data = big.getvalue()
+    small = _images(112, 112, 32, "RGBA") * 4
+    paths = _paths()
+    paths.pop("zlib check + torchvision")
+    switch = sys.getswitchinterval()
+    sys.setswitchinterval(0.001)
+    print("\n## The GIL: one 2000x2000 PNG in a thread; 112x112 RGBA in 1 and 2 threads\n")
+    print("| decoder | one decode | longest pause of a Python loop meanwhile | GIL | "
+          f"1 thread | {threads} threads | scaling |")
+    print("|---|---|---|---|---|---|---|")
+    try:
+        for name, fn in paths.items():
+            start = time.perf_counter()
+            fn(data)
+            alone = time.perf_counter() - start
+            done = threading.Event()
+
+            def decode_big(fn: Callable[[bytes], object] = fn, done: threading.Event = done) -> None:
+                fn(data)
+                done.set()
+
+            worker = threading.Thread(target=decode_big)
+            pause, last = 0.0, time.perf_counter()
+            worker.start()
+            while not done.is_set():
+                now = time.perf_counter()
+                pause, last = max(pause, now - last), now
+            worker.join()
+            held = "held" if pause > 0.6 * alone else "released"
+
+            def run(fn: Callable[[bytes], object] = fn) -> None:
+                for item in small:
+                    fn(item)
+
+            start = time.perf_counter()
+            run()
+            one = len(small) / (time.perf_counter() - start)
+            team = [threading.Thread(target=run) for _ in range(threads)]
+            start = time.perf_counter()
+            for t in team:
+                t.start()
+            for t in team:
+                t.join()
+            many = threads * len(small) / (time.perf_counter() - start)
+            print(f"| {name} | {alone * 1e3:.0f} ms | {pause * 1e3:.0f} ms | {held} | {one:,.0f} img/s | "
+                  f"{many:,.0f} img/s | {many / one:.2f}x |")
+    finally:
+        sys.setswitchinterval(switch)
+
+
+def loader(n: int, rounds: int, out: Path) -> None:
+    """Encoded PNG shards through make_loader against a hand-written torchvision Dataset."""
+    from torch.utils.data import DataLoader, Dataset
+    from torchvision.io import ImageReadMode, decode_image
+
+    from stoker import decode
+    from stoker.loading.loader import make_loader
+    from stoker.packer import pack
+    from stoker.shards import ShardDataset
+    from stoker.sources.synthetic import make_digiface
+
+    marker = out / f"made-{n}"
+    if not marker.exists():
+        make_digiface(out / "files", n=n, classes=10, overwrite=True)
+        pack(out / "files", out / "encoded", store="encoded", workers=0, progress=False, overwrite=True)
+        marker.touch()
+    files = sorted((out / "files").rglob("*.png"))
+
+    class Files(Dataset[tuple[torch.Tensor, int]]):
+        """What one writes by hand: torchvision.io (libpng) on each file."""
+
+        def __len__(self) -> int:
+            return len(files)
+
+        def __getitem__(self, i: int) -> tuple[torch.Tensor, int]:
+            return decode_image(str(files[i]), mode=ImageReadMode.RGB), 0
+
+    def epoch(batches: object) -> float:
+        start, done = time.perf_counter(), 0
+        for images, _ in batches:  # type: ignore[attr-defined]
+            done += len(images)
+        return done / (time.perf_counter() - start)
+
+    methods: dict[str, object] = {
+        "torchvision Dataset, 2 workers": DataLoader(Files(), batch_size=256, num_workers=2, shuffle=True,
+                                                     persistent_workers=True),
+    }
+    real = decode._spng_decode
+    decode._spng_decode = None  # type: ignore[assignment]  # the worker processes forked now keep Pillow
+    before = make_loader(ShardDataset(out / "encoded"), batch_size=256, num_workers=2, backend="process", shuffle=True)
+    epoch(before)
+    decode._spng_decode = real
+    for backend in ("process", "thread"):
+        methods[f"encoded shards, {backend} x2 (libspng)"] = make_loader(
+            ShardDataset(out / "encoded"), batch_size=256, num_workers=2, backend=backend, shuffle=True)
+    methods["encoded shards, process x2 (Pillow, before)"] = before
+    for batches in methods.values():
+        epoch(batches)  # the workers start
+    rates: dict[str, list[float]] = {name: [] for name in methods}
+    for _ in range(rounds):
+        for name, batches in methods.items():
+            rates[name].append(epoch(batches))
+    base = rates["torchvision Dataset, 2 workers"]
+    print(f"\n## Loaders: {n:,} 112x112 RGBA PNGs, batch 256, {rounds} interleaved epochs\n")
+    print("| loader | median img/s | / torchvision Dataset, per round |")
+    print("|---|---|---|")
+    for name, got in rates.items():
+        print(f"| {name} | {statistics.median(got):,.0f} | {_spread([a / b for a, b in zip(got, base, strict=True)])} |")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--seconds", type=float, default=0.6, help="time per path, image kind and round")
+    parser.add_argument("--rounds", type=int, default=5, help="interleaved rounds")
+    parser.add_argument("--quick", action="store_true", help="0.1 s per measurement, 2 rounds (a smoke test)")
+    parser.add_argument("--loader", type=int, default=0, metavar="N", help="also time loaders on N generated files")
+    parser.add_argument("--out", type=Path, default=Path("/tmp/stoker-png-loader"), help="where --loader makes its data")
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    seconds, rounds = (0.1, 2) if args.quick else (args.seconds, args.rounds)
+    speed(rounds, seconds)
+    gil()
+    if args.loader:
+        loader(args.loader, rounds, args.out)
+    print(f"\n{os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f} at the end.")
 
 
 if __name__ == "__main__":

@@ -4,11 +4,14 @@ Every case is made from its number alone (:func:`stoker.fuzz.png_case`), so a ba
 outcome is reproduced with ``png_case(n)``. Cases decode in a guarded child process,
 so a crash is counted instead of ending the run. The same cases (the first
 ``--baseline`` of them) also go through ``torchvision.io.decode_image`` alone, to show
-what the guard prevents.
+what the guard prevents. ``--also`` feeds all the cases to candidate libraries alone
+(``pyspng``, ``imagecodecs``'s libpng, ``imagecodecs-spng``, ``pillow``), one line each,
+to judge a decoder before stoker uses it.
 
 Run::
 
     python benchmarks/fuzz_decode.py --cases 10000 --baseline 1000 --json fuzz.json
+    python benchmarks/fuzz_decode.py --cases 10000 --baseline 0 --also pyspng imagecodecs imagecodecs-spng
     python benchmarks/fuzz_decode.py --cases 300 --baseline 0     # quick
 
 Prints a markdown table (the one in ``docs/reliability.md``); exits 1 on any crash or
@@ -23,7 +26,8 @@ import sys
 import time
 from collections import Counter
 
-from stoker.fuzz import OUTCOMES, PNG_MUTATIONS, run_guarded
+from stoker.decode import png_decoder
+from stoker.fuzz import DECODERS, OUTCOMES, PNG_MUTATIONS, run_guarded
 
 
 def table(stoker: Counter[tuple[str, str]], baseline: Counter[tuple[str, str]]) -> str:
@@ -46,18 +50,27 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--cases", type=int, default=10_000, help="crafted PNGs through stoker's decoder")
     parser.add_argument("--baseline", type=int, default=1_000, help="the first N also through torchvision alone (0: skip)")
+    parser.add_argument("--also", nargs="*", default=[], choices=[d for d in DECODERS if d not in ("stoker", "torchvision")],
+                        help="libraries alone to feed every case to as well (any exception counts as a clear error)")
     parser.add_argument("--json", help="also write the counts to this file (for benchmarks/reliability_table.py)")
     args = parser.parse_args()
     start = time.perf_counter()
     stoker = run_guarded("png", range(args.cases), timeout_s=3600)
     baseline = run_guarded("png", range(args.baseline), timeout_s=3600, decoder="torchvision") if args.baseline else Counter()
+    alone = {name: run_guarded("png", range(args.cases), timeout_s=3600, decoder=name) for name in args.also}
     print(table(stoker, baseline))
-    print(f"\n{args.cases:,} cases through stoker, {args.baseline:,} through torchvision alone, "
-          f"in {time.perf_counter() - start:,.0f} s")
+    print(f"\n{args.cases:,} cases through stoker (PNG decoder: {png_decoder()}), {args.baseline:,} through "
+          f"torchvision alone, in {time.perf_counter() - start:,.0f} s")
+    for name, counts in alone.items():
+        totals = Counter()
+        for (_, outcome), n in counts.items():
+            totals[outcome] += n
+        print(f"{name} alone, {args.cases:,} cases: " + ", ".join(f"{totals[o]:,} {o}" for o in OUTCOMES))
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"stoker": [[k, o, n] for (k, o), n in sorted(stoker.items())],
-                       "torchvision": [[k, o, n] for (k, o), n in sorted(baseline.items())]}, f, indent=1)
+                       "torchvision": [[k, o, n] for (k, o), n in sorted(baseline.items())],
+                       **{name: [[k, o, n] for (k, o), n in sorted(c.items())] for name, c in alone.items()}}, f, indent=1)
     bad = sum(n for (_, o), n in stoker.items() if o in ("crash", "other error"))
     return 1 if bad else 0
 

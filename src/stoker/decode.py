@@ -1,11 +1,15 @@
 """Turn the bytes of one sample file into a uint8 RGB CHW tensor, in one place.
 
-PNGs decode with Pillow (never torchvision's libpng, which crashes the process on some
-damaged files); every other image with torchvision.io (libjpeg-turbo for JPEG), and
-Pillow where torchvision cannot read it. (JPEGs of encoded shards read at a known size
-take a faster path first, :mod:`stoker.jpeg`, which comes back here when it cannot be
-sure of its result.) ``.pt`` files load with ``weights_only=True`` and
-``.npy`` files with ``allow_pickle=False``: opening a stranger's data never runs code.
+PNGs decode with libspng (through ``imagecodecs``; it releases the GIL, so threads
+decode side by side), after stoker has checked every chunk's CRC and the declared size;
+Pillow decodes the PNGs libspng cannot (gray+alpha, 16-bit gray or RGB, compressed text
+or ICC chunks), the ones it refuses, and every PNG when ``imagecodecs`` is missing.
+torchvision's libpng never sees a PNG: it crashes the process on some damaged files.
+Every other image decodes with torchvision.io (libjpeg-turbo for JPEG), and Pillow where
+torchvision cannot read it. (JPEGs of encoded shards read at a known size take a faster
+path first, :mod:`stoker.jpeg`, which comes back here when it cannot be sure of its
+result.) ``.pt`` files load with ``weights_only=True`` and ``.npy`` files with
+``allow_pickle=False``: opening a stranger's data never runs code.
 Grayscale, grayscale+alpha and RGBA all become RGB here and nowhere else.
 """
 
@@ -25,6 +29,11 @@ from torchvision.io import decode_image as _tv_decode_image
 
 from stoker.errors import ConfigError, DecodeError
 
+try:  # libspng, bundled in imagecodecs' wheel: PNG at 1.2-1.6x Pillow's speed, GIL released
+    from imagecodecs import spng_decode as _spng_decode
+except ImportError:  # pragma: no cover - a dependency; Pillow decodes every PNG without it
+    _spng_decode = None  # type: ignore[assignment]
+
 __all__ = [
     "ARRAY_SUFFIXES",
     "IMAGE_SUFFIXES",
@@ -34,6 +43,7 @@ __all__ = [
     "decode_image",
     "decode_sample",
     "get_max_pixels",
+    "png_decoder",
     "resize",
     "set_max_pixels",
     "to_rgb",
@@ -73,9 +83,10 @@ def decode_image(
     """Decode an encoded image (JPEG, PNG, WEBP, GIF, BMP, TIFF) to a uint8 RGB CHW tensor.
 
     The bytes are checked before a decoder sees them: the width and height a header
-    declares against ``max_pixels``, and a PNG's chunk lengths and CRCs (for a message
-    naming the damaged chunk). A PNG's compressed stream is not checked beforehand: PNGs
-    go to Pillow, which raises on a bad stream (a :class:`DecodeError` here) where
+    declares against ``max_pixels`` (before any pixel buffer is allocated), and a PNG's
+    chunk lengths and CRCs (for a message naming the damaged chunk). A PNG's compressed
+    stream is not checked beforehand: PNGs go to libspng, or Pillow (see the module's
+    docstring), which raise on a bad stream (a :class:`DecodeError` here) where
     torchvision's libpng crashes the process. Other formats go to torchvision.io, and to
     Pillow when it cannot read them. A multi-frame image (an animated GIF) gives its first
     frame; 16-bit samples are scaled to 8 bits.
@@ -105,7 +116,10 @@ def decode_image(
         _check_pixels(size, limit, name)
     if head == _PNG_SIGNATURE:
         # Never libpng through torchvision: it crashes the process on some damaged PNGs.
-        _check_png_chunks(view, name)
+        if _check_png_chunks(view, name) and _spng_decode is not None:
+            image = _decode_with_spng(buffer, name)
+            if image is not None:
+                return image
         return _decode_with_pil(view, name, limit)
     encoded = torch.from_numpy(buffer.copy())  # torchvision wants a writable tensor
     try:
@@ -212,13 +226,18 @@ def _jpeg_size(data: memoryview) -> tuple[int, int] | None:
     return None
 
 
-def _check_png_chunks(data: memoryview, name: str) -> None:
-    """Check every PNG chunk's length and CRC, for a message that says what is wrong.
+def _check_png_chunks(data: memoryview, name: str) -> bool:
+    """Check every PNG chunk's length and CRC; True when libspng may decode the file.
 
     It costs a few microseconds per file and names the damaged chunk; crafted files
-    with valid CRCs are Pillow's to refuse (it raises, where libpng crashes).
+    with valid CRCs are the decoders' to refuse (they raise, where libpng crashes).
+    libspng is used only for what it decodes to the same pixels as Pillow (gray up to 8
+    bits, 8-bit RGB, palette, RGBA of 8 or 16 bits), with the header first (so that its
+    size was checked), and never for a file with compressed text or ICC chunks: libspng
+    inflates those without a limit (a 2 MB zTXt chunk took 1 GB), Pillow stops at 1 MB.
     """
     pos, end = 8, len(data)
+    spng = end >= 33 and data[12:16].tobytes() == b"IHDR" and (data[24], data[25]) in _SPNG_HEADERS
     while pos + 12 <= end:
         length = int.from_bytes(data[pos : pos + 4], "big")
         kind = data[pos + 4 : pos + 8]
@@ -228,17 +247,49 @@ def _check_png_chunks(data: memoryview, name: str) -> None:
         if zlib.crc32(data[pos + 4 : stop]) != int.from_bytes(data[stop : stop + 4], "big"):
             raise DecodeError(f"{name}: PNG {bytes(kind).decode('latin-1')!r} chunk fails its CRC (corrupt file); {_BAD_SAMPLE_HINT}")
         if kind == b"IEND":
-            return
+            return spng
+        if kind in _INFLATED_CHUNKS:
+            spng = False
         pos = stop + 4
     raise DecodeError(f"{name}: PNG ends before its IEND chunk (truncated file); {_BAD_SAMPLE_HINT}")
 
 
+# (bit depth, colour type) libspng decodes to Pillow's pixels through imagecodecs' formats
+# (G8, RGB8, RGBA8, RGBA16); gray+alpha and 16-bit gray or RGB go to Pillow.
+_SPNG_HEADERS = frozenset({(1, 0), (2, 0), (4, 0), (8, 0), (8, 2), (1, 3), (2, 3), (4, 3), (8, 3), (8, 6), (16, 6)})
+_INFLATED_CHUNKS = (b"zTXt", b"iTXt", b"iCCP")
+
+
+def _decode_with_spng(buffer: np.ndarray, name: str) -> torch.Tensor | None:
+    """Decode a checked PNG with libspng; None when it refuses the file (Pillow then decides).
+
+    Damaged files are rare and Pillow is the reference, so a file libspng refuses (it is
+    stricter: it checks the zlib stream's Adler-32) goes to Pillow, which decodes or
+    raises a DecodeError: what libspng raises never escapes, and every PNG readable
+    before is readable still. Its palette, tRNS and gAMA handling is off, as Pillow's.
+    """
+    try:
+        pixels = _spng_decode(buffer)  # type: ignore[misc,arg-type]  # not None (the caller); a buffer, not bytes, in its stubs
+    except Exception:  # noqa: BLE001 - a crafted file may make a C library raise anything; Pillow decides
+        return None
+    if pixels.dtype == np.uint16:  # RGBA16: the high byte, as Pillow gives
+        pixels = (pixels >> 8).astype(np.uint8)
+    if pixels.ndim == 2:  # G8
+        return to_rgb(torch.from_numpy(pixels), name)
+    # HWC -> CHW by numpy (alpha dropped): one copy, faster than torch's permute on one thread.
+    return torch.from_numpy(np.ascontiguousarray(pixels[:, :, :3].transpose(2, 0, 1)))
+
+
+def png_decoder() -> str:
+    """The library that decodes PNGs here: ``"libspng"`` (``imagecodecs`` installed) or ``"pillow"``."""
+    return "libspng" if _spng_decode is not None else "pillow"
+
 
 def _decode_with_pil(data: memoryview, name: str, max_pixels: int) -> torch.Tensor:
-    """Decode with Pillow: every PNG, and what torchvision cannot read.
+    """Decode with Pillow: the PNGs libspng cannot or will not, and what torchvision cannot read.
 
-    Pillow raises on damaged data where torchvision's libpng path crashes; it is also
-    no slower for PNG (``benchmarks/bench_png_guard.py``). The declared size is checked
+    Pillow raises on damaged data where torchvision's libpng path crashes, and its
+    pixels are the reference libspng's are tested against. The declared size is checked
     before any pixel is decoded; a multi-frame image gives its first frame; 16-bit
     grayscale is scaled to 8 bits rather than clipped.
     """

@@ -30,11 +30,14 @@ import numpy as np
 
 from stoker.errors import ConfigError, StokerError
 
-__all__ = ["OUTCOMES", "PNG_MUTATIONS", "png_case", "run_guarded"]
+__all__ = ["DECODERS", "OUTCOMES", "PNG_MUTATIONS", "png_case", "run_guarded"]
 
 #: What decoding one case can give: an image, a clear DecodeError, another exception
 #: (a bug: it escapes stoker's error family), or the child process died.
 OUTCOMES = ("decoded", "DecodeError", "other error", "crash")
+
+#: What :func:`run_guarded` can feed the cases to: stoker's decoder, or one library alone.
+DECODERS = ("stoker", "torchvision", "pyspng", "imagecodecs", "imagecodecs-spng", "pillow")
 
 #: How a PNG is damaged; every one keeps valid chunk CRCs, so a CRC check alone cannot tell.
 PNG_MUTATIONS = (
@@ -151,13 +154,39 @@ import torch
 from stoker.decode import decode_image
 from stoker.errors import DecodeError
 from stoker.fuzz import png_case
-if sys.argv[1] == "torchvision":
-    from torchvision.io import ImageReadMode, decode_image as tv_decode
+if sys.argv[1] != "stoker":
+    # A library alone, without stoker's checks: any exception it raises counts as a clear error.
+    if sys.argv[1] == "torchvision":
+        from torchvision.io import ImageReadMode, decode_image as tv_decode
+
+        def library(data):
+            return tv_decode(torch.frombuffer(bytearray(data), dtype=torch.uint8), mode=ImageReadMode.RGB)
+    elif sys.argv[1] == "pyspng":
+        import pyspng
+
+        def library(data):
+            return pyspng.load(data, "RGB")
+    elif sys.argv[1] == "imagecodecs":
+        import imagecodecs
+
+        def library(data):
+            return imagecodecs.png_decode(data)
+    elif sys.argv[1] == "imagecodecs-spng":
+        import imagecodecs
+
+        def library(data):
+            return imagecodecs.spng_decode(data)
+    elif sys.argv[1] == "pillow":
+        import io
+        from PIL import Image
+
+        def library(data):
+            return Image.open(io.BytesIO(data)).convert("RGB")
 
     def decode_image(data, name):
         try:
-            return tv_decode(torch.frombuffer(bytearray(data), dtype=torch.uint8), mode=ImageReadMode.RGB)
-        except RuntimeError as exc:
+            return library(data)
+        except Exception as exc:
             raise DecodeError(str(exc)) from None
 import os
 CODES = {0: "decoded", 1: "DecodeError", 2: "other error"}
@@ -194,16 +223,20 @@ def run_guarded(
 
     The child is restarted after a crash, so every case has an outcome. ``kind`` names
     the case family (only ``"png"`` for now). ``decoder`` is ``"stoker"``
-    (:func:`stoker.decode.decode_image`) or ``"torchvision"`` (``torchvision.io.decode_image``
-    alone, to show what the guard prevents; its ``RuntimeError`` counts as a clear error).
+    (:func:`stoker.decode.decode_image`) or one library alone, without stoker's checks, to
+    show what they prevent or to judge a candidate decoder: ``"torchvision"``
+    (``torchvision.io.decode_image``, each case in its own forked process: it crashes
+    often), ``"pyspng"`` (libspng), ``"imagecodecs"`` (its libpng), ``"imagecodecs-spng"`` (its
+    libspng) or ``"pillow"``; any
+    exception a library raises counts as a clear error.
 
     Returns:
         A counter of ``(mutation, outcome)``; outcomes are :data:`OUTCOMES`.
     """
     if kind != "png":
         raise ConfigError(f"run_guarded: unknown case family {kind!r}; use 'png'")
-    if decoder not in ("stoker", "torchvision"):
-        raise ConfigError(f"run_guarded: decoder must be 'stoker' or 'torchvision', got {decoder!r}")
+    if decoder not in DECODERS:
+        raise ConfigError(f"run_guarded: decoder must be one of {', '.join(map(repr, DECODERS))}, got {decoder!r}")
     todo = list(seeds)
     counts: Counter[tuple[str, str]] = Counter()
     while todo:

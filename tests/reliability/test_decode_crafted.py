@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from stoker.decode import decode_image, get_max_pixels, set_max_pixels
+from stoker.decode import _check_png_chunks, decode_image, get_max_pixels, png_decoder, set_max_pixels
 from stoker.errors import ConfigError, DecodeError
 from stoker.fuzz import PNG_MUTATIONS, png_case, run_guarded
 
@@ -33,6 +33,25 @@ def test_three_hundred_crafted_pngs_never_crash_the_process() -> None:
     assert sum(counts.values()) == 300
     assert outcomes <= {"decoded", "DecodeError"}, counts
     assert {kind for (kind, _) in counts} == set(PNG_MUTATIONS)
+    # ... and most of them went through libspng, stoker's PNG decoder (the child imports the same stoker).
+    assert png_decoder() == "libspng"
+    through_spng = sum(_png_route(png_case(seed)[1]) for seed in range(300))
+    assert through_spng > 100, through_spng
+
+
+def _png_route(data: bytes) -> bool:
+    """Whether stoker gives this PNG to libspng (after its chunk checks), rather than refusing it or using Pillow."""
+    try:
+        return _check_png_chunks(memoryview(data), "case.png")
+    except DecodeError:
+        return False
+
+
+def test_crafted_pngs_through_libspng_alone_never_crash() -> None:
+    # The library itself, without stoker's CRC walk and size check in front of it.
+    counts = run_guarded("png", range(200), timeout_s=300, decoder="imagecodecs-spng")
+    assert sum(counts.values()) == 200
+    assert {outcome for (_, outcome) in counts} <= {"decoded", "DecodeError"}, counts
 
 
 def test_a_broken_zlib_stream_with_valid_crcs_is_a_decode_error() -> None:
@@ -95,3 +114,8 @@ def test_16_bit_png_is_scaled_to_8_bits() -> None:
     image = decode_image(_png(np.full((4, 5), 65535, np.uint16)), "deep.png")
     assert image.dtype.is_floating_point is False and image.shape == (3, 4, 5)
     assert int(image.min()) == 255
+
+
+def test_run_guarded_names_the_decoders_it_knows() -> None:
+    with pytest.raises(ConfigError, match="'stoker', 'torchvision', 'pyspng'"):
+        run_guarded("png", range(3), decoder="libpng")
