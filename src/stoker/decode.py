@@ -280,6 +280,12 @@ def _decode_with_spng(buffer: np.ndarray, name: str) -> torch.Tensor | None:
     return torch.from_numpy(np.ascontiguousarray(pixels[:, :, :3].transpose(2, 0, 1)))
 
 
+def is_png(data: bytes | bytearray | memoryview | np.ndarray) -> bool:
+    """Whether ``data`` starts with the PNG signature."""
+    head = data[:8].tobytes() if isinstance(data, np.ndarray) else bytes(data[:8])
+    return head == _PNG_SIGNATURE
+
+
 def png_decoder() -> str:
     """The library that decodes PNGs here: ``"libspng"`` (``imagecodecs`` installed) or ``"pillow"``."""
     return "libspng" if _spng_decode is not None else "pillow"

@@ -229,8 +229,13 @@ def test_encoded_jpeg_shards_default_to_loader_threads_unless_a_python_transform
 
 
 @pytest.mark.parametrize(("jpegs", "backend"), [(0, "process"), (4, "process"), (12, "thread")])
-def test_encoded_shards_of_mostly_png_default_to_worker_processes(tmp_path: Path, jpegs: int, backend: str) -> None:
+def test_encoded_shards_of_mostly_png_default_to_worker_processes_under_pillow(
+    tmp_path: Path, jpegs: int, backend: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from stoker import decode
     from stoker.packer import pack
+
+    monkeypatch.setattr(decode, "_spng_decode", None)  # imagecodecs missing: PNGs decode with Pillow
 
     folder = tmp_path / "src" / "0"
     folder.mkdir(parents=True)
@@ -372,3 +377,23 @@ def test_png_rows_of_encoded_shards_still_decode(packed: Callable[..., Path]) ->
     fast, full = ShardDataset(root), ShardDataset(root, decoder="full")
     idx = np.arange(len(fast))
     assert torch.equal(fast.__getitems__(idx).images, full.__getitems__(idx).images)  # PNG: the full path, exactly
+
+
+@pytest.mark.parametrize(("pngs", "backend"), [(16, "thread"), (8, "thread"), (4, "process")])
+def test_encoded_png_shards_default_to_loader_threads_where_libspng_decodes(tmp_path: Path, pngs: int, backend: str) -> None:
+    """libspng releases the GIL: mostly PNG (or PNG and JPEG) sets read on threads; other formats on processes."""
+    from stoker.decode import png_decoder
+    from stoker.packer import pack
+
+    if png_decoder() != "libspng":
+        pytest.skip("imagecodecs is not installed: PNGs decode with Pillow")
+    folder = tmp_path / "src" / "0"
+    folder.mkdir(parents=True)
+    for i in range(16):
+        Image.fromarray(_photo(i, 20, 20)).save(folder / (f"{i:02d}.png" if i < pngs else f"{i:02d}.bmp"))
+    pack(tmp_path / "src", tmp_path / "shards", store="encoded", size=(16, 16), progress=False, workers=0)
+    ds = ShardDataset(tmp_path / "shards")
+    assert not ds.mostly_jpeg() and ds.loader_defaults["backend"] == backend
+    assert ShardDataset(tmp_path / "shards", transform=lambda image: image).loader_defaults["backend"] == "process"
+    images, _ = next(iter(make_loader(ds, batch_size=8, device="cpu", persistent_workers=False)))
+    assert images.shape == (8, 3, 16, 16)

@@ -12,6 +12,7 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset, default_collate, get_worker_info
 
+from stoker.decode import is_png, png_decoder
 from stoker.errors import ConfigError, DataError
 from stoker.fs import PathOrURL
 from stoker.jpeg import decode_batch_on_device, decode_jpeg_resized, decode_jpegs_into, is_jpeg
@@ -173,6 +174,7 @@ class ShardDataset(Dataset, MapReader, SupportsEpoch, SupportsCollate, SupportsL
         self.decode_device = str(decode_device)
         self._rows: np.ndarray | None = None  # a view of some rows of the split (subset, split)
         self._mostly_jpeg: bool | None = None  # what the shards hold (mostly_jpeg), once known
+        self._mostly_spng: bool | None = None  # mostly JPEG or PNG, with libspng for the PNGs (decodes_on_threads)
 
     # -- what the set holds ---------------------------------------------------------
     @property
@@ -246,10 +248,13 @@ class ShardDataset(Dataset, MapReader, SupportsEpoch, SupportsCollate, SupportsL
         loader worker per core (up to 4), of the kind that measured faster for what they
         hold (``benchmarks/bench_decode.py``, 2 cores): JPEGs on threads (libjpeg-turbo and
         the resize release the GIL, and a batch made in a thread is not copied again
-        between processes: 1.13x worker processes), PNGs and the other formats on worker
-        processes (Pillow runs Python around each decode that holds the GIL: threads were
-        0.92x). What they hold is read from the first rows (:meth:`mostly_jpeg`). With a
-        per-sample ``transform``, which holds the GIL, worker processes.
+        between processes: 1.13x worker processes), PNGs too where libspng decodes them
+        (:func:`stoker.decode.png_decoder`; it releases the GIL: threads 1.12x worker
+        processes, ``python benchmarks/bench_png_guard.py --loader 3000``), and the other
+        formats (and PNGs under Pillow, whose Python around each decode holds the GIL:
+        threads were 0.92x) on worker processes. What they hold is read from the first
+        rows (:meth:`decodes_on_threads`). With a per-sample ``transform``, which holds
+        the GIL, worker processes.
         ``decoder="nvjpeg"`` decodes on the GPU from one loader thread.
 
         Example:
@@ -261,8 +266,23 @@ class ShardDataset(Dataset, MapReader, SupportsEpoch, SupportsCollate, SupportsL
             return {"backend": "thread", "num_workers": 1}
         cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
         # A per-sample Python transform holds the GIL: then worker processes, as before.
-        backend = "thread" if self.transform is None and self.mostly_jpeg() else "process"
+        backend = "thread" if self.transform is None and self.decodes_on_threads() else "process"
         return {"backend": backend, "num_workers": min(4, cores)}
+
+    def decodes_on_threads(self) -> bool:
+        """Whether most stored images decode with the GIL released: JPEGs, and PNGs when libspng decodes them.
+
+        Judged by the first :data:`SNIFF_ROWS` rows, as :meth:`mostly_jpeg`.
+        """
+        if self.store != "encoded" or self.shards.remote is not None or self.mostly_jpeg():
+            return True
+        if png_decoder() != "libspng":
+            return False
+        if self._mostly_spng is None:
+            n = min(SNIFF_ROWS, len(self.shards))
+            heads = [self.shards.read_encoded(i)[0] for i in range(n)]
+            self._mostly_spng = 2 * sum(is_png(h) or is_jpeg(h) for h in heads) >= n
+        return self._mostly_spng
 
     def mostly_jpeg(self) -> bool:
         """Whether most stored images are JPEGs, judged by the first :data:`SNIFF_ROWS` rows (read once).
