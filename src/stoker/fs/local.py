@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import IO
 
 from stoker.errors import DataError, LabelError, MissingFileError
-from stoker.fs.location import FileKinds, Location
+from stoker.fs.location import FileKinds, Location, walk_kinds
 
 __all__ = ["LocalLocation", "open_regular", "resolve_inside", "scan_kinds"]
 
@@ -200,16 +200,7 @@ class LocalLocation(Location):
 
     def walk(self, prune: Callable[[str], bool] | None = None) -> Iterator[tuple[str, FileKinds]]:
         """``(folder, kinds)`` for this folder and each folder below, depth first in name order (links not followed)."""
-
-        def visit(rel: str) -> Iterator[tuple[str, FileKinds]]:
-            kinds = scan_kinds(self._local / rel if rel else self._local)
-            yield rel, kinds
-            for name in sorted(n for n, kind in kinds.items() if kind == "dir"):
-                below = f"{rel}/{name}" if rel else name
-                if prune is None or not prune(below):
-                    yield from visit(below)
-
-        return visit("")
+        return walk_kinds(lambda rel: scan_kinds(self._local / rel if rel else self._local), prune)
 
     def sizes(self) -> dict[str, int]:
         """``{name: bytes}`` of the regular files directly in this folder (not links; empty if it is not a folder)."""

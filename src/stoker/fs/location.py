@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import IO, Any, Union
 
-__all__ = ["PATH_OR_URL_TYPES", "FileKinds", "Location", "PathOrURL", "is_url", "join", "local_path", "parent"]
+__all__ = ["PATH_OR_URL_TYPES", "FileKinds", "Location", "PathOrURL", "is_url", "join", "local_path", "parent", "walk_kinds"]
 
 PathOrURL = Union[str, "os.PathLike[str]", "Location"]  # what every reader of a folder or file takes
 
@@ -25,6 +25,24 @@ FileKinds = dict[str, str]  # entry name -> "file", "link", "dir" or "other"
 
 _URL_RE = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
 _FILE_URL = "file://"
+
+
+def walk_kinds(kinds_of: Callable[[str], FileKinds], prune: Callable[[str], bool] | None = None) -> Iterator[tuple[str, FileKinds]]:
+    """``(folder, kinds)`` from ``""`` down, depth first in name order, below a folder ``prune`` does not refuse.
+
+    ``kinds_of(rel)`` lists one folder (relative to the top, ``""`` for the top); the
+    order and the pruning are the same for every kind of location.
+    """
+
+    def visit(rel: str) -> Iterator[tuple[str, FileKinds]]:
+        kinds = kinds_of(rel)
+        yield rel, kinds
+        for name in sorted(n for n, kind in kinds.items() if kind == "dir"):
+            below = f"{rel}/{name}" if rel else name
+            if prune is None or not prune(below):
+                yield from visit(below)
+
+    return visit("")
 
 
 def is_url(path: str | os.PathLike[str] | Location) -> bool:

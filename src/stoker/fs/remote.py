@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterator, Mapping
 from typing import IO, Any
 
 from stoker.errors import ConfigError, DataError, LabelError, MissingFileError
-from stoker.fs.location import FileKinds, Location, join, parent
+from stoker.fs.location import FileKinds, Location, join, parent, walk_kinds
 
 __all__ = ["RemoteLocation"]
 
@@ -160,16 +160,7 @@ class RemoteLocation(Location):
                 folder = "/".join(parts[:depth])
                 kind = "file" if depth == len(parts) - 1 else "dir"
                 tree.setdefault(folder, {}).setdefault(parts[depth], kind)
-
-        def visit(rel: str) -> Iterator[tuple[str, FileKinds]]:
-            kinds = tree.get(rel, {})
-            yield rel, kinds
-            for name in sorted(n for n, kind in kinds.items() if kind == "dir"):
-                below = f"{rel}/{name}" if rel else name
-                if prune is None or not prune(below):
-                    yield from visit(below)
-
-        return visit("")
+        return walk_kinds(lambda rel: tree.get(rel, {}), prune)
 
     def sizes(self) -> dict[str, int]:
         """``{name: bytes}`` of the files directly in this folder (one fresh listing)."""
