@@ -36,3 +36,16 @@ def test_readme_python_blocks_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
     finally:
         torch.set_num_threads(threads)
     assert (tmp_path / "runs" / "shards-bs128" / "metrics.csv").is_file()
+
+
+def test_readme_train_toml_is_a_valid_config(tmp_path: Path) -> None:
+    """The README shows train.toml in full, and its commands use it: it must pass the config's checks."""
+    from stoker.train.config import load_config
+
+    blocks = re.findall(r"^```toml\n(.*?)^```", README.read_text(encoding="utf-8"), flags=re.S | re.M)
+    assert len(blocks) == 1 and "train.toml" in README.read_text(encoding="utf-8")
+    path = tmp_path / "train.toml"
+    path.write_text(blocks[0], encoding="utf-8")
+    config = load_config(path)
+    assert (config.model.name, config.run.epochs, config.data.batch_size) == ("resnet18", 30, 128)
+    assert config.data.path == ["packed"] and config.run.tags == {"category": "shards"}
