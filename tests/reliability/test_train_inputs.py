@@ -69,3 +69,23 @@ def test_stray_temporaries_of_a_killed_save_are_removed(tmp_path: Path) -> None:
     (tmp_path / ".last.pt.999999999.x.tmp").write_bytes(b"half")  # a dead pid
     save_checkpoint({"w": torch.zeros(3)}, tmp_path / "last.pt")
     assert sorted(os.listdir(tmp_path)) == ["last.pt"]
+
+
+def test_a_config_or_settings_file_that_is_not_utf8_is_one_line(tmp_path: Path) -> None:
+    from stoker.bench.settings import load_data_table
+    from stoker.train.config import load_config
+
+    bad = tmp_path / "latin1.toml"
+    bad.write_bytes('[run]\nname = "caf\xe9"\n'.encode("latin-1"))
+    with pytest.raises(ConfigError, match=r"latin1.toml: not a UTF-8 text file"):
+        load_config(bad)
+    with pytest.raises(ConfigError, match=r"latin1.toml: not a UTF-8 text file"):
+        load_data_table(bad)
+
+
+def test_an_unusable_cache_folder_is_one_line_naming_it() -> None:
+    from stoker.shards.cache import ShardCache
+
+    cache = ShardCache("/proc/stoker-cache", limit="1MB")  # /proc takes no new folders
+    with pytest.raises(ConfigError, match=r"/proc/stoker-cache: the shard cache folder cannot be used .*--cache-dir"):
+        cache.evict()

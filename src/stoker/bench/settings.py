@@ -211,6 +211,8 @@ def _read(path: Path) -> str:
         return path.read_text(encoding="utf-8")
     except FileNotFoundError:
         raise MissingFileError(f"{path}: loader settings file not found; write one with `stoker tune DATA --out {path}`") from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{path}: not a UTF-8 text file (byte {exc.start}); write it again with `stoker tune DATA --out {path}`") from None
 
 
 def save_settings(settings: LoaderSettings, path: str | os.PathLike[str], comment: str = "") -> Path:

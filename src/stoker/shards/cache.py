@@ -175,9 +175,24 @@ class ShardCache:
         """Bytes that reading these shards would download (those not in the cache)."""
         return sum(info.bytes for info in {i.sha256: i for i in infos}.values() if not self.has(info))
 
+    def _folder(self, folder: Path) -> Path:
+        """``folder`` (in the cache), made if need be.
+
+        Raises:
+            ConfigError: the cache folder cannot be made or written (``STOKER_CACHE=/proc/x``,
+                a read-only disk): one line naming it and how to choose another.
+        """
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise ConfigError(
+                f"{self.root}: the shard cache folder cannot be used ({exc.strerror or exc}); choose a writable "
+                "folder with --cache-dir DIR (cache_dir=...) or STOKER_CACHE"
+            ) from None
+        return folder
+
     def _lock(self, info: ShardInfo, what: str) -> _FileLock:
-        folder = self.root / "locks"
-        folder.mkdir(parents=True, exist_ok=True)
+        folder = self._folder(self.root / "locks")
         return _FileLock(folder / f"{info.sha256}.lock", self.lock_timeout_s, what)
 
     # -- getting a shard ----------------------------------------------------------------
@@ -206,7 +221,7 @@ class ShardCache:
             yield path
 
     def _download(self, remote: Location, info: ShardInfo, dest: Path) -> None:
-        dest.parent.mkdir(parents=True, exist_ok=True)
+        self._folder(dest.parent)
         tmp = dest.with_name(f"{dest.name}.{os.getpid()}-{threading.get_ident()}.tmp")
         url = remote.url_of(info.name)
         problem = ""
@@ -266,7 +281,7 @@ class ShardCache:
         """
         if self.limit is None:
             return 0
-        self.root.mkdir(parents=True, exist_ok=True)
+        self._folder(self.root)
         freed = 0
         with _FileLock(self.root / "evict.lock", self.lock_timeout_s, "cache eviction"):
             entries = self._entries()

@@ -327,6 +327,8 @@ def load_config(
             toml_text = Path(path).read_text(encoding="utf-8")
         except FileNotFoundError:
             raise MissingFileError(f"{path}: config file not found") from None
+        except UnicodeDecodeError as exc:
+            raise ConfigError(f"{path}: not a UTF-8 text file (byte {exc.start}); save it as UTF-8 TOML") from None
         try:
             raw = tomllib.loads(toml_text)
         except tomllib.TOMLDecodeError as exc:
