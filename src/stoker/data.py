@@ -336,6 +336,9 @@ class DataSplits(Mapping[str, Dataset]):
                     "or open_data(..., valid=0.1)") if split == "valid" else ""
             raise ConfigError(f"{self.where()}: has no split {split!r} (it has: {', '.join(self.datasets)}){hint}") from None
 
+    def __contains__(self, split: object) -> bool:
+        return split in self.datasets  # not Mapping's: __getitem__ raises ConfigError for a missing split
+
     def __iter__(self) -> Iterator[str]:
         return iter(self.datasets)
 

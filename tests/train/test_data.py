@@ -58,3 +58,41 @@ def test_train_cli_validates_a_shard_set_against_a_folder(tmp_path: Path, folder
     result = CliRunner().invoke(train, args)
     assert result.exit_code == 0, result.output
     assert "160 train / 160 valid samples" in result.output
+
+
+def test_train_test_evaluates_the_test_split_once_with_the_best_model(tmp_path: Path, folders: Path) -> None:
+    """`stoker train --test` on train/ + val/ + test/: the test split once, with best.pt, in run.json and test.csv."""
+    import csv
+    import json
+
+    from click.testing import CliRunner
+
+    from stoker.cli.train import train
+
+    root = tmp_path / "tree"
+    shutil.copytree(folders, root / "train")
+    shutil.copytree(folders / "1", root / "val" / "1")
+    shutil.copytree(folders / "2", root / "test" / "2")
+    args = ["--data", str(root), "--epochs", "2", "--device", "cpu", "--workers", "0", "--model", "small_cnn",
+            "--log-dir", str(tmp_path / "runs"), "--no-progress"]
+    result = CliRunner().invoke(train, [*args, "--name", "untested"])
+    assert result.exit_code == 0, result.output
+    first = next(line for line in result.output.splitlines() if line.startswith("data:"))
+    assert "its test split (40 samples) is not evaluated: add --test" in first  # said on the first line
+    assert not (tmp_path / "runs" / "untested" / "test.csv").exists()
+
+    result = CliRunner().invoke(train, [*args, "--name", "tested", "--test"])
+    assert result.exit_code == 0, result.output
+    run = tmp_path / "runs" / "tested"
+    record = json.loads((run / "run.json").read_text())
+    best_epoch = record["summary"]["best_epoch"]
+    assert record["test"]["samples"] == 40 and record["test"]["weights"] == f"best.pt (epoch {best_epoch})"
+    assert 0.0 <= record["test"]["acc"] <= 1.0 and record["status"] == "finished"
+    with open(run / "test.csv", newline="") as f:
+        rows = list(csv.DictReader(f))
+    assert len(rows) == 1 and rows[0]["split"] == "test" and int(rows[0]["samples"]) == 40
+    assert "test: 40 samples" in result.output and "test.csv" in result.output
+
+    result = CliRunner().invoke(train, ["--data", str(folders), "--epochs", "1", "--device", "cpu", "--test",
+                                        "--log-dir", str(tmp_path / "runs"), "--name", "none", "--no-progress"])
+    assert result.exit_code != 0 and "no test split" in str(result.exception)

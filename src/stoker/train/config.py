@@ -162,6 +162,7 @@ class RunConfig:
                                doc='labels to group runs by, e.g. { category = "shards" }')
     seed: int = config_key(whole(0), 0, doc="seeds weights, split and shuffle order")
     patience: int | None = config_key(optional(whole(1)), None, doc="stop after this many epochs without a better valid accuracy")
+    test: bool = config_key(as_bool, False, doc="after training, evaluate the data's test split once with best.pt (run.json, test.csv)")
     resume: bool = config_key(as_bool, False, doc="continue the run `name` from its last.pt, with the config in its run.json")
     cpu_threads: int | None = config_key(
         optional(whole(1)), None, doc="torch compute threads on the CPU; default: the cores the loader workers leave"
@@ -181,7 +182,7 @@ _TABLES: dict[str, type] = {"data": DataConfig, "model": ModelConfig, "optim": O
 # Keys a resumed run may set to other values than its run.json holds: where it runs, how
 # fast it loads, how long it goes on, what it shows. Every other key is the run itself.
 RESUME_MAY_CHANGE: frozenset[str] = frozenset({
-    "run.epochs", "run.device", "run.progress", "run.patience", "run.resume", "run.log_dir", "run.name",
+    "run.epochs", "run.device", "run.progress", "run.patience", "run.resume", "run.log_dir", "run.name", "run.test",
     "run.loader_bound_share", "run.checkpoint_every_steps", "run.sync_every", "run.cpu_threads", "data.workers", "data.prefetch_factor", "data.backend",
 })
 _PATH_KEYS = ("data.path", "data.valid_path", "data.labels")

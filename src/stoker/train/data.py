@@ -33,12 +33,14 @@ class TrainData:
             keep their ``loader_defaults`` and ``collate_fn``, which the loaders use.
         num_classes: classes of the label space.
         description: one line saying what was opened, for the console and ``run.json``.
+        test: the test split, when the data has one (``stoker train --test`` evaluates it).
     """
 
     train: Dataset
     valid: Dataset
     num_classes: int
     description: str
+    test: Dataset | None = None
 
 
 def build_data(cfg: DataConfig, seed: int = 0) -> TrainData:
@@ -62,7 +64,8 @@ def build_data(cfg: DataConfig, seed: int = 0) -> TrainData:
         seed=seed,
         label_order="sorted" if cfg.label_order == "sorted" else "auto",
     )
-    return TrainData(data["train"], data["valid"], data.num_classes, data.describe())
+    test = data["test"] if "test" in data else None
+    return TrainData(data["train"], data["valid"], data.num_classes, data.describe(), test)
 
 
 def build_loaders(data: TrainData, cfg: DataConfig, device: torch.device, seed: int = 0) -> tuple[Loader, Loader]:
@@ -76,7 +79,27 @@ def build_loaders(data: TrainData, cfg: DataConfig, device: torch.device, seed: 
     rank the same number of samples; the last ``len % world_size`` of each shuffled
     epoch are left out), and a map-style validation set exactly (every sample once).
     """
-    common: dict[str, Any] = {
+    common = _loader_settings(cfg, device, seed)
+    train = make_loader(data.train, shuffle=True, **common)
+    valid = make_loader(data.valid, shuffle=False, even=False, **common)
+    return train, valid
+
+
+def build_test_loader(data: TrainData, cfg: DataConfig, device: torch.device) -> Loader:
+    """The test split's loader: in order, each sample once over the ranks (as validation's).
+
+    Raises:
+        ConfigError: the data has no test split.
+    """
+    if data.test is None:
+        raise ConfigError(f"run.test: the data has no test split ({data.description}); leave out --test, or give "
+                          "data with a test/ folder or partition")
+    return make_loader(data.test, shuffle=False, even=False, **_loader_settings(cfg, device, seed=0))
+
+
+def _loader_settings(cfg: DataConfig, device: torch.device, seed: int) -> dict[str, Any]:
+    """What every loader of a run shares: batch size, prefetch, device, seed, workers, backend."""
+    return {
         "batch_size": cfg.batch_size,
         "prefetch_factor": cfg.prefetch_factor,
         "device": device,
@@ -84,6 +107,3 @@ def build_loaders(data: TrainData, cfg: DataConfig, device: torch.device, seed: 
         "num_workers": cfg.workers,  # None: make_loader's one rule (stoker.loading.workers)
         "backend": None if cfg.backend == "auto" else cfg.backend,  # None: what the data set says, else process
     }
-    train = make_loader(data.train, shuffle=True, **common)
-    valid = make_loader(data.valid, shuffle=False, even=False, **common)
-    return train, valid

@@ -41,7 +41,7 @@ from stoker.train.scenario import Scenario
 from stoker.train.tally import PendingBatches, Tally, mid_epoch_entry, notify_batch_end
 from stoker.train.timing import PhaseTimer
 
-__all__ = ["Trained", "agree_on_step", "batch_count", "forward_loss", "reduce_epoch", "train_epoch", "validate"]
+__all__ = ["Trained", "agree_on_step", "batch_count", "forward_batch", "forward_loss", "reduce_epoch", "train_epoch", "validate"]
 
 log = logging.getLogger("stoker")
 
@@ -65,17 +65,34 @@ class Trained:
 
 
 def forward_loss(run: Run, model: Forward, images: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, int]:
+    """One batch of this run through ``model`` (see :func:`forward_batch`)."""
+    return forward_batch(model, images, labels, device=run.device, preprocess=run.preprocess, amp_dtype=run.amp_dtype,
+                         loss_fn=run.scenario.loss_fn)
+
+
+def forward_batch(
+    model: Forward,
+    images: torch.Tensor,
+    labels: torch.Tensor,
+    *,
+    device: torch.device,
+    preprocess: Callable[[torch.Tensor], torch.Tensor] | None,
+    amp_dtype: torch.dtype | None,
+    loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
+) -> tuple[torch.Tensor, torch.Tensor, int]:
     """One batch through ``model``: the copy to the device, preprocess, forward and loss under autocast.
+
+    The one batch body of training, validation and the test split (:mod:`stoker.train.evaluate`).
 
     Returns:
         The batch's mean loss and its argmax hits (0-d tensors, left on the device) and its size.
     """
-    images = images.to(run.device, non_blocking=True)  # uint8 [B, C, H, W]; no-op if the loader moved it
-    labels = labels.to(run.device, non_blocking=True)  # int64 [B]
-    x = run.preprocess(images) if run.preprocess is not None else images  # float [B, C, H, W], on the device
-    with torch.autocast(run.device.type, dtype=run.amp_dtype, enabled=run.amp_dtype is not None):
+    images = images.to(device, non_blocking=True)  # uint8 [B, C, H, W]; no-op if the loader moved it
+    labels = labels.to(device, non_blocking=True)  # int64 [B]
+    x = preprocess(images) if preprocess is not None else images  # float [B, C, H, W], on the device
+    with torch.autocast(device.type, dtype=amp_dtype, enabled=amp_dtype is not None):
         logits = model(x)  # [B, classes]
-        loss = run.scenario.loss_fn(logits, labels)  # mean over the batch
+        loss = loss_fn(logits, labels)  # mean over the batch
     return loss, (logits.argmax(1) == labels).sum(), labels.shape[0]
 
 

@@ -31,7 +31,7 @@ from stoker.train.scenario import SYNC_EVERY_CUDA, Scenario
 
 __all__ = ["Run", "resume", "set_up", "wrap_model"]
 
-_AMP_DTYPES = {"off": None, "bf16": torch.bfloat16, "fp16": torch.float16}
+AMP_DTYPES = {"off": None, "bf16": torch.bfloat16, "fp16": torch.float16}
 
 Forward = Callable[[torch.Tensor], torch.Tensor]  # float [B, C, H, W] -> logits [B, classes]
 
@@ -147,7 +147,7 @@ def set_up(s: Scenario) -> Run:
         run_dir=run_dir,
         model=unwrap(s.model).to(device),
         preprocess=s.preprocess.to(device) if isinstance(s.preprocess, nn.Module) else s.preprocess,
-        amp_dtype=_AMP_DTYPES[s.amp],
+        amp_dtype=AMP_DTYPES[s.amp],
         sync_every=s.sync_every if s.sync_every is not None else (SYNC_EVERY_CUDA if device.type == "cuda" else 1),
         scaler=torch.amp.GradScaler(device.type, enabled=s.amp == "fp16"),
         config=json.loads(json.dumps(dict(s.config), default=str)),  # plain types, for weights_only checkpoints

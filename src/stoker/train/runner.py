@@ -18,13 +18,15 @@ from torch import nn
 from stoker.errors import ConfigError, DataError
 from stoker.loading import Loader, resolve_device
 from stoker.train.config import OptimConfig, TrainConfig, parse_config
-from stoker.train.data import build_data, build_loaders
+from stoker.train.data import build_data, build_loaders, build_test_loader
 from stoker.train.distributed import Ranks, join_launch
+from stoker.train.evaluate import TEST_FILE, TestFigures, evaluate_test
 from stoker.train.history import History
 from stoker.train.loggers import Logger, RunInfo
 from stoker.train.loop import fit
 from stoker.train.models import build_model
 from stoker.train.record import BEST_FILE, LAST_FILE, RUN_FILE, describe_status, read_run_json, resume_command
+from stoker.train.run import AMP_DTYPES
 from stoker.train.scenario import SCENARIO_KEYS, Scenario
 
 __all__ = ["RunInterrupted", "RunResult", "build_optimizer", "demo_run", "rank_zero", "train_from_config"]
@@ -40,11 +42,13 @@ class RunResult:
         run_dir: the run folder.
         history: every epoch's figures and how the run ended.
         data: one line describing the data that was opened.
+        test: the test split's figures (``run.test``), else ``None``.
     """
 
     run_dir: Path
     history: History
     data: str
+    test: TestFigures | None = None
 
     @property
     def best_acc(self) -> float:
@@ -60,6 +64,7 @@ class RunResult:
             "best": self.run_dir / BEST_FILE,
             "last": self.run_dir / LAST_FILE,
             "curves": self.run_dir / "curves.png",
+            "test": self.run_dir / TEST_FILE,
         }
         found = {k: p for k, p in candidates.items() if p.exists()}
         events = sorted(self.run_dir.glob("events.out.tfevents.*"))
@@ -77,6 +82,7 @@ class RunResult:
             "best": "best model (by valid accuracy)",
             "last": "last checkpoint (resume from it)",
             "curves": "loss and accuracy curves",
+            "test": "test split figures (best model)",
         }
         for key, label in labels.items():
             if key in files:
@@ -219,6 +225,7 @@ def _train(config: TrainConfig, callbacks: Sequence[Logger], echo: Echo | None, 
     if num_classes < data.num_classes:
         raise ConfigError(f"model.num_classes = {num_classes} but the data has {data.num_classes} classes; raise it or leave it out")
     train_loader, valid_loader = build_loaders(data, config.data, device, seed=config.run.seed)
+    test_loader = build_test_loader(data, config.data, device) if config.run.test else None  # refused before training
 
     # 2. Model, loss, optimizer, schedule.
     model = build_model(config.model.name, num_classes)
@@ -227,7 +234,9 @@ def _train(config: TrainConfig, callbacks: Sequence[Logger], echo: Echo | None, 
     scheduler, interval = _build_scheduler(config.optim, optimizer, config.run.epochs, steps)
     loss_fn = nn.CrossEntropyLoss(label_smoothing=config.optim.label_smoothing)
     if echo is not None:
-        echo(f"data: {data.description}")
+        untested = f"; its test split ({len(cast(Any, data.test)):,} samples) is not evaluated: add --test" if (
+            data.test is not None and not config.run.test) else ""
+        echo(f"data: {data.description}{untested}")
         echo(f"model: {config.model.name} ({num_classes} classes, {sum(p.numel() for p in model.parameters()):,} parameters), "
              f"{config.optim.name} lr {config.optim.lr:g}, batch {config.data.batch_size}, "
              f"{train_loader.num_workers} {train_loader.backend} workers")
@@ -256,7 +265,15 @@ def _train(config: TrainConfig, callbacks: Sequence[Logger], echo: Echo | None, 
         history = fit(scenario, [*callbacks, folder])
     except KeyboardInterrupt:
         raise RunInterrupted(folder.run_dir) from None
-    return RunResult(Path(history.run_dir or config.run.log_dir), history, data.description)
+    run_dir = Path(history.run_dir or config.run.log_dir)
+    test = None
+    if test_loader is not None:  # 4. The test split, once, with the best model.
+        preprocess = scenario.preprocess.to(device) if isinstance(scenario.preprocess, nn.Module) else scenario.preprocess
+        test = evaluate_test(model, test_loader, run_dir, ranks, device=device, preprocess=preprocess,
+                             amp_dtype=AMP_DTYPES[config.run.amp], loss_fn=loss_fn)
+        if echo is not None:
+            echo(f"test: {test.samples:,} samples, loss {test.loss:.4f}, accuracy {test.acc:.4f} ({test.weights})")
+    return RunResult(run_dir, history, data.description, test)
 
 
 def _echo_resumed(run_dir: Path, echo: Echo) -> None:
