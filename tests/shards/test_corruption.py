@@ -125,8 +125,13 @@ def test_fuzzed_manifest_bytes_only_raise_shard_error(
     mutated = _mutate(original, edits, cut)
     if mutated == original:
         return
-    with pytest.raises(ShardError):
-        Manifest.from_bytes(mutated)
+    try:
+        manifest = Manifest.from_bytes(mutated)
+    except ShardError:
+        return
+    # Read through only when JSON sees no change (a byte of whitespace between tokens made another whitespace).
+    assert manifest == Manifest.from_bytes(original)
+    assert json.loads(mutated) == json.loads(original)
 
 
 def _json_values() -> st.SearchStrategy[object]:
