@@ -193,8 +193,11 @@ def test_a_state_from_another_loader_is_refused(data: dict[str, Path]) -> None:
     pipe_state = make_loader(Pipe.from_iterable(range(8)).shard(), batch_size=4, device="cpu", num_workers=2).state_dict()
     with pytest.raises(ConfigError, match="same num_workers"):
         make_loader(Pipe.from_iterable(range(8)).shard(), batch_size=4, device="cpu", num_workers=0).load_state_dict(pipe_state)
-    with pytest.raises(ConfigError, match="not a stoker-loader/1"):
+    with pytest.raises(ConfigError, match="not a stoker-loader/2"):
         make_loader(ClassFolderDataset(data["a"]), batch_size=4, device="cpu", num_workers=0).load_state_dict({"epoch": 1})
+    old = {**state, "format": "stoker-loader/1"}  # the version before the one order module: other epoch orders
+    with pytest.raises(ConfigError, match="earlier stoker .* epoch boundary"):
+        make_loader(ClassFolderDataset(data["a"]), batch_size=4, device="cpu", num_workers=0).load_state_dict(old)
 
 
 def test_a_generic_iterable_resumes_by_reading_and_discarding() -> None:

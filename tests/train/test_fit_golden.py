@@ -7,7 +7,8 @@ exactly what it changed: the one order module (every shuffled order and worker s
 changed, README "Changes"), then equal steps moving into the loader (only
 ``collectives`` changed: ``fit``'s per-step ``agree`` lost its "out of batches" flag;
 every figure, weight, checkpoint and logger call stayed the same, compared case by case),
-and the interrupted warning naming the resume command that runs (the log lines, in ``collectives``). Each case runs ``fit`` on a small fixed scenario on the CPU with one compute
+the interrupted warning naming the resume command that runs (the log lines, in ``collectives``),
+and the loader state's format ``stoker-loader/2`` (``last`` of the one case whose last.pt is mid-epoch). Each case runs ``fit`` on a small fixed scenario on the CPU with one compute
 thread and no loader workers, and reduces what it did to SHA-256 digests of:
 
 * ``history``: every epoch's figures but the times (losses, accuracies, lr, samples,
@@ -351,7 +352,7 @@ GOLDEN: dict[str, dict[str, str]] = {
         "history": "701a884425d7bfc09382bd8e75794ad7dd2f20c38730f5b1be9ab33f4763490b",
         "csv": "c7cf62ae7136a58ed15e6beda52324893579856243bbc92ea918a3d37a250ed1",
         "weights": "90fc2ba081fe8312a1ec27ac1be56b63ffbd6325907b6ac3155bfbb408b09720",
-        "last": "b3462cb5bfee51f572adcf8aec1b8d8de9c17c165782769c4685cb59bb9cdf54",
+        "last": "d6f017c205bc2d7a92455a672235b726deb48f99275209b5fcc044ffda502e95",
         "best": "2150424a43ff5a192e0c10f1b827c8337e4e30516e14b6cfe572220c37ca1c92",
         "events": "1f5d1a818251d6c803ec6dbb36cc27bad9b602f12971681ca7c7609fecddc237",
         "collectives": "339c4812cfbfd9b0effefe84a1b9931e56fe072bacaafee03cab0417dcd6f501",

@@ -43,7 +43,8 @@ __all__ = ["BACKENDS", "LOADER_STATE_FORMAT", "Backend", "Loader", "RankSlice", 
 
 log = logging.getLogger("stoker")
 
-LOADER_STATE_FORMAT = "stoker-loader/1"
+# /2: epoch orders come from stoker.order (README "Changes"); a /1 position names a batch of another order.
+LOADER_STATE_FORMAT = "stoker-loader/2"
 
 
 def resolve_device(device: str | torch.device | None) -> torch.device:
@@ -402,6 +403,12 @@ class Loader:
                 with another seed, batch size or (iterable data sets) worker count.
         """
         keys = ("format", "epoch", "seed", "batch_size", "batches", "worker_batches", "next_worker", "skipped")
+        if isinstance(state, dict) and state.get("format") == "stoker-loader/1":
+            raise ConfigError(
+                "the loader state was taken by an earlier stoker (stoker-loader/1), whose epoch orders differ from "
+                "this version's: resuming it mid-epoch would see some samples twice and others not at all. Resume "
+                "from a checkpoint taken at an epoch boundary, or finish the run with the version that started it"
+            )
         if not isinstance(state, dict) or state.get("format") != LOADER_STATE_FORMAT or any(k not in state for k in keys):
             missing = [k for k in keys if k not in state] if isinstance(state, dict) else list(keys)
             raise ConfigError(f"not a {LOADER_STATE_FORMAT} loader state (missing {missing}); pass what Loader.state_dict() returned")
