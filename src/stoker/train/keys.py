@@ -25,7 +25,6 @@ Example:
 
 from __future__ import annotations
 
-import difflib
 import math
 import re
 from collections.abc import Callable, Mapping
@@ -265,18 +264,9 @@ device_name = Check(_device, _as_text, "DEVICE")
 
 
 def _model_name(value: Any, key: str) -> str:
-    from stoker.train.models import model_names
+    from stoker.train.models import check_model_name
 
-    name = _text(value, key)
-    names = model_names()
-    if name not in names:
-        close = difflib.get_close_matches(name, names, n=3)
-        hint = f" (did you mean {', '.join(close)}?)" if close else ""
-        raise ConfigError(
-            f"{key} {name!r} is not a known model{hint}; use small_cnn or a torchvision classifier "
-            "such as resnet18, resnet50, efficientnet_b0, convnext_tiny"
-        )
-    return name
+    return check_model_name(_text(value, key), key)
 
 
 model_name = Check(_model_name, _as_text, "NAME")

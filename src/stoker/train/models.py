@@ -48,6 +48,23 @@ class SmallCNN(nn.Module):
         return self.head(self.pool(x).flatten(1))  # [B, num_classes]
 
 
+def check_model_name(name: str, key: str = "model.name") -> str:
+    """``name`` if it is a model :func:`build_model` knows (the one check: config, flags and Python).
+
+    Raises:
+        ConfigError: an unknown name, with the closest known ones.
+    """
+    names = model_names()
+    if name not in names:
+        close = difflib.get_close_matches(name, names, n=3)
+        hint = f" (did you mean {', '.join(close)}?)" if close else ""
+        raise ConfigError(
+            f"{key} {name!r} is not a known model{hint}; use {SMALL_CNN!r} or a torchvision classifier "
+            "such as resnet18, resnet50, efficientnet_b0, convnext_tiny (see torchvision.models.list_models())"
+        )
+    return name
+
+
 def model_names() -> list[str]:
     """Every name :func:`build_model` accepts: ``small_cnn`` and torchvision's classifiers."""
     import torchvision.models
@@ -74,14 +91,7 @@ def build_model(name: str, num_classes: int) -> nn.Module:
         raise ConfigError(f"model: num_classes must be a whole number >= 2, got {num_classes!r}")
     if name == SMALL_CNN:
         return SmallCNN(num_classes)
-    names = model_names()
-    if name not in names:
-        close = difflib.get_close_matches(name, names, n=3)
-        hint = f"did you mean {', '.join(close)}? " if close else ""
-        raise ConfigError(
-            f"model.name {name!r} is not a known model; {hint}use {SMALL_CNN!r} or a torchvision "
-            f"classifier such as resnet18 or resnet50 (see torchvision.models.list_models())"
-        )
+    check_model_name(name)
     import torchvision.models
 
     try:
