@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-import multiprocessing
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -57,17 +57,8 @@ def _rank_main(rank: int, folder: str) -> None:
         dist.destroy_process_group()
 
 
-def test_make_loader_under_two_gloo_ranks_reads_the_rank_shares(tmp_path: Path) -> None:
-    context = multiprocessing.get_context("fork")  # no re-import of torch: a few seconds, not tens
-    ranks = [context.Process(target=_rank_main, args=(rank, str(tmp_path))) for rank in range(2)]
-    for process in ranks:
-        process.start()
-    for process in ranks:
-        process.join(timeout=120)
-        if process.is_alive():
-            process.kill()
-            pytest.fail("a rank did not finish in 120 s")
-        assert process.exitcode == 0
+def test_make_loader_under_two_gloo_ranks_reads_the_rank_shares(tmp_path: Path, forked_ranks: Callable[..., None]) -> None:
+    forked_ranks(_rank_main, str(tmp_path))
     found = [json.loads((tmp_path / f"rank{rank}.json").read_text()) for rank in range(2)]
     for rank, mine in enumerate(found):
         orders = [permutation(11, 4, epoch) for epoch in (0, 1)]

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import logging
-import multiprocessing
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -143,18 +143,9 @@ def _gloo_rank(rank: int, folder: str, sorted_pack: str) -> None:
 
 
 def test_two_gloo_ranks_with_two_workers_read_mixed_batches_once_and_rank_0_warns(
-    packs: dict[str, Path], tmp_path: Path
+    packs: dict[str, Path], tmp_path: Path, forked_ranks: Callable[..., None]
 ) -> None:
-    context = multiprocessing.get_context("fork")  # no re-import of torch: a few seconds, not tens
-    ranks = [context.Process(target=_gloo_rank, args=(rank, str(tmp_path), str(packs["sorted"]))) for rank in range(2)]
-    for process in ranks:
-        process.start()
-    for process in ranks:
-        process.join(timeout=120)
-        if process.is_alive():
-            process.kill()
-            pytest.fail("a rank did not finish in 120 s")
-        assert process.exitcode == 0
+    forked_ranks(_gloo_rank, str(tmp_path), str(packs["sorted"]))
     found = [json.loads((tmp_path / f"rank{rank}.json").read_text()) for rank in range(2)]
     seen = [label for mine in found for batch in mine["batches"] for label in batch]
     assert sorted(seen) == sorted(np.repeat(np.arange(CLASSES), PER_CLASS).tolist())  # exactly once
