@@ -12,6 +12,7 @@ or shard and row) and what to do about it.
     │   ├── LabelError     a label line or label mapping is wrong (names file and line)
     │   ├── MissingFileError  an id, folder or file that should exist does not
     │   └── DecodeError    an image or tensor file cannot be read or decoded
+    ├── NetworkError       a URL cannot be reached or read (host, timeout, refused, stalled)
     ├── ShardError         a packed shard set is damaged, incomplete or mismatched
     ├── CheckpointError    a checkpoint cannot be saved or loaded
     └── TrainingError      training cannot go on (for example a non-finite loss)
@@ -26,6 +27,7 @@ __all__ = [
     "DecodeError",
     "LabelError",
     "MissingFileError",
+    "NetworkError",
     "ShardError",
     "StokerError",
     "TrainingError",
@@ -54,6 +56,15 @@ class MissingFileError(DataError, FileNotFoundError):
 
 class DecodeError(DataError):
     """An image or tensor file cannot be read or decoded."""
+
+
+class NetworkError(StokerError, ConnectionError):
+    """A URL cannot be reached or read: unknown host, refused, timed out, stalled, after the retries.
+
+    Its message is one line naming the URL and the cause. It is a ``ConnectionError`` (an
+    ``OSError``) too, so code that retries dropped connections sees it as one; but the
+    network layer has already retried, so stoker's own callers do not retry it again.
+    """
 
 
 class ShardError(StokerError):
