@@ -379,12 +379,13 @@ def write_shards(
     }
     write = _Writing(plan, rows, store, size, workers, progress, classes, sources, made_by, engine, place.name, channels)
     if remote is not None:
-        finished, known = remote.claim(sources, plan.fingerprint, overwrite)
-        if finished is not None:
-            return finished
-        remote.start(plan)
-        manifest = write.into(out, known, remote)
-        remote.finish(manifest)
+        with remote.lock:  # one pack per prefix (stoker.shards.bucket_lock), renewed while it runs
+            finished, known, write.plan = remote.claim(sources, plan, overwrite)  # the plan with its object names
+            if finished is not None:
+                return finished
+            remote.start(write.plan)
+            manifest = write.into(out, known, remote)
+            remote.finish(manifest)  # the manifest last; only then does an old set go
         return manifest
     check_place(out, sources)
     with pack_lock(out):
