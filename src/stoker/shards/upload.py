@@ -153,28 +153,28 @@ class RemoteOut:
         manifest = self._manifest(sizes)
         staged = self._staged(sizes)
         fingerprint = plan.fingerprint
-        ours = manifest is not None and manifest.made_by.get("plan") == fingerprint
-        ours_staged = staged is not None and staged.fingerprint == fingerprint
-        if ours and all(sizes.get(i.name) == i.bytes for i in manifest.shards) and (ours_staged or not overwrite):  # type: ignore[union-attr]
-            if ours_staged:  # finished, interrupted while removing the set it replaced
-                self._remove((staged.names | set(staged.replaces)) - {i.name for i in manifest.shards})  # type: ignore[union-attr]
+        mine = manifest if manifest is not None and manifest.made_by.get("plan") == fingerprint else None
+        mine_staged = staged if staged is not None and staged.fingerprint == fingerprint else None
+        if mine is not None and all(sizes.get(i.name) == i.bytes for i in mine.shards) and (mine_staged or not overwrite):
+            if mine_staged is not None:  # finished, interrupted while removing the set it replaced
+                self._remove((mine_staged.names | set(mine_staged.replaces)) - {i.name for i in mine.shards})
                 self.place.remove(PLAN_NAME)
-            return manifest, {}, plan
-        if ours_staged and (named := _named(plan, staged.shards)) is not None:  # type: ignore[union-attr]
-            if manifest is not None and not ours and not overwrite:
+            return mine, {}, plan
+        if mine_staged is not None and (named := _named(plan, mine_staged.shards)) is not None:
+            if manifest is not None and mine is None and not overwrite:
                 raise ConfigError(
                     f"{self.place.url}: holds a shard set and an unfinished `--overwrite` pack of these same "
                     "arguments; pass --overwrite (overwrite=True) again to resume it, or choose an empty prefix"
                 )
-            if ours:
+            if mine is not None:
                 self.place.remove(MANIFEST_NAME)  # resuming: it must not look finished meanwhile
-            self.replaces = tuple(sorted(set(staged.replaces) - staged.names))  # type: ignore[union-attr]
+            self.replaces = tuple(sorted(set(mine_staged.replaces) - mine_staged.names))
             self._fresh_staging(keep_records=True)
             return None, {}, named
-        if ours and not overwrite and (named := _named(plan, [(i.name, i.split, i.samples) for i in manifest.shards])):  # type: ignore[union-attr]
+        if mine is not None and not overwrite and (named := _named(plan, [(i.name, i.split, i.samples) for i in mine.shards])):
             self.place.remove(MANIFEST_NAME)  # this pack's set with shards missing: write them again, same names
             self._fresh_staging(keep_records=True)
-            return None, {i.name: i.sha256 for i in manifest.shards}, named  # type: ignore[union-attr]
+            return None, {i.name: i.sha256 for i in mine.shards}, named
         if overwrite:
             return None, {}, self._replacing(plan, sizes, manifest, staged)
         if not sizes:
