@@ -83,7 +83,9 @@ def parse_sources(sources: list[str]) -> list[str] | dict[str, list[str]]:
 @click.option("--seed", type=int, default=0, show_default=True, help="Shuffle (and split) seed.")
 @click.option("--no-shuffle", is_flag=True,
               help="Keep the source order (only to measure what an unshuffled pack does; training wants shuffled).")
-@click.option("--overwrite", is_flag=True, help="Replace the shard set already in OUT.")
+@click.option("--overwrite", is_flag=True,
+              help="Replace the shard set already in OUT (a folder or a bucket prefix); the old set stays readable "
+                   "until the new one is complete, and files stoker did not write are kept.")
 @click.option("--labels", metavar="FILE",
               help="Label file ('<file> <label>' lines) of a single SRC folder that holds several .txt files.")
 @click.option("--crop", metavar="T,L,H,W", help="Crop box (top,left,height,width) for every image of every SRC.")

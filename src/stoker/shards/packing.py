@@ -8,7 +8,8 @@ The steps, in order:
 3. lock the output folder (a second pack into it fails at once) and claim it: an empty
    or new folder, the same pack half done (resume), or, with ``overwrite`` over a set,
    a staging folder beside it (:mod:`stoker.shards.replace`), so the old set stays
-   whole until the new one is complete — even when a set is re-packed into itself;
+   whole until the new one is complete — even when a set is re-packed into itself (a
+   bucket: a lock object and new object names, :mod:`stoker.shards.upload`);
 4. write every shard not already finished, each one whole by one worker process (which
    dies with the pack, even after a ``kill -9``), to a temporary name that is renamed
    when complete; a full disk is a :class:`ShardError` saying how much space is needed;
@@ -297,7 +298,8 @@ def write_shards(
             ``False`` keeps the source's order: only for measuring what an unshuffled
             pack does to the label stream (``stoker inspect`` scores it).
         workers: processes writing shards (default: the CPU count; 0 or 1 writes here).
-        overwrite: replace a shard set (or other stoker files) already in ``out``.
+        overwrite: replace a shard set (or other stoker files) already in ``out``; the old
+            set stays readable until the new one is complete, and what stoker did not write is kept.
         progress: show a progress bar on stderr.
         channels: ``pixels`` only: 3 (RGB) or 1 (gray: one channel, a third of the bytes;
             colour images become their luma). Readers then return ``1 x H x W`` images.
