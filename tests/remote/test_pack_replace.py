@@ -17,7 +17,7 @@ from click.testing import CliRunner
 
 from stoker import pack, verify
 from stoker.cli.main import main as cli
-from stoker.errors import ConfigError
+from stoker.errors import ConfigError, ShardError
 from stoker.fs import RemoteLocation
 from stoker.shards import ShardDataset
 from stoker.shards import packing as packing_module
@@ -175,3 +175,18 @@ def _die_after_first_upload(real_upload: Any) -> Any:
         raise KeyboardInterrupt
 
     return upload
+
+
+def test_overwrite_of_a_set_whose_manifest_is_damaged_removes_the_shards_it_lists(
+    s3_server: str, bucket: str, small_folders: Path, tmp_path: Path
+) -> None:
+    url = f"{bucket}/damaged"
+    old = pack(small_folders, url, cache_dir=tmp_path / "cache", **_OLD)
+    place = RemoteLocation(url)
+    damaged = place.read_bytes("manifest.json").replace(b'"samples": 8', b'"samples": 0', 1)
+    place.write_bytes("manifest.json", damaged)
+    with pytest.raises(ShardError):
+        ShardDataset(url, cache_dir=tmp_path / "read")
+    new = pack(small_folders, url, overwrite=True, cache_dir=tmp_path / "cache", **_NEW)
+    assert set(_objects(url)) == {i.name for i in new.shards} | {"manifest.json"}
+    assert {i.name for i in old.shards}.isdisjoint(_objects(url))

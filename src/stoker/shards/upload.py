@@ -190,7 +190,7 @@ class RemoteOut:
 
     def _replacing(self, plan: PackPlan, sizes: dict[str, int], manifest: Manifest | None, staged: _Staged | None) -> PackPlan:
         """Prepare a new set beside the old one: remove an abandoned pack's leftovers, pick free names."""
-        old = {i.name for i in manifest.shards} if manifest is not None else set()
+        old = {i.name for i in manifest.shards} if manifest is not None else self._names_in_damaged_manifest(sizes)
         if staged is not None:  # another pack's unfinished run: its shards (and what it replaced) are stoker's
             leftovers = (staged.names | set(staged.replaces)) - old
             self._remove(leftovers)
@@ -216,6 +216,17 @@ class RemoteOut:
             return Manifest.load(self.place)
         except ShardError:
             return None  # damaged: it names no set that could still be read
+
+    def _names_in_damaged_manifest(self, sizes: dict[str, int]) -> set[str]:
+        """The shard names a manifest that does not load still lists (they are stoker's to replace)."""
+        if MANIFEST_NAME not in sizes or sizes[MANIFEST_NAME] > _MAX_PLAN_BYTES:
+            return set()
+        try:
+            shards = json.loads(self.place.read_bytes(MANIFEST_NAME, max_bytes=_MAX_PLAN_BYTES))["shards"]
+            names = {s["name"] for s in shards if isinstance(s, dict)}
+        except (ValueError, KeyError, TypeError, RecursionError):
+            return set()
+        return {n for n in names if is_shard_name(n) and n in sizes}
 
     def _staged(self, sizes: dict[str, int]) -> _Staged | None:
         if PLAN_NAME not in sizes or sizes[PLAN_NAME] > _MAX_PLAN_BYTES:
