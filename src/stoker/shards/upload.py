@@ -155,7 +155,7 @@ class RemoteOut:
         fingerprint = plan.fingerprint
         mine = manifest if manifest is not None and manifest.made_by.get("plan") == fingerprint else None
         mine_staged = staged if staged is not None and staged.fingerprint == fingerprint else None
-        if mine is not None and all(sizes.get(i.name) == i.bytes for i in mine.shards) and (mine_staged or not overwrite):
+        if mine is not None and all(sizes.get(i.name) == i.bytes for i in mine.shards) and (mine_staged is not None or not overwrite):
             if mine_staged is not None:  # finished, interrupted while removing the set it replaced
                 self._remove((mine_staged.names | set(mine_staged.replaces)) - {i.name for i in mine.shards})
                 self.place.remove(PLAN_NAME)
@@ -168,7 +168,8 @@ class RemoteOut:
                 )
             if mine is not None:
                 self.place.remove(MANIFEST_NAME)  # resuming: it must not look finished meanwhile
-            self.replaces = tuple(sorted(set(mine_staged.replaces) - mine_staged.names))
+            current = {i.name for i in manifest.shards} if manifest is not None else set()
+            self.replaces = tuple(sorted((set(mine_staged.replaces) | current) - mine_staged.names))
             self._fresh_staging(keep_records=True)
             return None, {}, named
         if mine is not None and not overwrite and (named := _named(plan, [(i.name, i.split, i.samples) for i in mine.shards])):
