@@ -13,6 +13,7 @@ import os
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 
@@ -110,3 +111,29 @@ def test_an_object_that_is_not_a_lock_is_named(prefix: RemoteLocation) -> None:
     prefix.write_bytes(LOCK_NAME, b"\xff not json")
     with pytest.raises(ConfigError, match=r"is not a stoker pack lock.*delete that object"):
         BucketLock(prefix).acquire()
+
+
+def test_of_two_packs_starting_at_once_on_s3_exactly_one_gets_the_lock(s3_server: str, bucket: str) -> None:
+    place = RemoteLocation(f"{bucket}/race")
+    for _ in range(8):
+        barrier = threading.Barrier(2)
+        outcomes: list[object] = []
+
+        def take(lock: BucketLock, barrier: threading.Barrier = barrier, outcomes: list[object] = outcomes) -> None:
+            barrier.wait(30)
+            try:
+                lock.acquire()
+                outcomes.append(lock)
+            except ConfigError as exc:
+                outcomes.append(exc)
+
+        locks = [BucketLock(place), BucketLock(place)]
+        threads = [threading.Thread(target=take, args=(lock,)) for lock in locks]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(60)
+        winners = [o for o in outcomes if isinstance(o, BucketLock)]
+        assert len(outcomes) == 2 and len(winners) == 1, outcomes
+        assert _holder(place)["token"] == winners[0].token
+        winners[0].release()
