@@ -127,7 +127,8 @@ def test_every_run_of_a_method_is_measured_against_the_same_machine_limit(result
         limits = {r.extra["limit_img_per_s"] for r in runs}
         sequential = method.startswith("shards")
         work = "pixels" if method == "shards-pixels" else "decode"
-        assert limits == {result.limits.machine_limit(work, sequential=sequential)[0]}
+        # these runs read through the page cache (not --cold): they are held to its rate, not the disk's
+        assert limits == {result.limits.machine_limit(work, sequential=sequential, cached=True)[0]}
         # CPU time ticks in 10 ms steps: a tiny run may read 0, but is always reported
         assert all(r.cpu_s_per_1k_img is not None and r.peak_memory_bytes > 0 for r in runs)
     assert recommendation(result).startswith("Recommendation: use ")
