@@ -45,7 +45,8 @@ class Limits:
 
     Attributes:
         cores: CPU cores available to this process.
-        decode_img_per_s: images one core decodes (and resizes) per second.
+        decode_img_per_s: images one core decodes (and resizes) per second (0 when
+            nothing was decoded: a set of pixel shards benchmarked as it is).
         memcpy_bytes_per_s: bytes per second one core copies in memory.
         read_bytes_per_s: bytes per second read from the data's storage, file by file.
         read_cold: whether the files were dropped from the page cache before the read
@@ -143,8 +144,13 @@ class Limits:
             cached = f"; page-cache read {self.cached_read_bytes_per_s / 1e6:,.0f} MB/s per core file by file"
             if self.cached_sequential_read_bytes_per_s is not None:
                 cached += f", {self.cached_sequential_read_bytes_per_s / 1e6:,.0f} MB/s reading shards"
+        decode = (
+            f"decode {self.decode_img_per_s:,.0f} img/s per core x {self.cores} cores"
+            if self.decode_img_per_s > 0
+            else f"nothing to decode (pixel shards), {self.cores} cores"
+        )
         return (
-            f"decode {self.decode_img_per_s:,.0f} img/s per core x {self.cores} cores; "
+            f"{decode}; "
             f"memory copy {self.memcpy_bytes_per_s / 1e9:,.1f} GB/s; "
             f"storage read {self.read_bytes_per_s / 1e6:,.0f} MB/s file by file ({cache}){sequential}{cached}; "
             f"{self.encoded_bytes_per_img / 1e3:,.1f} KB per file, "

@@ -174,6 +174,8 @@ def result_notes(result: BenchResult) -> list[str]:
             notes.append(f"{r.method} ({r.workers} workers, {r.backend}) is INCORRECT: {r.reason}; its time is not a result.")
         elif r.status == "failed":
             notes.append(f"{r.method} ({r.workers} workers, {r.backend}) failed: {r.reason}.")
+    not_run = dict.fromkeys(f"{r.method}: not run ({r.reason})" for r in result.runs if r.status == "unsupported" and r.reason)
+    notes += [f"{text}." for text in not_run]
     flagged: set[str] = set()
     for r in result.runs:
         if r.shuffle is None or r.shuffle.ok or r.method in flagged or not r.timed:
@@ -251,10 +253,11 @@ def _stream_line(result: BenchResult) -> str:
 def share_explanation(result: BenchResult) -> str:
     """The one sentence that says what the percentages, CPU and memory figures of the table mean."""
     cores = result.limits.cores
+    decoding = (f"decoding ({result.limits.decode_img_per_s:,.0f} img/s per core x {cores}, for methods that decode), "
+                if result.limits.decode_img_per_s > 0 else "")
     return (
         f"In brackets: img/s as a share of the most this machine allows that method with all its {cores} "
-        f"core{'s' if cores != 1 else ''}: the tightest of decoding ({result.limits.decode_img_per_s:,.0f} img/s "
-        f"per core x {cores}, for methods that decode), memory copy and storage read "
+        f"core{'s' if cores != 1 else ''}: the tightest of {decoding}memory copy and storage read "
         f"({'from the disk: --cold' if result.cold else 'from the page cache, which these runs read through'}). "
         "It is the same yardstick "
         "for every row, so shares of 1 and 2 workers compare directly (a second worker that doubles the rate "

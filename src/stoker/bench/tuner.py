@@ -149,7 +149,7 @@ class _Search:
             return None
         method = METHODS[settings.method]
         if self.cold:
-            evict_from_page_cache([str(p) for p in self.data.dataset.index.paths])
+            evict_from_page_cache([str(p) for p in self.data.files().index.paths])
         run: RunResult = run_method(
             lambda: method.build(self.data, settings),
             self.expected,
