@@ -22,13 +22,14 @@ interruptions: the same arguments give byte-identical shards and manifest.
 from __future__ import annotations
 
 import errno
+import logging
 import multiprocessing
 import os
 import shutil
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
@@ -52,6 +53,8 @@ from stoker.shards.rows import RowSource, as_rows, row_values
 from stoker.shards.upload import RemoteOut, upload_shard
 from stoker.sources.dataset import FileDataset
 from stoker.sources.index import Source
+
+log = logging.getLogger("stoker")
 
 __all__ = ["write_shards"]
 
@@ -167,13 +170,22 @@ class _Job:
     channels: int = 3
 
 
-def _pixels(rows: RowSource, i: int, size: tuple[int, int], channels: int = 3) -> torch.Tensor:
+@dataclass(frozen=True)
+class _Written(ShardInfo):
+    """A shard just written, and how many of its images were resized to the set's size (for the one note)."""
+
+    resized: int = 0
+
+
+def _pixels(rows: RowSource, i: int, size: tuple[int, int], channels: int = 3) -> tuple[torch.Tensor, bool]:
+    """Row ``i``'s pixels at ``size`` and ``channels``, and whether they had to be resized."""
     image = rows.read_pixels(i)
     if image.dtype != torch.uint8:
         raise DataError(
             f"{rows.source_names[i]}/{rows.files[i]}: pixels must be uint8, got {image.dtype}; "
             "convert the files or use store='encoded'"
         )
+    resized = tuple(image.shape[-2:]) != tuple(size)
     image = resize(image, size)
     if channels == 3 and image.shape[0] == 1:  # re-packing a gray pixels set as RGB
         image = image.expand(3, -1, -1)
@@ -182,17 +194,21 @@ def _pixels(rows: RowSource, i: int, size: tuple[int, int], channels: int = 3) -
 
         # Gray data decodes to three equal channels: keep one. Colour becomes its luma (ITU-R 601).
         image = image[:1] if bool((image[0] == image[1]).all() and (image[0] == image[2]).all()) else F.rgb_to_grayscale(image)
-    return image.contiguous()
+    return image.contiguous(), resized
 
 
 def _write_shard(job: _Job, plan: ShardPlan, report: Callable[[int], None]) -> ShardInfo:
     from stoker.shards.writer import ShardWriter
 
     rows = job.rows[plan.split]
-    pending = 0
+    pending = resized = 0
     with ShardWriter(job.out / plan.name, plan.split, job.store, job.size, channels=job.channels) as writer:
         for i in plan.rows.tolist():
-            image = rows.read_encoded(i) if job.store == "encoded" else _pixels(rows, i, job.size, job.channels)  # type: ignore[arg-type]
+            if job.store == "encoded":
+                image: Any = rows.read_encoded(i)
+            else:
+                image, changed = _pixels(rows, i, job.size, job.channels)  # type: ignore[arg-type]
+                resized += changed
             writer.write_row(row_values(rows, i), image)  # every column of format.COLUMNS, by name
             pending += 1
             if pending == _PROGRESS_EVERY:
@@ -202,7 +218,7 @@ def _write_shard(job: _Job, plan: ShardPlan, report: Callable[[int], None]) -> S
     info = writer.close()
     if job.remote is not None:
         upload_shard(job.remote, job.out, info)
-    return info
+    return _Written(**asdict(info), resized=resized) if resized else info
 
 
 _WORKER: dict[str, Any] = {}
@@ -341,6 +357,7 @@ def write_shards(
     if any(len(r) == 0 for r in rows.values()):
         raise ConfigError(f"split {next(s for s, r in rows.items() if len(r) == 0)!r} has no samples")
     first = next(iter(datasets.values()))
+    size_given = size is not None
     if size is None and isinstance(first, ShardDataset):
         size = first.image_size
     if store == "pixels" and size is None:
@@ -377,7 +394,8 @@ def write_shards(
         "plan": plan.fingerprint,
         **({} if shuffle else {"shuffle": False}),
     }
-    write = _Writing(plan, rows, store, size, workers, progress, classes, sources, made_by, engine, place.name, channels)
+    write = _Writing(plan, rows, store, size, workers, progress, classes, sources, made_by, engine, place.name, channels,
+                     size_given=size_given)
     if remote is not None:
         finished, known = remote.claim(sources, plan.fingerprint, overwrite)
         if finished is not None:
@@ -436,6 +454,7 @@ class _Writing:
     engine: str
     name: str
     channels: int = 3
+    size_given: bool = True  # False: the pixel size is the first image's (the note then says how to choose)
 
     def into(self, out: Path, known: dict[str, str], remote: Any = None) -> Manifest:
         """Write every shard not already finished into ``out`` (a remote pack's staging folder), then the manifest."""
@@ -472,12 +491,15 @@ class _Writing:
                 infos.update(write_on_ray(_write_shard, job, todo, bar))
             else:
                 infos.update(_write_all(job, todo, workers, bar))
+        resized = sum(getattr(info, "resized", 0) for info in infos.values())
+        if resized:
+            _say_resized(resized, sum(len(p.rows) for p in todo), size, self.size_given)  # type: ignore[arg-type]
         manifest = Manifest(
             store=store,
             image_size=size,
             classes=self.classes,
             sources=self.sources,
-            shards=tuple(infos[s.name] for s in plan.shards),
+            shards=tuple(ShardInfo(**{k: v for k, v in asdict(infos[s.name]).items() if k != "resized"}) for s in plan.shards),
             made_by=self.made_by,
             channels=self.channels,
         )
@@ -485,6 +507,18 @@ class _Writing:
             manifest.save(out)
             (out / PLAN_NAME).unlink(missing_ok=True)
         return manifest
+
+
+def _say_resized(resized: int, written: int, size: tuple[int, int], size_given: bool) -> None:
+    """The one note of a pixel pack that resized images: to which size, how many, and how to choose."""
+    height, width = size
+    why = "the size given" if size_given else "the first image's size"
+    log.warning(
+        "pack: resized %d of %d images to %dx%d (%s): their sizes differ; %s",
+        resized, written, height, width, why,
+        "choose another with --size HEIGHTxWIDTH (size=(height, width))" if not size_given
+        else "--size HEIGHTxWIDTH (size=) chose it",
+    )
 
 
 def _disk_full(
