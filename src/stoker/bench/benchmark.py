@@ -39,11 +39,11 @@ import torch
 from stoker.bench.limits import Limits, evict_from_page_cache, measure_limits, measure_sequential_reads
 from stoker.bench.methods import METHODS, PACK_SPLIT, BenchData, Method
 from stoker.bench.plan import DEFAULT_WORKERS, BenchPlan
-from stoker.bench.report import share_text
 from stoker.bench.results import BenchResult
 from stoker.bench.runner import Expected, RunResult, Step, run_method
 from stoker.bench.settings import LoaderSettings
 from stoker.bench.shard_data import check_packed, fetch_all, measure_shard_limits, open_shard_set, shard_methods
+from stoker.bench.shares import share_text
 from stoker.decode import resize
 from stoker.errors import ConfigError
 from stoker.fs import where

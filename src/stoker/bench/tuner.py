@@ -36,9 +36,9 @@ import numpy as np
 from stoker.bench.benchmark import _settle_size, open_data, pack_for_bench
 from stoker.bench.limits import Limits, evict_from_page_cache, measure_limits, measure_sequential_reads
 from stoker.bench.methods import METHODS, BenchData, method_names
-from stoker.bench.report import share_phrase
 from stoker.bench.runner import Expected, RunResult, run_method
 from stoker.bench.settings import LoaderSettings
+from stoker.bench.shares import share_phrase
 from stoker.errors import ConfigError
 from stoker.sources.dataset import FileDataset
 

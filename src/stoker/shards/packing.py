@@ -22,7 +22,6 @@ interruptions: the same arguments give byte-identical shards and manifest.
 from __future__ import annotations
 
 import errno
-import logging
 import multiprocessing
 import os
 import shutil
@@ -51,10 +50,9 @@ from stoker.shards.ray_engine import ENGINES, import_ray, write_on_ray
 from stoker.shards.replace import LOCK_NAME, is_ours, pack_lock, staging_dir, swap_in
 from stoker.shards.rows import RowSource, as_rows, row_values
 from stoker.shards.upload import RemoteOut, upload_shard
+from stoker.shards.writer import WrittenShard, say_resized
 from stoker.sources.dataset import FileDataset
 from stoker.sources.index import Source
-
-log = logging.getLogger("stoker")
 
 __all__ = ["write_shards"]
 
@@ -170,13 +168,6 @@ class _Job:
     channels: int = 3
 
 
-@dataclass(frozen=True)
-class _Written(ShardInfo):
-    """A shard just written, and how many of its images were resized to the set's size (for the one note)."""
-
-    resized: int = 0
-
-
 def _pixels(rows: RowSource, i: int, size: tuple[int, int], channels: int = 3) -> tuple[torch.Tensor, bool]:
     """Row ``i``'s pixels at ``size`` and ``channels``, and whether they had to be resized."""
     image = rows.read_pixels(i)
@@ -218,7 +209,7 @@ def _write_shard(job: _Job, plan: ShardPlan, report: Callable[[int], None]) -> S
     info = writer.close()
     if job.remote is not None:
         upload_shard(job.remote, job.out, info)
-    return _Written(**asdict(info), resized=resized) if resized else info
+    return WrittenShard(**asdict(info), resized=resized) if resized else info
 
 
 _WORKER: dict[str, Any] = {}
@@ -493,7 +484,7 @@ class _Writing:
                 infos.update(_write_all(job, todo, workers, bar))
         resized = sum(getattr(info, "resized", 0) for info in infos.values())
         if resized:
-            _say_resized(resized, sum(len(p.rows) for p in todo), size, self.size_given)  # type: ignore[arg-type]
+            say_resized(resized, sum(len(p.rows) for p in todo), size, self.size_given)  # type: ignore[arg-type]
         manifest = Manifest(
             store=store,
             image_size=size,
@@ -507,18 +498,6 @@ class _Writing:
             manifest.save(out)
             (out / PLAN_NAME).unlink(missing_ok=True)
         return manifest
-
-
-def _say_resized(resized: int, written: int, size: tuple[int, int], size_given: bool) -> None:
-    """The one note of a pixel pack that resized images: to which size, how many, and how to choose."""
-    height, width = size
-    why = "the size given" if size_given else "the first image's size"
-    log.warning(
-        "pack: resized %d of %d images to %dx%d (%s): their sizes differ; %s",
-        resized, written, height, width, why,
-        "choose another with --size HEIGHTxWIDTH (size=(height, width))" if not size_given
-        else "--size HEIGHTxWIDTH (size=) chose it",
-    )
 
 
 def _disk_full(
