@@ -50,6 +50,8 @@ def test_bench_a_shard_set_in_a_bucket_as_it_is(s3_server: str, bucket: str, bot
     assert runs["shards-pixels"]["status"] == "ok" and runs["shards-pixels"]["samples"] == 40
     assert runs["files"]["status"] == "unsupported" and "DATA is a shard set" in runs["files"]["reason"]
     assert "files: not run (files reads files, and DATA is a shard set" in output
+    # the storage of a set in a bucket is the network: its limit is the rate the shards were downloaded at
+    assert "MB/s downloading shards" in output and "file by file" not in output
     assert _cached_bytes(cache) == sum(p.stat().st_size for p in (both_stores / "pixels").glob("*.arrow"))
 
 

@@ -313,7 +313,7 @@ def _packed_reads(limits: Limits, roots: list[str | Path], time_s: float) -> Lim
         shards.shards.close()
     disk, cached = measure_sequential_reads(paths, time_s, cold=not download_rates)
     return replace(limits, sequential_read_bytes_per_s=min(download_rates) if download_rates else disk,
-                   cached_sequential_read_bytes_per_s=cached)
+                   cached_sequential_read_bytes_per_s=cached, shards_downloaded=bool(download_rates))
 
 
 def _stream_qualities(data: BenchData, plan: BenchPlan) -> tuple[dict[str, dict[int, ShuffleQuality]], dict[str, str]]:

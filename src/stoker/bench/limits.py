@@ -57,6 +57,10 @@ class Limits:
         cached_read_bytes_per_s: bytes per second one core reads the same files file by
             file from the page cache, or ``None`` when not measured.
         cached_sequential_read_bytes_per_s: the same for shards read front to back.
+        shards_downloaded: the shards are at a URL: the sequential rate is the rate they
+            were downloaded at (the network is their storage).
+        files_read: the read rates were measured on sample files; False for a shard set
+            benchmarked as it is (there are no files: only the shard rates mean anything).
         encoded_bytes_per_img: mean size of a sample file.
         decoded_bytes_per_img: mean size of a decoded (and resized) uint8 image.
     """
@@ -71,6 +75,8 @@ class Limits:
     sequential_read_bytes_per_s: float | None = None
     cached_read_bytes_per_s: float | None = None
     cached_sequential_read_bytes_per_s: float | None = None
+    shards_downloaded: bool = False
+    files_read: bool = True
 
     def read_rate(self, sequential: bool = False, cached: bool = False) -> tuple[float, str]:
         """``(bytes per second, limit name)`` of reading storage as a method reads it.
@@ -134,27 +140,27 @@ class Limits:
     def summary(self) -> str:
         """One line: the three measured rates."""
         cache = "cold" if self.read_cold else "may be cached"
-        sequential = (
-            f", {self.sequential_read_bytes_per_s / 1e6:,.0f} MB/s reading shards front to back"
-            if self.sequential_read_bytes_per_s is not None
-            else ""
-        )
-        cached = ""
-        if self.cached_read_bytes_per_s is not None:
-            cached = f"; page-cache read {self.cached_read_bytes_per_s / 1e6:,.0f} MB/s per core file by file"
-            if self.cached_sequential_read_bytes_per_s is not None:
-                cached += f", {self.cached_sequential_read_bytes_per_s / 1e6:,.0f} MB/s reading shards"
+        shards = "downloading shards" if self.shards_downloaded else "reading shards front to back"
+        reads = [] if not self.files_read else [f"{self.read_bytes_per_s / 1e6:,.0f} MB/s file by file ({cache})"]
+        if self.sequential_read_bytes_per_s is not None:
+            reads.append(f"{self.sequential_read_bytes_per_s / 1e6:,.0f} MB/s {shards}")
+        cached = []
+        if self.cached_read_bytes_per_s is not None and self.files_read:
+            cached.append(f"{self.cached_read_bytes_per_s / 1e6:,.0f} MB/s per core file by file")
+        if self.cached_sequential_read_bytes_per_s is not None:
+            cached.append(f"{self.cached_sequential_read_bytes_per_s / 1e6:,.0f} MB/s per core reading shards")
         decode = (
             f"decode {self.decode_img_per_s:,.0f} img/s per core x {self.cores} cores"
             if self.decode_img_per_s > 0
             else f"nothing to decode (pixel shards), {self.cores} cores"
         )
+        per_image = f"{self.encoded_bytes_per_img / 1e3:,.1f} KB per {'file' if self.files_read else 'stored image'}"
         return (
             f"{decode}; "
             f"memory copy {self.memcpy_bytes_per_s / 1e9:,.1f} GB/s; "
-            f"storage read {self.read_bytes_per_s / 1e6:,.0f} MB/s file by file ({cache}){sequential}{cached}; "
-            f"{self.encoded_bytes_per_img / 1e3:,.1f} KB per file, "
-            f"{self.decoded_bytes_per_img / 1e3:,.1f} KB per decoded image"
+            f"storage read {', '.join(reads)}"
+            + (f"; page-cache read {', '.join(cached)}" if cached else "")
+            + f"; {per_image}, {self.decoded_bytes_per_img / 1e3:,.1f} KB per decoded image"
         )
 
 

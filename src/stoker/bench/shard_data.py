@@ -143,6 +143,8 @@ def measure_shard_limits(
         sequential_read_bytes_per_s=read,
         cached_read_bytes_per_s=cached,
         cached_sequential_read_bytes_per_s=cached,
+        shards_downloaded=download_bytes_per_s is not None,
+        files_read=False,
     )
 
 
