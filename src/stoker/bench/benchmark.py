@@ -103,12 +103,14 @@ def _settle_size(dataset: FileDataset, size: tuple[int, int] | None) -> tuple[in
     return None
 
 
-def pack_for_bench(dataset: FileDataset, store: str, out: Path, size: tuple[int, int] | None, seed: int) -> float:
-    """Pack ``dataset`` into ``out`` with ``store``, shuffled; return the seconds it took."""
+def pack_for_bench(
+    dataset: FileDataset, store: str, out: Path, size: tuple[int, int] | None, seed: int, progress: bool = False
+) -> float:
+    """Pack ``dataset`` into ``out`` with ``store``, shuffled (a bar on stderr when ``progress``); return the seconds it took."""
     from stoker.packer import pack
 
     start = time.perf_counter()
-    pack(dataset, out, store=store, size=size, seed=seed, progress=False, overwrite=True)
+    pack(dataset, out, store=store, size=size, seed=seed, progress=progress, overwrite=True)
     return time.perf_counter() - start
 
 
@@ -277,7 +279,7 @@ def run_bench(plan: BenchPlan, echo: Echo | None = None) -> BenchResult:
             for store in stores:
                 say(f"packing {len(dataset)} images as {store} shards (a one-off cost) ...")
                 target = Path(workdir or ".") / store
-                result.pack_s[store] = pack_for_bench(dataset, store, target, size, plan.seed)
+                result.pack_s[store] = pack_for_bench(dataset, store, target, size, plan.seed, plan.progress)
                 data.packed[store] = target
         else:
             data.packed.update(packed or {})
