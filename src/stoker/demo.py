@@ -99,7 +99,7 @@ def run_demo(root: Path, n: int = 600, classes: int = 10, workers: tuple[int, ..
     for store in ("encoded", "pixels"):
         out = packed / store
         manifest = pack(data.digiface, out, store=store, size=(112, 112), valid=0.2, seed=0,
-                        shard_samples=max(n // 4, 1), overwrite=True, progress=False)
+                        shard_samples=max(n // 4, 1), overwrite=True, progress=True)  # a bar on stderr while it packs
         report = verify(out, workers=0)
         shard_bytes = sum(info.bytes for info in manifest.shards)
         echo(f"   {store:<8} {len(manifest.shards)} shards, {shard_bytes / 2**20:6.1f} MB  verify: {report.summary()}")
@@ -112,7 +112,7 @@ def run_demo(root: Path, n: int = 600, classes: int = 10, workers: tuple[int, ..
     result = demo_run(packed / "pixels", root / "runs", epochs=4, image_size=64, workers=0, echo=echo)
     echo(result.where())
 
-    echo("\n5. Benchmark: every loading method on the digiface data, side by side ...\n")
+    echo("\n5. Benchmark: every loading method on the digiface data, side by side (a minute or less) ...\n")
     quick_bench(data.digiface, echo=echo, workers=workers)
 
     echo(f"\nDone in {time.perf_counter() - start:.0f} s. Everything is under {root}:")

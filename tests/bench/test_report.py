@@ -171,3 +171,23 @@ def test_the_quick_bench_of_the_demo_prints_the_recommendation_once_as_its_last_
     benchmark.quick_bench("photos", echo=printed.append)
     text = "\n".join(printed)
     assert text.count("Recommendation:") == 1 and printed[-1] == recommendation(result)
+
+
+def test_a_warm_run_is_held_to_the_page_cache_rate_and_a_cold_one_to_the_disk() -> None:
+    # The 662 % of issue 22: tiny files read from the page cache, measured against the disk's file-by-file rate.
+    limits = Limits(cores=2, decode_img_per_s=50_000.0, memcpy_bytes_per_s=1e10, read_bytes_per_s=5e6, read_cold=True,
+                    encoded_bytes_per_img=1_000.0, decoded_bytes_per_img=2_400.0, cached_read_bytes_per_s=6e7)
+    assert limits.machine_limit("decode") == (5_000.0, "storage read")  # --cold: the disk's 5,000 files/s
+    # through the page cache: one core's 60,000 files/s x 2 cores, so decoding (100,000 img/s) binds
+    assert limits.bounds("decode", 2, cached=True)["page-cache read"] == pytest.approx(120_000.0)
+    assert limits.machine_limit("decode", cached=True) == (100_000.0, "decode")
+    assert "page-cache read 60 MB/s per core" in limits.summary()
+
+
+def test_a_rate_above_its_limit_says_so_instead_of_a_share_over_100_percent() -> None:
+    run = _run("files", 0, 900.0)
+    run.extra.update(limit_name="storage read", fraction_of_limit=6.62)
+    text = render_markdown(_result([run, _run("files", 2, 1400.0)]))
+    assert "662%" not in text and "above the storage read limit" in text
+    assert "the data came from the page cache, not the disk" in text
+    assert "(70%)" in text  # a share within the limit is still a number

@@ -56,3 +56,27 @@ def test_help_does_not_import_torch() -> None:
     code = "import sys; from stoker.cli.main import main; print('torch' in sys.modules)"
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.stdout.strip() == "False", done.stderr
+
+
+def test_demo_says_what_it_does_before_the_slow_imports(tmp_path: Path) -> None:
+    # Importing torch took over ten seconds on a busy machine: the first line must come before it.
+    import subprocess
+    import sys
+
+    code = f"""
+import os, sys
+class _FirstTorchImport:
+    def find_spec(self, name, path=None, target=None):
+        if name == "torch":
+            print("<torch import starts>", flush=True)
+            os._exit(0)
+        return None
+sys.meta_path.insert(0, _FirstTorchImport())
+from stoker.cli.main import main
+main(["demo", "--dir", {str(tmp_path / 'demo')!r}, "--n", "20"])
+"""
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    lines = done.stdout.splitlines()
+    assert "<torch import starts>" in lines, done.stdout + done.stderr
+    first = lines.index("<torch import starts>")
+    assert first >= 1 and lines[0].startswith("stoker demo: a guided tour under") and "loading torch" in lines[0]

@@ -36,16 +36,20 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from stoker.bench.limits import evict_from_page_cache, measure_limits, measure_sequential_read
-from stoker.bench.methods import METHODS, BenchData, Method
+from stoker.bench.limits import Limits, evict_from_page_cache, measure_limits, measure_sequential_reads
+from stoker.bench.methods import METHODS, PACK_SPLIT, BenchData, Method
 from stoker.bench.plan import DEFAULT_WORKERS, BenchPlan
 from stoker.bench.results import BenchResult
 from stoker.bench.runner import Expected, RunResult, Step, run_method
 from stoker.bench.settings import LoaderSettings
+from stoker.bench.shard_data import check_packed, fetch_all, measure_shard_limits, open_shard_set, shard_methods
+from stoker.bench.shares import share_text
+from stoker.decode import resize
 from stoker.errors import ConfigError
 from stoker.fs import where
 from stoker.loading.backends import BACKENDS
 from stoker.mixing import ShuffleQuality
+from stoker.shards.dataset import ShardDataset
 from stoker.sources.dataset import FileDataset
 
 __all__ = [
@@ -99,12 +103,14 @@ def _settle_size(dataset: FileDataset, size: tuple[int, int] | None) -> tuple[in
     return None
 
 
-def pack_for_bench(dataset: FileDataset, store: str, out: Path, size: tuple[int, int] | None, seed: int) -> float:
-    """Pack ``dataset`` into ``out`` with ``store``, shuffled; return the seconds it took."""
+def pack_for_bench(
+    dataset: FileDataset, store: str, out: Path, size: tuple[int, int] | None, seed: int, progress: bool = False
+) -> float:
+    """Pack ``dataset`` into ``out`` with ``store``, shuffled (a bar on stderr when ``progress``); return the seconds it took."""
     from stoker.packer import pack
 
     start = time.perf_counter()
-    pack(dataset, out, store=store, size=size, seed=seed, progress=False, overwrite=True)
+    pack(dataset, out, store=store, size=size, seed=seed, progress=progress, overwrite=True)
     return time.perf_counter() - start
 
 
@@ -206,21 +212,38 @@ def run_bench(plan: BenchPlan, echo: Echo | None = None) -> BenchResult:
         >>> run_bench(BenchPlan("digiface/", workers=(0, 2), max_seconds=10), echo=print)  # doctest: +SKIP
     """
     say = echo or (lambda line: None)
-    dataset, description = open_data(plan.data)
-    size = _settle_size(dataset, plan.size)
-    expected = Expected.of(dataset.labels, dataset.num_classes)
+    shard_set = open_shard_set(plan.data) if not isinstance(plan.data, FileDataset) else None
+    if shard_set is not None:
+        shard_methods(plan.resolved_methods(), shard_set.store, shard_set.root)  # before a byte is downloaded
+    packed = {store: check_packed(plan.packed, store) for store in _stores(plan)} if plan.packed is not None else None
     device = torch.device("cpu")
     if plan.mode == "train" or plan.device not in (None, "cpu"):
         from stoker.loading import resolve_device
 
         device = resolve_device(plan.device)
 
-    say(f"measuring the limits of this machine on {description} ({len(dataset)} images) ...")
-    limits = measure_limits(dataset, size=size, time_s=plan.limits_time_s, seed=plan.seed)
+    dataset: FileDataset | None = None
+    if shard_set is None:
+        dataset, description = open_data(plan.data)
+        size = _settle_size(dataset, plan.size)
+        labels = np.asarray(dataset.labels)
+        say(f"measuring the limits of this machine on {description} ({len(dataset)} images) ...")
+        limits = measure_limits(dataset, size=size, time_s=plan.limits_time_s, seed=plan.seed)
+    else:
+        description = shard_set.root
+        say(f"reading {description} ({len(shard_set)} images in {len(shard_set.shards.infos)} {shard_set.store} shards"
+            + (f", {shard_set.shards.download_bytes() / 2**20:,.1f} MiB to download" if shard_set.shards.remote else "")
+            + ") and measuring the limits of this machine on it ...")
+        labels, download_rate = fetch_all(shard_set)
+        size = plan.size if plan.size is not None else shard_set.image_size
+        limits = measure_shard_limits(shard_set, size, plan.limits_time_s, download_rate, seed=plan.seed)
+        packed = {shard_set.store: description}
+    num_classes = dataset.num_classes if dataset is not None else shard_set.num_classes  # type: ignore[union-attr]
+    expected = Expected.of(labels, num_classes)
     result = BenchResult(
         description=description,
-        samples=len(dataset),
-        num_classes=dataset.num_classes,
+        samples=len(labels),
+        num_classes=num_classes,
         size=size,
         batch_size=plan.batch_size,
         mode=plan.mode,
@@ -230,7 +253,7 @@ def run_bench(plan: BenchPlan, echo: Echo | None = None) -> BenchResult:
         limits=limits,
         expected_checksum=expected.checksum,
         shuffle_buffer=plan.shuffle_buffer,
-        source_order_labels=np.asarray(dataset.labels),
+        source_order_labels=labels,
         machine={
             "cpus": os.cpu_count(),
             "memory_bytes": _total_memory(),
@@ -242,33 +265,57 @@ def run_bench(plan: BenchPlan, echo: Echo | None = None) -> BenchResult:
         cold=plan.cold,
     )
 
-    packed = plan.packed
-    stores = sorted({m.store for m in plan.resolved_methods() if m.store})
+    stores = _stores(plan)
     workdir = Path(tempfile.mkdtemp(prefix="stoker-bench-")) if stores and packed is None else None
     try:
-        pack_root = Path(packed) if packed is not None else workdir
-        data = BenchData.of(
-            dataset, size, batch_size=plan.batch_size, device=plan.device, seed=plan.seed, shuffle_buffer=plan.shuffle_buffer
-        )
-        for store in stores:
-            target = Path(pack_root or ".") / store
-            if packed is None:
+        kwargs = dict(batch_size=plan.batch_size, device=plan.device, seed=plan.seed, shuffle_buffer=plan.shuffle_buffer)
+        if dataset is not None:
+            data = BenchData.of(dataset, size, **kwargs)  # type: ignore[arg-type]
+        else:
+            data = BenchData(None, size, **kwargs)  # type: ignore[arg-type]
+            if shard_set is not None and size is not None and size != shard_set.image_size:
+                data.shard_transform = partial(resize, size=size)
+        if packed is None and dataset is not None:
+            for store in stores:
                 say(f"packing {len(dataset)} images as {store} shards (a one-off cost) ...")
-                result.pack_s[store] = pack_for_bench(dataset, store, target, size, plan.seed)
-            elif not target.is_dir():
-                raise ConfigError(f"{packed}: no {store}/ shard set inside; pack one with `stoker pack DATA {target} --store {store}`")
-            data.packed[store] = target
-        result.packed_reused = packed is not None
+                target = Path(workdir or ".") / store
+                result.pack_s[store] = pack_for_bench(dataset, store, target, size, plan.seed, plan.progress)
+                data.packed[store] = target
+        else:
+            data.packed.update(packed or {})
+        result.packed_reused = plan.packed is not None
+        if data.packed and shard_set is None:  # first: a URL's download rate is measured as its shards come
+            result.limits = _packed_reads(limits, list(data.packed.values()), plan.limits_time_s)
         result.stream_quality, result.stream_fixes = _stream_qualities(data, plan)
-        if data.packed:
-            shard_files = sorted(str(p) for root in data.packed.values() for p in root.glob("*.arrow"))
-            result.limits = replace(limits, sequential_read_bytes_per_s=measure_sequential_read(shard_files, plan.limits_time_s))
         _warm_up(data)
         _run_all(result, data, plan, expected, device, say)
     finally:
         if workdir is not None:
             shutil.rmtree(workdir, ignore_errors=True)
     return result
+
+
+def _stores(plan: BenchPlan) -> list[str]:
+    """The shard stores the plan's methods read."""
+    return sorted({m.store for m in plan.resolved_methods() if m.store})
+
+
+def _packed_reads(limits: Limits, roots: list[str | Path], time_s: float) -> Limits:
+    """``limits`` with the rates of reading the packed shard sets front to back: from storage, and
+    from the page cache. A set at a URL is fetched into the cache first (the runs read all of it),
+    and its storage rate is the download rate."""
+    paths: list[str] = []
+    download_rates: list[float] = []
+    for root in roots:
+        shards = ShardDataset(root, PACK_SPLIT)
+        rate = fetch_all(shards)[1]
+        if rate is not None:
+            download_rates.append(rate)
+        paths += [str(shards.shards.fetch(s)) for s in range(len(shards.shards.infos))]
+        shards.shards.close()
+    disk, cached = measure_sequential_reads(paths, time_s, cold=not download_rates)
+    return replace(limits, sequential_read_bytes_per_s=min(download_rates) if download_rates else disk,
+                   cached_sequential_read_bytes_per_s=cached, shards_downloaded=bool(download_rates))
 
 
 def _stream_qualities(data: BenchData, plan: BenchPlan) -> tuple[dict[str, dict[int, ShuffleQuality]], dict[str, str]]:
@@ -296,9 +343,12 @@ def _warm_up(data: BenchData) -> None:
     The first batch a process collates starts torch's thread pool and loads lazy
     modules; on a busy machine that took over a second, charged to whichever run came first.
     """
-    from stoker.bench.methods import build_files
+    from stoker.bench.methods import build_files, build_shards
 
-    batches = iter(build_files(data, LoaderSettings(workers=0)))
+    if data.dataset is not None:
+        batches = iter(build_files(data, LoaderSettings(workers=0)))
+    else:
+        batches = iter(build_shards(next(iter(data.packed)), data, LoaderSettings(workers=0)))
     next(batches, None)
     close = getattr(batches, "close", None)
     if close is not None:
@@ -311,6 +361,17 @@ def _total_memory() -> int:
     return int(psutil.virtual_memory().total)
 
 
+def _unsupported(method: Method, backend: str, data: BenchData) -> str:
+    """Why ``method`` cannot run on ``backend`` with ``data`` (empty when it can)."""
+    if backend not in method.backends:
+        return f"{method.name} runs on {', '.join(method.backends)} only"
+    if data.dataset is None and method.store is None:
+        return f"{method.name} reads files, and DATA is a shard set; bench the folder it was packed from to compare"
+    if data.dataset is None and method.store not in data.packed:
+        return f"DATA holds {', '.join(data.packed)} shards, not {method.store}"
+    return ""
+
+
 def _run_all(result: BenchResult, data: BenchData, plan: BenchPlan, expected: Expected, device: torch.device, say: Echo) -> None:
     """Time every run of ``plan`` on ``data``, adding each to ``result.runs``."""
     from tqdm import tqdm
@@ -318,10 +379,9 @@ def _run_all(result: BenchResult, data: BenchData, plan: BenchPlan, expected: Ex
     runs = plan.runs()
     for number, (method, backend, w) in enumerate(runs, start=1):
         label = f"[{number}/{len(runs)}] {method.name}, {w} workers, {backend}"
-        if backend not in method.backends:
-            result.runs.append(
-                RunResult(method.name, w, backend, status="unsupported", reason=f"{method.name} runs on {', '.join(method.backends)} only")
-            )
+        reason = _unsupported(method, backend, data)
+        if reason:
+            result.runs.append(RunResult(method.name, w, backend, status="unsupported", reason=reason))
             continue
         settings = LoaderSettings(
             workers=w,
@@ -330,9 +390,12 @@ def _run_all(result: BenchResult, data: BenchData, plan: BenchPlan, expected: Ex
             method=method.name if method.name in METHODS else "files",
         )
         if plan.cold:
-            evict_from_page_cache([str(p) for p in data.dataset.index.paths])
+            if data.dataset is not None:
+                evict_from_page_cache([str(p) for p in data.dataset.index.paths])
             for root in data.packed.values():
-                evict_from_page_cache([str(p) for p in root.rglob("*") if p.is_file()])
+                local = where(root).local_path  # a URL's shards are in the cache: its files stay warm
+                if local is not None:
+                    evict_from_page_cache([str(p) for p in local.rglob("*") if p.is_file()])
         step = _train_step(plan.model, expected.num_classes, device) if plan.mode == "train" else None
         total = expected.samples * plan.epochs
         with tqdm(total=total, desc=label, unit="img", leave=False, file=sys.stderr, disable=not plan.progress, dynamic_ncols=True) as bar:
@@ -349,14 +412,15 @@ def _run_all(result: BenchResult, data: BenchData, plan: BenchPlan, expected: Ex
                 seed=plan.seed,
                 on_batch=bar.update,
             )
-        # One yardstick for every row: the machine's limit with all its cores, not the cores this run used.
-        limit, limit_name = result.limits.machine_limit(method.work, sequential=method.store is not None)
+        # One yardstick for every row: the machine's limit with all its cores, not the cores this run used;
+        # a run that reads through the page cache is held to the cache's read rate, a --cold one to the disk's.
+        limit, limit_name = result.limits.machine_limit(method.work, sequential=method.store is not None, cached=not plan.cold)
         run.extra["limit_img_per_s"] = limit
         run.extra["limit_name"] = limit_name
         run.extra["fraction_of_limit"] = run.img_per_s / limit if run.timed and run.img_per_s else None
         result.runs.append(run)
         if run.timed:
-            say(f"{label}: {run.status}, {run.epoch_s:,.1f} s, {run.img_per_s:,.0f} img/s ({run.extra['fraction_of_limit']:.0%} of the machine's {limit_name} limit)")
+            say(f"{label}: {run.status}, {run.epoch_s:,.1f} s, {run.img_per_s:,.0f} img/s ({share_text(run)})")
         else:
             say(f"{label}: {run.status.upper()}: {run.reason}")
 
@@ -373,7 +437,9 @@ def quick_bench(
 
     Runs every registered method with ``workers`` on the process backend, each for at
     most ``max_seconds``, then echoes the table and the notes. Takes well under a minute
-    for the demo's few hundred images on two cores.
+    for the demo's few hundred images on two cores; while it runs it echoes each step
+    (limits, packing, each finished run, indented) and shows each run's bar on stderr,
+    so the wait before the table is never silent.
 
     Example:
         >>> quick_bench("stoker-demo/data/digiface")  # doctest: +SKIP
@@ -381,8 +447,9 @@ def quick_bench(
     from stoker.bench.report import recommendation, render_markdown, result_notes
 
     plan = BenchPlan(data, workers=workers, batch_size=batch_size, max_seconds=max_seconds, size=size,
-                     limits_time_s=0.5, progress=False)
-    result = run_bench(plan)
+                     limits_time_s=0.5, progress=True)
+    result = run_bench(plan, echo=lambda line: echo(f"   {line}"))
+    echo("")
     echo(render_markdown(result, details=False, recommend=False))  # the recommendation is the last line, once
     echo("")
     echo(f"Limits on this machine: {result.limits.summary()}.")

@@ -75,25 +75,35 @@ class BenchData:
     """The one set of samples every method is built from.
 
     Attributes:
-        dataset: the samples as a file data set; its transform resizes to ``size``.
+        dataset: the samples as a file data set; its transform resizes to ``size``;
+            ``None`` when the data is a shard set (only the shard methods run then).
         size: ``(height, width)`` every image is resized to, or ``None`` to keep sizes.
-        packed: shard sets by store (``"encoded"``, ``"pixels"``): their folders.
+        packed: shard sets by store (``"encoded"``, ``"pixels"``): their folders or URLs.
         batch_size: samples per batch.
         device: where batches are delivered (``"auto"``, ``"cpu"``, ``"cuda"``...).
         seed: seed of every shuffle.
         shuffle_buffer: items the Pipe's shuffle buffer holds.
         persistent_workers: keep workers between epochs (the tuner's many short epochs);
             by default each loader runs one epoch and its workers go when it ends.
+        shard_transform: applied to each image read from the shard sets (a resize of a
+            shard set benchmarked as it is, to ``size``), or ``None``.
     """
 
-    dataset: FileDataset
+    dataset: FileDataset | None
     size: tuple[int, int] | None = None
-    packed: dict[str, Path] = field(default_factory=dict)
+    packed: dict[str, Path | str] = field(default_factory=dict)
     batch_size: int = 256
     device: str | None = "auto"
     seed: int = 0
     shuffle_buffer: int = 10_000
     persistent_workers: bool = False
+    shard_transform: Callable[[Any], Any] | None = None
+
+    def files(self) -> FileDataset:
+        """The file data set, or a ConfigError when the data is a shard set (no files to read)."""
+        if self.dataset is None:
+            raise ConfigError("this method reads files, and the data is a shard set; bench the folder it was packed from")
+        return self.dataset
 
     @classmethod
     def of(cls, dataset: FileDataset, size: tuple[int, int] | None = None, **kwargs: Any) -> BenchData:
@@ -192,7 +202,7 @@ def build_files(data: BenchData, settings: LoaderSettings) -> Iterable[Any]:
     """The map-style file data set, shuffled by the loader's sampler."""
     from stoker.loading import make_loader
 
-    return make_loader(data.dataset, shuffle=True, **_loader_args(data, settings))
+    return make_loader(data.files(), shuffle=True, **_loader_args(data, settings))
 
 
 def build_pipe(data: BenchData, settings: LoaderSettings) -> Iterable[Any]:
@@ -200,24 +210,28 @@ def build_pipe(data: BenchData, settings: LoaderSettings) -> Iterable[Any]:
     from stoker.loading import make_loader
     from stoker.pipes import Pipe
 
+    files = data.files()
     pipe = (
-        Pipe.from_iterable(range(len(data.dataset)))
+        Pipe.from_iterable(range(len(files)))
         .shuffle(data.shuffle_buffer, seed=data.seed)
         .shard()
-        .map(data.dataset.__getitem__)
+        .map(files.__getitem__)
     )
     return make_loader(pipe, shuffle=False, **_loader_args(data, settings))
 
 
 def build_shards(store: str, data: BenchData, settings: LoaderSettings) -> Iterable[Any]:
-    """A shard set of ``store`` (packed from this data, one split) read a batch of rows at a time."""
+    """A shard set of ``store`` (packed from this data, one split) read a batch of rows at a time.
+
+    A set at a URL is read through the verified cache: a shard is downloaded when first read.
+    """
     from stoker.loading import make_loader
     from stoker.shards.dataset import ShardDataset
 
     root = data.packed.get(store)
     if root is None:
         raise ConfigError(f"shards-{store}: no packed shard set; pack the data first or pass --packed DIR")
-    dataset = ShardDataset(root, split=PACK_SPLIT)
+    dataset = ShardDataset(root, split=PACK_SPLIT, transform=data.shard_transform)
     return make_loader(dataset, shuffle=True, **_loader_args(data, settings))
 
 

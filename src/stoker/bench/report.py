@@ -21,6 +21,7 @@ import psutil
 
 from stoker.bench.methods import METHODS
 from stoker.bench.runner import RunResult
+from stoker.bench.shares import share_explanation, share_phrase, share_text
 from stoker.loading.backends import BACKENDS
 
 if TYPE_CHECKING:
@@ -39,6 +40,8 @@ __all__ = [
     "save_json",
     "save_report",
     "share_explanation",
+    "share_phrase",
+    "share_text",
     "step_img_per_s",
 ]
 
@@ -76,9 +79,8 @@ def _cell(run: RunResult | None) -> str:
         return f"INCORRECT ({run.reason})"
     if run.status == "failed":
         return f"failed ({run.reason})"
-    share = run.extra.get("fraction_of_limit")
-    share_text = f" ({share:.0%})" if share is not None else ""
-    text = f"{_seconds(run.epoch_s)} s · {run.img_per_s:,.0f} img/s{share_text}{_cost(run)}"
+    share = f" ({share_text(run)})" if run.extra.get("fraction_of_limit") is not None else ""
+    text = f"{_seconds(run.epoch_s)} s · {run.img_per_s:,.0f} img/s{share}{_cost(run)}"
     return f"partial: {text}" if run.status == "partial" else text
 
 
@@ -126,7 +128,8 @@ def _details_table(runs: Sequence[RunResult]) -> str:
             r.status if not r.reason or r.status == "ok" else f"{r.status}: {r.reason}",
             _seconds(r.epoch_s) if timed else "—",
             f"{r.img_per_s:,.0f}" if timed and r.img_per_s is not None else "—",
-            f"{share:.0%} ({r.extra.get('limit_name', '?')})" if timed and share is not None else "—",
+            (f"{share:.0%} ({r.extra.get('limit_name', '?')})" if share <= 1.0 else share_text(r))
+            if timed and share is not None else "—",
             f"{r.first_batch_s:,.2f}" if r.first_batch_s is not None else "—",
             f"{_gb(r.peak_rss_bytes)} · {_gb(r.peak_pss_bytes) if r.peak_pss_bytes else '—'} ({memory / total_ram:.0%})",
             f"{r.cpu_cores_used:.1f} ({r.cpu_cores_used / cores:.0%})",
@@ -146,6 +149,8 @@ def result_notes(result: BenchResult) -> list[str]:
             notes.append(f"{r.method} ({r.workers} workers, {r.backend}) is INCORRECT: {r.reason}; its time is not a result.")
         elif r.status == "failed":
             notes.append(f"{r.method} ({r.workers} workers, {r.backend}) failed: {r.reason}.")
+    not_run = dict.fromkeys(f"{r.method}: not run ({r.reason})" for r in result.runs if r.status == "unsupported" and r.reason)
+    notes += [f"{text}." for text in not_run]
     flagged: set[str] = set()
     for r in result.runs:
         if r.shuffle is None or r.shuffle.ok or r.method in flagged or not r.timed:
@@ -184,8 +189,16 @@ def result_notes(result: BenchResult) -> list[str]:
     over = [r for r in result.runs if (r.extra.get("fraction_of_limit") or 0.0) > 1.0]
     if any(r.extra.get("limit_name") == "storage read" for r in over):
         notes.append(
-            "a share above 100% of the storage read limit means the data came from the page cache, "
-            "not the disk (--cold drops it before each run)."
+            "above the storage read limit: the OS kept part of the data in the page cache although --cold asked it to "
+            "drop it (pages written or read a moment ago can stay), so that run read faster than the disk allows."
+            if result.cold
+            else "above the storage read limit: the data came from the page cache, not the disk "
+            "(--cold drops it before each run)."
+        )
+    if any(r.extra.get("limit_name") == "page-cache read" for r in over):
+        notes.append(
+            "above the page-cache read limit: the method read faster than one core copying the files out of the "
+            "page cache, times the cores (a memory map copies less than a read() call); the yardstick is low there."
         )
     if any(r.extra.get("limit_name") == "decode" for r in over):
         notes.append(
@@ -210,19 +223,6 @@ def _stream_line(result: BenchResult) -> str:
     )
     return (f"Mixing of a ShardStream over these shards, as a DataLoader with each number of workers delivers it "
             f"(buffer {result.shuffle_buffer}, batch {result.batch_size}; 1 = a random shuffle): {stores}.")
-
-
-def share_explanation(result: BenchResult) -> str:
-    """The one sentence that says what the percentages, CPU and memory figures of the table mean."""
-    cores = result.limits.cores
-    return (
-        f"In brackets: img/s as a share of the most this machine allows that method with all its {cores} "
-        f"core{'s' if cores != 1 else ''}: the tightest of decoding ({result.limits.decode_img_per_s:,.0f} img/s "
-        f"per core x {cores}, for methods that decode), memory copy and storage read. It is the same yardstick "
-        "for every row, so shares of 1 and 2 workers compare directly (a second worker that doubles the rate "
-        "doubles the share). CPU-s/1k img: CPU seconds of all processes (the main one and every worker "
-        "process or thread) per 1,000 images; GB: their peak memory together (PSS: shared pages counted once)."
-    )
 
 
 def _setting(run: RunResult, backends: Sequence[str]) -> str:

@@ -34,10 +34,11 @@ from pathlib import Path
 import numpy as np
 
 from stoker.bench.benchmark import _settle_size, open_data, pack_for_bench
-from stoker.bench.limits import Limits, evict_from_page_cache, measure_limits, measure_sequential_read
+from stoker.bench.limits import Limits, evict_from_page_cache, measure_limits, measure_sequential_reads
 from stoker.bench.methods import METHODS, BenchData, method_names
 from stoker.bench.runner import Expected, RunResult, run_method
 from stoker.bench.settings import LoaderSettings
+from stoker.bench.shares import share_phrase
 from stoker.errors import ConfigError
 from stoker.sources.dataset import FileDataset
 
@@ -148,7 +149,7 @@ class _Search:
             return None
         method = METHODS[settings.method]
         if self.cold:
-            evict_from_page_cache([str(p) for p in self.data.dataset.index.paths])
+            evict_from_page_cache([str(p) for p in self.data.files().index.paths])
         run: RunResult = run_method(
             lambda: method.build(self.data, settings),
             self.expected,
@@ -277,7 +278,8 @@ def search_settings(
                 bench_data.packed[store] = workdir / store
                 if limits.sequential_read_bytes_per_s is None:
                     shard_files = sorted(str(p) for p in (workdir / store).glob("*.arrow"))
-                    limits = replace(limits, sequential_read_bytes_per_s=measure_sequential_read(shard_files, limit_s))
+                    disk, cached = measure_sequential_reads(shard_files, limit_s)
+                    limits = replace(limits, sequential_read_bytes_per_s=disk, cached_sequential_read_bytes_per_s=cached)
             best_rate = 0.0
             for w in _worker_candidates(limits.cores, max_workers):
                 trial = state.measure(LoaderSettings(method=storage, workers=w), "storage and workers")
@@ -320,8 +322,8 @@ def search_settings(
                 + ("; within 3 %, the one with fewer workers wins" if ahead < 0 else "")
             )
         method = METHODS[settings.method]
-        bound, limit_name = limits.machine_limit(method.work, sequential=method.store is not None)
-        reason += f"; {(chosen.img_per_s or 0.0) / bound:.0%} of this machine's {limit_name} limit ({bound:,.0f} img/s)"
+        bound, limit_name = limits.machine_limit(method.work, sequential=method.store is not None, cached=not cold)
+        reason += f"; {share_phrase((chosen.img_per_s or 0.0) / bound, limit_name)} ({bound:,.0f} img/s)"
         if method.store is not None:
             reason += f". Pack the data first: `stoker pack DATA OUT --store {method.store}`"
     return TuneResult(settings, state.trials, reason, state.skipped, limits, len(sample), time.perf_counter() - start)

@@ -57,8 +57,9 @@ def parse_size(text: str | None) -> tuple[int, int] | None:
 @click.option("--max-seconds", type=click.FloatRange(min=0, min_open=True), default=None,
               help="Stop each run after this long (then it is reported as partial).")
 @click.option("--size", "size_text", default=None, help="Resize every image to HEIGHTxWIDTH (needed when sizes differ).")
-@click.option("--packed", type=click.Path(exists=True, file_okay=False, path_type=Path), default=None,
-              help="Reuse shard sets DIR/encoded and DIR/pixels packed from this data, instead of packing.")
+@click.option("--packed", default=None, metavar="DIR|URL",
+              help="Reuse shard sets DIR/encoded and DIR/pixels packed from this data (a folder or a URL such as "
+                   "s3://bucket/packed), instead of packing.")
 @click.option("--prefetch", type=click.IntRange(min=1), default=2, show_default=True, help="Batches each worker loads ahead.")
 @click.option("--shuffle-buffer", type=click.IntRange(min=1), default=10_000, show_default=True, help="The Pipe's shuffle buffer (and the ShardStream's, for its mixing score).")
 @click.option("--cold", is_flag=True, help="Drop the data's files from the page cache before each run.")
@@ -79,7 +80,7 @@ def bench(
     epochs: int,
     max_seconds: float | None,
     size_text: str | None,
-    packed: Path | None,
+    packed: str | None,
     prefetch: int,
     shuffle_buffer: int,
     cold: bool,
@@ -90,9 +91,12 @@ def bench(
 ) -> None:
     """Time every loading method x workers x backend on DATA and check every epoch.
 
-    DATA is any layout stoker reads. Shard methods are packed first into a temporary
-    folder (the packing time is shown as a one-off cost). Prints a markdown table
-    (rows: workers, columns: methods) and writes bench.md, bench.json and bench.png.
+    DATA is any layout stoker reads, a folder or a URL. Shard methods are packed first
+    into a temporary folder (the packing time is shown as a one-off cost). When DATA is
+    itself a shard set (say s3://bucket/packed/pixels), the method that reads its store
+    is timed on it as it is; shards at a URL are downloaded into the verified cache as
+    the runs read them. Prints a markdown table (rows: workers, columns: methods) and
+    writes bench.md, bench.json and bench.png.
 
     Example: stoker bench digiface/ --workers 0,2,4 --max-seconds 60
     """

@@ -19,6 +19,8 @@ def demo(root: Path, n: int, classes: int) -> None:
     Writes everything under --dir (data is reused by later runs with the same settings)
     and finishes in a few minutes on 2 CPU cores.
     """
+    # Importing torch and torchvision takes seconds (over ten on a busy machine): say so before, not after.
+    click.echo(f"stoker demo: a guided tour under {root}; loading torch and stoker first ...")
     from stoker.demo import run_demo
 
     run_demo(root, n=n, classes=classes, echo=click.echo)

@@ -29,7 +29,7 @@ import shutil
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
@@ -51,6 +51,7 @@ from stoker.shards.ray_engine import ENGINES, import_ray, write_on_ray
 from stoker.shards.replace import LOCK_NAME, is_ours, pack_lock, staging_dir, swap_in
 from stoker.shards.rows import RowSource, as_rows, row_values
 from stoker.shards.upload import RemoteOut, upload_shard
+from stoker.shards.writer import WrittenShard, say_resized
 from stoker.sources.dataset import FileDataset
 from stoker.sources.index import Source
 
@@ -168,13 +169,15 @@ class _Job:
     channels: int = 3
 
 
-def _pixels(rows: RowSource, i: int, size: tuple[int, int], channels: int = 3) -> torch.Tensor:
+def _pixels(rows: RowSource, i: int, size: tuple[int, int], channels: int = 3) -> tuple[torch.Tensor, bool]:
+    """Row ``i``'s pixels at ``size`` and ``channels``, and whether they had to be resized."""
     image = rows.read_pixels(i)
     if image.dtype != torch.uint8:
         raise DataError(
             f"{rows.source_names[i]}/{rows.files[i]}: pixels must be uint8, got {image.dtype}; "
             "convert the files or use store='encoded'"
         )
+    resized = tuple(image.shape[-2:]) != tuple(size)
     image = resize(image, size)
     if channels == 3 and image.shape[0] == 1:  # re-packing a gray pixels set as RGB
         image = image.expand(3, -1, -1)
@@ -183,17 +186,21 @@ def _pixels(rows: RowSource, i: int, size: tuple[int, int], channels: int = 3) -
 
         # Gray data decodes to three equal channels: keep one. Colour becomes its luma (ITU-R 601).
         image = image[:1] if bool((image[0] == image[1]).all() and (image[0] == image[2]).all()) else F.rgb_to_grayscale(image)
-    return image.contiguous()
+    return image.contiguous(), resized
 
 
 def _write_shard(job: _Job, plan: ShardPlan, report: Callable[[int], None]) -> ShardInfo:
     from stoker.shards.writer import ShardWriter
 
     rows = job.rows[plan.split]
-    pending = 0
+    pending = resized = 0
     with ShardWriter(job.out / plan.name, plan.split, job.store, job.size, channels=job.channels) as writer:
         for i in plan.rows.tolist():
-            image = rows.read_encoded(i) if job.store == "encoded" else _pixels(rows, i, job.size, job.channels)  # type: ignore[arg-type]
+            if job.store == "encoded":
+                image: Any = rows.read_encoded(i)
+            else:
+                image, changed = _pixels(rows, i, job.size, job.channels)  # type: ignore[arg-type]
+                resized += changed
             writer.write_row(row_values(rows, i), image)  # every column of format.COLUMNS, by name
             pending += 1
             if pending == _PROGRESS_EVERY:
@@ -203,7 +210,7 @@ def _write_shard(job: _Job, plan: ShardPlan, report: Callable[[int], None]) -> S
     info = writer.close()
     if job.remote is not None:
         upload_shard(job.remote, job.out, info)
-    return info
+    return WrittenShard(**asdict(info), resized=resized) if resized else info
 
 
 _WORKER: dict[str, Any] = {}
@@ -343,6 +350,7 @@ def write_shards(
     if any(len(r) == 0 for r in rows.values()):
         raise ConfigError(f"split {next(s for s, r in rows.items() if len(r) == 0)!r} has no samples")
     first = next(iter(datasets.values()))
+    size_given = size is not None
     if size is None and isinstance(first, ShardDataset):
         size = first.image_size
     if store == "pixels" and size is None:
@@ -379,7 +387,8 @@ def write_shards(
         "plan": plan.fingerprint,
         **({} if shuffle else {"shuffle": False}),
     }
-    write = _Writing(plan, rows, store, size, workers, progress, classes, sources, made_by, engine, place.name, channels)
+    write = _Writing(plan, rows, store, size, workers, progress, classes, sources, made_by, engine, place.name, channels,
+                     size_given=size_given)
     if remote is not None:
         with remote.lock:  # one pack per prefix (stoker.shards.bucket_lock), renewed while it runs
             finished, known, write.plan = remote.claim(sources, plan, overwrite)  # the plan with its object names
@@ -439,6 +448,7 @@ class _Writing:
     engine: str
     name: str
     channels: int = 3
+    size_given: bool = True  # False: the pixel size is the first image's (the note then says how to choose)
 
     def into(self, out: Path, known: dict[str, str], remote: Any = None) -> Manifest:
         """Write every shard not already finished into ``out`` (a remote pack's staging folder), then the manifest."""
@@ -475,12 +485,15 @@ class _Writing:
                 infos.update(write_on_ray(_write_shard, job, todo, bar))
             else:
                 infos.update(_write_all(job, todo, workers, bar))
+        resized = sum(getattr(info, "resized", 0) for info in infos.values())
+        if resized:
+            say_resized(resized, sum(len(p.rows) for p in todo), size, self.size_given)  # type: ignore[arg-type]
         manifest = Manifest(
             store=store,
             image_size=size,
             classes=self.classes,
             sources=self.sources,
-            shards=tuple(infos[s.name] for s in plan.shards),
+            shards=tuple(ShardInfo(**{k: v for k, v in asdict(infos[s.name]).items() if k != "resized"}) for s in plan.shards),
             made_by=self.made_by,
             channels=self.channels,
         )

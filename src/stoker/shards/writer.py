@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import hashlib
 import io
+import logging
 import os
 import zlib
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -19,7 +21,9 @@ from stoker.errors import ConfigError, DataError
 from stoker.shards.format import COLUMNS, RECORD_BATCH_BYTES, ROW_COLUMNS, TMP_SUFFIX, image_row_bytes, shard_schema
 from stoker.shards.manifest import ShardInfo
 
-__all__ = ["ShardWriter"]
+__all__ = ["ShardWriter", "WrittenShard", "say_resized"]
+
+log = logging.getLogger("stoker")
 
 Image = bytes | bytearray | memoryview | np.ndarray | torch.Tensor
 
@@ -228,3 +232,22 @@ class ShardWriter:
             self.close()
         else:
             self.abort()
+
+
+@dataclass(frozen=True)
+class WrittenShard(ShardInfo):
+    """A shard just written, and how many of its images were resized to the set's size (for the one note)."""
+
+    resized: int = 0
+
+
+def say_resized(resized: int, written: int, size: tuple[int, int], size_given: bool) -> None:
+    """The one note of a pixel pack that resized images: to which size, how many, and how to choose."""
+    height, width = size
+    why = "the size given" if size_given else "the first image's size"
+    log.warning(
+        "pack: resized %d of %d images to %dx%d (%s): their sizes differ; %s",
+        resized, written, height, width, why,
+        "choose another with --size HEIGHTxWIDTH (size=(height, width))" if not size_given
+        else "--size HEIGHTxWIDTH (size=) chose it",
+    )
