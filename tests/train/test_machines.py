@@ -31,12 +31,12 @@ _SRC = Path(__file__).resolve().parents[2] / "src"
 
 pytestmark = pytest.mark.skipif(not dist.is_available() or not dist.is_gloo_available(), reason="needs torch.distributed with gloo")
 
-# moto's S3 server and a bucket on it (tests/remote/conftest.py), for the run folder at a URL
+# moto's S3 server (tests/remote/conftest.py), for the run folder at a URL
 _spec = importlib.util.spec_from_file_location("_remote_fixtures", Path(__file__).resolve().parents[1] / "remote" / "conftest.py")
 assert _spec is not None and _spec.loader is not None
 _remote = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(_remote)
-s3_server, bucket = _remote.s3_server, _remote.bucket
+s3_server = _remote.s3_server
 
 
 def _free_port() -> int:
@@ -53,7 +53,7 @@ def _env(machine: Path) -> dict[str, str]:
     return env
 
 
-def _launch(machines: list[Path], *args: str) -> list[str]:
+def _start(machines: list[Path], *args: str) -> list[subprocess.Popen[str]]:
     """``stoker train ARGS`` on two agents; ``machines[k]`` (its working folder) gets node rank k, so rank k."""
     port = _free_port()
     agents = []
@@ -64,12 +64,26 @@ def _launch(machines: list[Path], *args: str) -> list[str]:
              "--master-addr", "127.0.0.1", "--master-port", str(port), "-m", "stoker", "train", *args],
             cwd=machine, env=_env(machine), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
         ))
+    return agents
+
+
+def _finish(launches: dict[str, list[subprocess.Popen[str]]]) -> dict[str, tuple[list[int], list[str]]]:
+    """Every launch's exit statuses and outputs (agent by agent), once all ended; a hang fails by the timeout."""
+    done: dict[str, tuple[list[int], list[str]]] = {}
     try:
-        outputs = [agent.communicate(timeout=TIMEOUT_S)[0] for agent in agents]
+        for key, agents in launches.items():
+            outputs = [agent.communicate(timeout=TIMEOUT_S)[0] for agent in agents]
+            done[key] = ([agent.returncode for agent in agents], outputs)
     finally:
-        for agent in agents:
-            agent.kill()
-    assert [agent.returncode for agent in agents] == [0, 0], "\n---\n".join(o[-3000:] for o in outputs)
+        for agents in launches.values():
+            for agent in agents:
+                agent.kill()
+    return done
+
+
+def _ok(done: tuple[list[int], list[str]]) -> list[str]:
+    codes, outputs = done
+    assert codes == [0, 0], "\n---\n".join(o[-3000:] for o in outputs)
     return outputs
 
 
@@ -94,33 +108,50 @@ def _same_run(a: dict[str, Any], b: dict[str, Any]) -> None:
 
 
 @pytest.fixture(scope="module")
-def reference(tmp_path_factory: pytest.TempPathFactory, folders: Path) -> dict[str, Any]:
-    """The uninterrupted two-epoch run over the two machines: its last.pt."""
-    root = tmp_path_factory.mktemp("reference")
-    _launch([root / "a", root / "b"], *_flags(folders, "--epochs", "2"))
-    assert not (root / "b" / "runs").exists()  # rank 0 alone writes, on its own machine
-    return load_checkpoint(root / "a" / "runs" / "m" / "last.pt")
+def runs(tmp_path_factory: pytest.TempPathFactory, folders: Path, s3_server: str) -> dict[str, Any]:
+    """Every launch of this file, independent ones at the same time (start-up is most of their time).
+
+    First: the uninterrupted two-epoch run; the run stopped after epoch 1 with machine a
+    holding rank 0, in local folders and in a bucket; and a resume with nothing to resume.
+    Then the resumes: with b holding rank 0 and with a; and from the bucket with b.
+    """
+    import s3fs
+
+    root = tmp_path_factory.mktemp("machines")
+    s3fs.S3FileSystem(skip_instance_cache=True).mkdir("stoker-machines")
+    log_url = "s3://stoker-machines/runs"
+    first = _finish({
+        "reference": _start([root / "ref" / "a", root / "ref" / "b"], *_flags(folders, "--epochs", "2")),
+        "stopped": _start([root / "stop" / "a", root / "stop" / "b"], *_flags(folders, "--epochs", "1")),
+        "url": _start([root / "url" / "a", root / "url" / "b"], *_flags(folders, "--epochs", "1", "--log-dir", log_url)),
+        "nothing": _start([root / "none" / "a", root / "none" / "b"], *_flags(folders, "--epochs", "1", "--resume")),
+    })
+    _ok(first["reference"]), _ok(first["stopped"]), _ok(first["url"])
+    stopped = root / "stop"
+    assert (stopped / "a" / "runs" / "m" / "last.pt").is_file() and not (stopped / "b" / "runs").exists()
+    for rank0 in ("a", "b"):
+        shutil.copytree(stopped, root / f"resume-{rank0}")
+    second = _finish({
+        "b": _start([root / "resume-b" / "b", root / "resume-b" / "a"], *_resume()),
+        "a": _start([root / "resume-a" / "a", root / "resume-a" / "b"], *_resume()),
+        "url": _start([root / "url" / "b", root / "url" / "a"], *_resume("--log-dir", log_url)),
+    })
+    return {"root": root, "first": first, "second": second, "log_url": log_url}
 
 
 @pytest.fixture(scope="module")
-def stopped(tmp_path_factory: pytest.TempPathFactory, folders: Path) -> Path:
-    """Machines a (rank 0) and b after epoch 1: the run folder is on a only."""
-    root = tmp_path_factory.mktemp("stopped")
-    _launch([root / "a", root / "b"], *_flags(folders, "--epochs", "1"))
-    assert (root / "a" / "runs" / "m" / "last.pt").is_file() and not (root / "b" / "runs").exists()
-    return root
+def reference(runs: dict[str, Any]) -> dict[str, Any]:
+    """The uninterrupted two-epoch run over the two machines: its last.pt (on machine a, rank 0)."""
+    assert not (runs["root"] / "ref" / "b" / "runs").exists()  # rank 0 alone writes, on its own machine
+    return load_checkpoint(runs["root"] / "ref" / "a" / "runs" / "m" / "last.pt")
 
 
 @pytest.mark.parametrize("rank0", ["b", "a"])
-def test_a_run_resumes_bit_exact_whichever_machine_holds_rank_0(
-    reference: dict[str, Any], stopped: Path, tmp_path: Path, rank0: str
-) -> None:
-    shutil.copytree(stopped, tmp_path, dirs_exist_ok=True)
-    other = "a" if rank0 == "b" else "b"
-    outputs = _launch([tmp_path / rank0, tmp_path / other], *_resume())
+def test_a_run_resumes_bit_exact_whichever_machine_holds_rank_0(runs: dict[str, Any], reference: dict[str, Any], rank0: str) -> None:
+    outputs = _ok(runs["second"][rank0])
     # Rank 0 keeps the run in its own folder from now on: last.pt (handed over when it was on the other machine),
     # best.pt, metrics.csv with both epochs and run.json.
-    run_dir = tmp_path / rank0 / "runs" / "m"
+    run_dir = runs["root"] / f"resume-{rank0}" / rank0 / "runs" / "m"
     _same_run(load_checkpoint(run_dir / "last.pt"), reference)
     assert (run_dir / "best.pt").is_file()
     assert [line.split(",")[0] for line in (run_dir / "metrics.csv").read_text().splitlines()[1:]] == ["1", "2"]
@@ -129,42 +160,57 @@ def test_a_run_resumes_bit_exact_whichever_machine_holds_rank_0(
     assert "2/2 - tLoss" in outputs[0] and "tLoss" not in outputs[1]  # rank 0 alone printed
 
 
-def test_nothing_to_resume_on_any_machine_is_one_error_on_both(tmp_path: Path, folders: Path) -> None:
-    port_flags = _flags(folders, "--epochs", "1", "--resume")
-    port = _free_port()
-    agents = [
-        subprocess.Popen(
-            [sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--nproc-per-node", "1", "--node-rank", str(node),
-             "--master-addr", "127.0.0.1", "--master-port", str(port), "-m", "stoker", "train", *port_flags],
-            cwd=tmp_path, env=_env(tmp_path / str(node)), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-        )
-        for node in (0, 1)
-    ]
-    try:
-        outputs = [agent.communicate(timeout=TIMEOUT_S)[0] for agent in agents]
-    finally:
-        for agent in agents:
-            agent.kill()
-    assert [agent.returncode for agent in agents] == [1, 1] or all(agent.returncode != 0 for agent in agents), outputs
+def test_nothing_to_resume_on_any_machine_is_one_error_on_both(runs: dict[str, Any]) -> None:
+    codes, outputs = runs["first"]["nothing"]
+    assert all(code != 0 for code in codes), outputs
     assert all("no last.pt to resume from on any of the 2 ranks" in out for out in outputs), outputs
 
 
-def test_a_run_folder_at_a_bucket_url_resumes_bit_exact_on_the_other_machine(
-    reference: dict[str, Any], tmp_path: Path, folders: Path, bucket: str
-) -> None:
-    log_dir = f"{bucket}/runs"
-    _launch([tmp_path / "a", tmp_path / "b"], *_flags(folders, "--epochs", "1", "--log-dir", log_dir))
+def test_a_run_folder_at_a_bucket_url_resumes_bit_exact_on_the_other_machine(runs: dict[str, Any], reference: dict[str, Any]) -> None:
     from stoker.fs import where
 
-    run = where(f"{log_dir}/m")
-    assert {"last.pt", "best.pt", "run.json", "metrics.csv"} <= set(run.kinds())
-    assert any(name.startswith("events.out.tfevents.") for name in run.kinds())
-    # Resumed with machine b holding rank 0: b has never seen the run; the bucket has everything.
-    outputs = _launch([tmp_path / "b", tmp_path / "a"], *_resume("--log-dir", log_dir))
-    run.invalidate()
+    log_url, root = runs["log_url"], runs["root"]
+    outputs = _ok(runs["second"]["url"])
+    run = where(f"{log_url}/m")
+    names = set(run.kinds())
+    assert {"last.pt", "best.pt", "run.json", "metrics.csv"} <= names
+    assert sum(name.startswith("events.out.tfevents.") for name in names) == 2  # one per launch, both in the bucket
+    # Resumed with machine b holding rank 0: b had never seen the run; the bucket had everything.
     _same_run(load_checkpoint("last.pt", data=run.read_bytes("last.pt")), reference)
     rows = run.read_bytes("metrics.csv").decode().splitlines()[1:]
     assert [row.split(",")[0] for row in rows] == ["1", "2"]
     assert json.loads(run.read_bytes("run.json"))["status"] == "finished"
-    assert f"run folder: {log_dir}/m" in outputs[0]
-    assert not (tmp_path / "a" / "runs").exists() and not (tmp_path / "b" / "runs").exists()  # nothing local but the cache
+    assert f"run folder: {log_url}/m" in outputs[0]
+    assert not (root / "url" / "a" / "runs").exists() and not (root / "url" / "b" / "runs").exists()  # only the cache
+
+
+def test_one_process_continues_a_bucket_run_from_another_machines_cache(
+    tmp_path: Path, folders: Path, s3_server: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import s3fs
+    from click.testing import CliRunner
+
+    from stoker import ConfigError
+    from stoker.cli.train import train
+    from stoker.fs import where
+
+    s3fs.S3FileSystem(skip_instance_cache=True).mkdir("stoker-solo")
+    log_url = "s3://stoker-solo/runs"
+    flags = _flags(folders, "--epochs", "1", "--log-dir", log_url)
+    monkeypatch.setenv("STOKER_CACHE", str(tmp_path / "a-cache"))  # machine a
+    done = CliRunner().invoke(train, flags)
+    assert done.exit_code == 0, done.output
+    assert f"run folder: {log_url}/m (this machine's copy: {tmp_path / 'a-cache'}" in done.output
+    again = CliRunner().invoke(train, flags)  # a new run under the same name at the URL is refused
+    assert isinstance(again.exception, ConfigError) and f"{log_url}/m: already holds a run" in str(again.exception)
+
+    monkeypatch.setenv("STOKER_CACHE", str(tmp_path / "b-cache"))  # machine b: only the bucket in common
+    resumed = CliRunner().invoke(train, _resume("--log-dir", log_url))
+    assert resumed.exit_code == 0, resumed.output
+    assert f"resuming {log_url}/m: it was finished after 1 epoch(s)" in resumed.output
+    whole = CliRunner().invoke(train, _flags(folders, "--epochs", "2", "--log-dir", str(tmp_path / "local")))
+    assert whole.exit_code == 0, whole.output
+    run = where(f"{log_url}/m")
+    run.invalidate()
+    _same_run(load_checkpoint("last.pt", data=run.read_bytes("last.pt")), load_checkpoint(tmp_path / "local" / "m" / "last.pt"))
+    assert [row.split(",")[0] for row in run.read_bytes("metrics.csv").decode().splitlines()[1:]] == ["1", "2"]

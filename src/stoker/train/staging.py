@@ -2,7 +2,7 @@
 
 TensorBoard's writer, the CSV logger and ``torch.save`` write local files, so a run whose
 log folder is a URL writes into a local copy of its run folder
-(:func:`local_copy`: ``$STOKER_CACHE/runs/<hash of the URL>``), and rank 0 uploads what
+(:func:`local_copy`: ``$STOKER_CACHE/runs/<hash of the URL>/NAME``), and rank 0 uploads what
 changed (:func:`push`) after every epoch, every mid-epoch ``last.pt`` and at the end:
 every other file first, then ``run.json``, ``last.pt`` last, each object whole (an object
 store never shows half an upload). To resume, the copy is filled from the URL first
@@ -36,11 +36,11 @@ def run_url(log_dir: str | os.PathLike[str], name: str) -> str | None:
 
 
 def local_copy(url: str) -> Path:
-    """Where this machine keeps its copy of the run folder at ``url`` (under the cache folder)."""
+    """Where this machine keeps its copy of the run folder at ``url`` (under the cache folder; named as the run)."""
     from stoker.shards.cache import default_cache_dir
 
     digest = hashlib.sha256(url.encode()).hexdigest()[:16]
-    return default_cache_dir() / "runs" / f"{digest}-{url.rstrip('/').rsplit('/', 1)[-1]}"
+    return default_cache_dir() / "runs" / digest / url.rstrip("/").rsplit("/", 1)[-1]
 
 
 def _network_error(url: str, what: str, exc: BaseException) -> NetworkError:
