@@ -112,7 +112,7 @@ def runs(tmp_path_factory: pytest.TempPathFactory, folders: Path, s3_server: str
     """Every launch of this file, independent ones at the same time (start-up is most of their time).
 
     First: the uninterrupted two-epoch run; the run stopped after epoch 1 with machine a
-    holding rank 0, in local folders and in a bucket; and a resume with nothing to resume.
+    holding rank 0, in local folders and in a bucket (test_handover.py checks nothing to resume).
     Then the resumes: with b holding rank 0 and with a; and from the bucket with b.
     """
     import s3fs
@@ -124,7 +124,6 @@ def runs(tmp_path_factory: pytest.TempPathFactory, folders: Path, s3_server: str
         "reference": _start([root / "ref" / "a", root / "ref" / "b"], *_flags(folders, "--epochs", "2")),
         "stopped": _start([root / "stop" / "a", root / "stop" / "b"], *_flags(folders, "--epochs", "1")),
         "url": _start([root / "url" / "a", root / "url" / "b"], *_flags(folders, "--epochs", "1", "--log-dir", log_url)),
-        "nothing": _start([root / "none" / "a", root / "none" / "b"], *_flags(folders, "--epochs", "1", "--resume")),
     })
     _ok(first["reference"]), _ok(first["stopped"]), _ok(first["url"])
     stopped = root / "stop"
@@ -158,12 +157,6 @@ def test_a_run_resumes_bit_exact_whichever_machine_holds_rank_0(runs: dict[str, 
     record = json.loads((run_dir / "run.json").read_text())
     assert record["status"] == "finished" and record["summary"]["epochs_done"] == 2 and record["world_size"] == 2
     assert "2/2 - tLoss" in outputs[0] and "tLoss" not in outputs[1]  # rank 0 alone printed
-
-
-def test_nothing_to_resume_on_any_machine_is_one_error_on_both(runs: dict[str, Any]) -> None:
-    codes, outputs = runs["first"]["nothing"]
-    assert all(code != 0 for code in codes), outputs
-    assert all("no last.pt to resume from on any of the 2 ranks" in out for out in outputs), outputs
 
 
 def test_a_run_folder_at_a_bucket_url_resumes_bit_exact_on_the_other_machine(runs: dict[str, Any], reference: dict[str, Any]) -> None:
