@@ -25,6 +25,10 @@ The run folder (run.log_dir/run.name) gets metrics.csv, run.json, TensorBoard ev
 last.pt (every epoch; --checkpoint-every-steps N also mid-epoch), best.pt (best
 valid accuracy) and curves.png. Ctrl-C finishes the step, saves last.pt there and
 stops; --resume continues with the next batch (a second Ctrl-C stops at once).
+--log-dir may be a URL (s3://bucket/runs): the run is written in a local copy and
+uploaded after every epoch, and --resume reads it back on any machine. Under torchrun
+on several machines with a local --log-dir each, --resume continues from the newest
+last.pt on any of them (README: "Several machines, no shared folder").
 """
 
 

@@ -156,7 +156,7 @@ class RunConfig:
     amp: str = config_key(choice(*AMP_MODES), "off", doc="mixed precision: off | bf16 | fp16")
     compile: bool = config_key(as_bool, False, doc="torch.compile the model")
     grad_accum: int = config_key(whole(1), 1, doc="batches per optimizer step")
-    log_dir: str = config_key(nonempty_text, "runs", doc="folder holding the run folders")
+    log_dir: str = config_key(nonempty_text, "runs", doc="folder holding the run folders (a path, or a URL such as s3://bucket/runs)")
     name: str | None = config_key(optional(nonempty_text), None, doc="run folder name; default: the start time")
     tags: dict[str, str] = config_key(tag_table, factory=dict, flag="--tag",
                                doc='labels to group runs by, e.g. { category = "shards" }')
