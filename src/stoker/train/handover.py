@@ -95,7 +95,7 @@ def find_holder(ranks: Ranks, run_dir: Path) -> Holder:
 def hand_over(ranks: Ranks, holder: Holder, path: Path) -> bytes | None:
     """The bytes of the holder's file at ``path`` on every rank (``None``: the holder has no such file); a collective."""
     data = path.read_bytes() if ranks.rank == holder.rank and path.is_file() else None
-    return ranks.broadcast_bytes(data, src=holder.rank)
+    return ranks.broadcast_bytes(data, holder.rank)
 
 
 def newest_record(ranks: Ranks, run_dir: Path) -> str | None:

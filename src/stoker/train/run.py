@@ -249,10 +249,10 @@ def _load_last(ranks: Ranks, path: Path, holder: int = 0) -> dict[str, Any]:
     if not ranks.active:
         return load_checkpoint(path, map_location="cpu")
     mine = ranks.rank == holder
-    data = ranks.broadcast_bytes(path.read_bytes() if mine and path.is_file() else None, src=holder)
+    data = ranks.broadcast_bytes(path.read_bytes() if mine and path.is_file() else None, holder)
     if holder != 0:
         best_path = path.with_name(BEST_FILE)
-        best = ranks.broadcast_bytes(best_path.read_bytes() if mine and best_path.is_file() else None, src=holder)
+        best = ranks.broadcast_bytes(best_path.read_bytes() if mine and best_path.is_file() else None, holder)
         if ranks.main and data is not None:
             save_checkpoint_bytes(data, path)
             if best is not None:
