@@ -14,6 +14,7 @@ import importlib.util
 import json
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -63,6 +64,7 @@ def _start(machines: list[Path], *args: str) -> list[subprocess.Popen[str]]:
             [sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--nproc-per-node", "1", "--node-rank", str(node),
              "--master-addr", "127.0.0.1", "--master-port", str(port), "-m", "stoker", "train", *args],
             cwd=machine, env=_env(machine), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+            start_new_session=True,  # its own process group: a hung agent's workers end with it
         ))
     return agents
 
@@ -77,7 +79,11 @@ def _finish(launches: dict[str, list[subprocess.Popen[str]]]) -> dict[str, tuple
     finally:
         for agents in launches.values():
             for agent in agents:
-                agent.kill()
+                try:
+                    os.killpg(agent.pid, signal.SIGKILL)  # the agent and the rank it started, if still there
+                except ProcessLookupError:
+                    pass
+                agent.wait()
     return done
 
 
