@@ -25,6 +25,10 @@ The run folder (run.log_dir/run.name) gets metrics.csv, run.json, TensorBoard ev
 last.pt (every epoch; --checkpoint-every-steps N also mid-epoch), best.pt (best
 valid accuracy) and curves.png. Ctrl-C finishes the step, saves last.pt there and
 stops; --resume continues with the next batch (a second Ctrl-C stops at once).
+--log-dir may be a URL (s3://bucket/runs): the run is written in a local copy and
+uploaded after every epoch, and --resume reads it back on any machine. Under torchrun
+on several machines with a local --log-dir each, --resume continues from the newest
+last.pt on any of them (README: "Several machines, no shared folder").
 """
 
 
@@ -89,7 +93,7 @@ def train(config: Path | None, loader_file: Path | None, assignments: tuple[str,
     naming its key); a flag's value passes the key's own check, and an unknown key or a
     bad value is an error naming the flag or file, the key and what it accepts.
     """
-    from stoker.train.runner import rank_zero, train_from_config
+    from stoker.train.runner import rank_zero, run_record_text, train_from_config
 
     if keys:
         click.echo(describe_keys(), nl=False)
@@ -102,7 +106,9 @@ def train(config: Path | None, loader_file: Path | None, assignments: tuple[str,
     flag_values, flag_origins = _flag_values(given)
     values.update(flag_values)  # the flags win over the settings file
     origins.update(flag_origins)
-    cfg = load_config(config, assignments, values, origins)  # --tag adds to the config's tags
+    # --tag adds to the config's tags; --resume takes the run's own config from its run.json (at a URL log dir,
+    # or over several machines the one beside the newest last.pt)
+    cfg = load_config(config, assignments, values, origins, records=run_record_text)
     if loader_file is not None:
         _check_tuned_for(loader_file, cfg.data.path)
     try:

@@ -24,7 +24,7 @@ import torch
 from stoker.errors import CheckpointError
 from stoker.lifetime import pid_alive
 
-__all__ = ["get_rng_state", "load_checkpoint", "save_checkpoint", "set_rng_state"]
+__all__ = ["get_rng_state", "load_checkpoint", "save_checkpoint", "save_checkpoint_bytes", "set_rng_state"]
 
 
 def save_checkpoint(state: dict[str, Any], path: str | os.PathLike[str]) -> Path:
@@ -76,6 +76,31 @@ def save_checkpoint(state: dict[str, Any], path: str | os.PathLike[str]) -> Path
                 "the previous one is intact"
             ) from None
         raise
+    return path
+
+
+def save_checkpoint_bytes(data: bytes, path: str | os.PathLike[str]) -> Path:
+    """Write a checkpoint's bytes, read elsewhere (another machine's ``last.pt``), to ``path`` atomically.
+
+    Raises:
+        CheckpointError: the folder cannot be written, or the disk is full (the previous file is intact).
+    """
+    path = Path(path)
+    _remove_stale_temporaries(path)
+    try:
+        fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.{os.getpid()}.", suffix=".tmp", dir=path.parent)
+        try:
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp_name, path)
+        except BaseException:
+            Path(tmp_name).unlink(missing_ok=True)
+            raise
+    except OSError as exc:
+        raise CheckpointError(f"{path}: cannot write checkpoint ({exc.strerror}); check the folder is writable and has "
+                              f"{len(data) / 2**20:,.1f} MiB free; the previous one is intact") from None
     return path
 
 

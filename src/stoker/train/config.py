@@ -45,13 +45,13 @@ from __future__ import annotations
 import difflib
 import json
 import os
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import MISSING, Field, asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
 from stoker import _tomllib as tomllib
-from stoker.errors import ConfigError, MissingFileError
+from stoker.errors import ConfigError, MissingFileError, NetworkError
 from stoker.loading.backends import BACKENDS as LOADER_BACKENDS
 from stoker.loading.workers import FALLBACK_WORKERS
 from stoker.train.keys import (
@@ -156,7 +156,7 @@ class RunConfig:
     amp: str = config_key(choice(*AMP_MODES), "off", doc="mixed precision: off | bf16 | fp16")
     compile: bool = config_key(as_bool, False, doc="torch.compile the model")
     grad_accum: int = config_key(whole(1), 1, doc="batches per optimizer step")
-    log_dir: str = config_key(nonempty_text, "runs", doc="folder holding the run folders")
+    log_dir: str = config_key(nonempty_text, "runs", doc="folder holding the run folders (a path, or a URL such as s3://bucket/runs)")
     name: str | None = config_key(optional(nonempty_text), None, doc="run folder name; default: the start time")
     tags: dict[str, str] = config_key(tag_table, factory=dict, flag="--tag",
                                doc='labels to group runs by, e.g. { category = "shards" }')
@@ -291,6 +291,7 @@ def load_config(
     overrides: Iterable[str] = (),
     values: Mapping[str, Any] | None = None,
     origins: Mapping[str, str] | None = None,
+    records: Callable[[TrainConfig], str | None] | None = None,
 ) -> TrainConfig:
     """Read a TOML config (or start from the defaults when ``path`` is None), apply overrides, check.
 
@@ -302,6 +303,9 @@ def load_config(
         origins: ``{"table.key": where}``: where each of ``values`` came from (its
             flag, ``"--epochs"``, or a settings file), named by a message about it;
             default ``"<flags>"``.
+        records: to resume, the text of the run's ``run.json`` given the config as given
+            (``None``: there is none); default: read ``run.log_dir/run.name/run.json``
+            (``stoker train`` reads it at a URL, or over several machines the newest).
 
     Every value, wherever it comes from, passes the same check (the field's metadata),
     and a bad one is named with where it was given: the file, ``--set table.key=...``,
@@ -345,7 +349,7 @@ def load_config(
         where[name] = (origins or {}).get(name, "<flags>")
     config = parse_config(raw, source, where)
     if config.run.resume:
-        return _with_the_runs_config(raw, config, source, where)
+        return _with_the_runs_config(raw, config, source, where, records)
     return config
 
 
@@ -358,7 +362,8 @@ def _no_such_run(log_dir: Path, name: str) -> str:
             "or start a new run with --data (without --resume)")
 
 
-def _with_the_runs_config(given: dict[str, Any], config: TrainConfig, source: str, origins: Mapping[str, str]) -> TrainConfig:
+def _with_the_runs_config(given: dict[str, Any], config: TrainConfig, source: str, origins: Mapping[str, str],
+                          records: Callable[[TrainConfig], str | None] | None = None) -> TrainConfig:
     """The config a resumed run continues with: its own, from ``run.json``, plus what was given.
 
     A key given (in the file, by a flag or ``--set``) must equal the run's own value,
@@ -367,9 +372,15 @@ def _with_the_runs_config(given: dict[str, Any], config: TrainConfig, source: st
     Raises:
         ConfigError: given keys differ from the run's own config (names each, both values).
     """
-    record_path = Path(config.run.log_dir) / str(config.run.name) / "run.json"
+    record_path = (f"{config.run.log_dir.rstrip('/')}/{config.run.name}/run.json" if "://" in config.run.log_dir
+                   else str(Path(config.run.log_dir) / str(config.run.name) / "run.json"))
     try:
-        record = json.loads(record_path.read_text(encoding="utf-8"))
+        text = records(config) if records is not None else Path(record_path).read_text(encoding="utf-8")
+        if text is None:
+            raise FileNotFoundError(record_path)
+        record = json.loads(text)
+    except NetworkError:
+        raise
     except (OSError, ValueError):
         if not config.data.path:  # nothing to go on: say which run is missing, not which key
             raise ConfigError(_no_such_run(Path(config.run.log_dir), str(config.run.name))) from None

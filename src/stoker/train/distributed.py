@@ -29,6 +29,7 @@ __all__ = ["Ranks", "join_launch", "launched", "unwrap"]
 
 _ENV = ("RANK", "WORLD_SIZE", "LOCAL_RANK")
 DEFAULT_TIMEOUT_S = 300.0  # a rank that waits longer than this for the others stops with an error
+_joined = False  # join_launch initialised the process group now in place (an early join: `--resume` reads run.json)
 
 
 def launched() -> bool:
@@ -152,26 +153,28 @@ class Ranks:
                 dist.all_reduce(param.grad)
                 param.grad.div_(self.world_size)
 
-    def broadcast_text(self, text: str | None) -> str | None:
-        """Rank 0's text on every rank (a run name chosen by the clock, a message)."""
-        data = self.broadcast_bytes(text.encode() if text is not None else None)
+    def broadcast_text(self, text: str | None, src: int = 0) -> str | None:
+        """Rank ``src``'s text on every rank (a run name chosen by the clock, a ``run.json``)."""
+        data = self.broadcast_bytes(text.encode() if text is not None else None, src)
         return data.decode() if data is not None else None
 
-    def broadcast_bytes(self, data: bytes | None) -> bytes | None:
-        """Rank 0's bytes on every rank (``last.pt``, so that other machines need not see the run folder)."""
+    def broadcast_bytes(self, data: bytes | None, src: int = 0) -> bytes | None:
+        """Rank ``src``'s bytes (``None`` stays ``None``) on every rank: ``last.pt``, so that other
+        machines need not see the run folder. Only rank ``src``'s ``data`` is read."""
         if not self.active:
             return data
         # Bytes in a tensor, not broadcast_object_list: that one pickles.
         where = self._comm_device()
-        size = torch.tensor([len(data) if data is not None else -1], dtype=torch.int64, device=where)
-        dist.broadcast(size, src=0)
+        mine = self.rank == src
+        size = torch.tensor([len(data) if mine and data is not None else -1], dtype=torch.int64, device=where)
+        dist.broadcast(size, src=src)
         n = int(size.item())
         if n <= 0:
             return None if n < 0 else b""
         buffer = torch.zeros(n, dtype=torch.uint8, device=where)
-        if self.main and data is not None:
-            buffer.copy_(torch.frombuffer(bytearray(data), dtype=torch.uint8))
-        dist.broadcast(buffer, src=0)
+        if mine and data is not None:
+            buffer.copy_(torch.frombuffer(bytearray(data), dtype=torch.uint8).to(where))
+        dist.broadcast(buffer, src=src)
         return buffer.cpu().numpy().tobytes()
 
     def _comm_device(self) -> torch.device:
@@ -179,9 +182,10 @@ class Ranks:
 
     def close(self) -> None:
         """Destroy the process group if stoker made it."""
+        global _joined
         if self.owned and dist.is_initialized():
             dist.destroy_process_group()
-            self.owned = False
+            self.owned = _joined = False
 
 
 def unwrap(model: nn.Module) -> nn.Module:
@@ -210,12 +214,13 @@ def join_launch(device: str | torch.device = "auto", timeout_s: float = DEFAULT_
             more ranks on this machine than GPUs, or NCCL asked for without CUDA
             (``STOKER_DIST_BACKEND=nccl`` on a CPU machine).
     """
+    global _joined
     wants_cpu = str(device) == "cpu"
-    if dist.is_available() and dist.is_initialized():  # the caller's own group
+    if dist.is_available() and dist.is_initialized():  # the caller's own group, or one an earlier join_launch made
         rank, world = dist.get_rank(), dist.get_world_size()
         local = int(os.environ.get("LOCAL_RANK", rank % max(torch.cuda.device_count(), 1)))
         on_cuda = dist.get_backend() == "nccl" or (torch.cuda.is_available() and not wants_cpu)
-        return Ranks(rank, world, local, torch.device("cuda", local) if on_cuda else torch.device("cpu"), owned=False)
+        return Ranks(rank, world, local, torch.device("cuda", local) if on_cuda else torch.device("cpu"), owned=_joined)
     if not launched():
         return Ranks()
     rank, world, local = (_env_int(name) for name in _ENV)
@@ -248,4 +253,5 @@ def join_launch(device: str | torch.device = "auto", timeout_s: float = DEFAULT_
         dist.init_process_group(backend, timeout=datetime.timedelta(seconds=timeout_s))
     except (RuntimeError, ValueError) as exc:
         raise ConfigError(f"could not join the distributed run ({backend}, rank {rank} of {world}): {exc}") from None
+    _joined = True
     return Ranks(rank, world, local, chosen, owned=True)

@@ -137,6 +137,7 @@ def fit(scenario: Scenario, callbacks: Sequence[Logger] = ()) -> History:
             run.save_last(epoch, None)
             for logger in run.loggers:
                 logger.epoch_end(stats)
+            run.publish()  # a run folder at a URL gets the epoch's files
             # 8. Stop early when validation accuracy has not improved for `patience` epochs.
             if s.patience is not None and epoch - history.best_epoch >= s.patience:
                 history.stopped = "patience"
@@ -198,6 +199,7 @@ def _ending(run: Run, record: dict[str, Any]) -> Iterator[None]:
             write_run_json(run.run_dir, record, history)
         if run.scenario.plot and history.epochs and run.ranks.main:
             plot_curves(history.rows(), run.run_dir / "curves.png", title=run.name)
+        run.publish()
 
 
 def _step_scheduler(s: Scenario, stats: EpochStats) -> None:

@@ -19,7 +19,9 @@ from typing import Any
 import torch
 
 from stoker.errors import ConfigError, DataError
+from stoker.fs import local_path
 from stoker.lifetime import pid_alive
+from stoker.train import staging
 from stoker.train.history import History
 
 __all__ = [
@@ -31,6 +33,7 @@ __all__ = [
     "prepare_run_dir",
     "read_run_json",
     "resume_command",
+    "run_dir_of",
     "run_status",
     "versions",
     "write_run_json",
@@ -63,7 +66,9 @@ def device_name(device: torch.device) -> str:
     return f"{platform.processor() or platform.machine()} ({os.cpu_count()} CPUs)"
 
 
-def prepare_run_dir(log_dir: str | os.PathLike[str], name: str | None, resume: bool) -> tuple[str, Path]:
+def prepare_run_dir(
+    log_dir: str | os.PathLike[str], name: str | None, resume: bool, *, elsewhere: bool = False
+) -> tuple[str, Path]:
     """Create (or, to resume, find) the run folder ``log_dir/name``.
 
     Without a name, the run is named after the time it starts (``20250101-120000``,
@@ -73,31 +78,46 @@ def prepare_run_dir(log_dir: str | os.PathLike[str], name: str | None, resume: b
     before its first ``last.pt`` holds no run: it is started again. It still counts
     as a run while that run is alive (``run.json`` records its pid and host).
 
+    ``log_dir`` may be a URL (``s3://bucket/runs``): the run folder returned is then this
+    machine's copy of it (:mod:`stoker.train.staging`), filled from the URL to resume
+    (``run.json``, ``best.pt``, ``last.pt``) and empty to start; the run uploads into it.
+
+    Args:
+        elsewhere: resuming over several machines, each with its own folder: ``last.pt``
+            may be in another machine's (:mod:`stoker.train.handover` finds the newest),
+            so none is required here.
+
     Raises:
         ConfigError: resuming without a name or without ``last.pt``; or starting a new
             run in a folder that already holds one, or where a run is going on now.
+        NetworkError: ``log_dir`` is a URL that cannot be reached.
     """
-    log_dir = Path(log_dir)
+    remote = local_path(log_dir) is None
     if name is not None and (not name or name in (".", "..") or "/" in name or os.sep in name):
         raise ConfigError(f"run name {name!r} must be a plain folder name (no '/'), e.g. 'resnet18-shards'")
     if resume:
         if name is None:
             raise ConfigError("resume needs the run's name: set run.name (or --name) to the folder to continue")
-        run_dir = log_dir / name
-        if not (run_dir / LAST_FILE).is_file():
-            raise ConfigError(f"{run_dir}: no {LAST_FILE} to resume from; start the run without resume")
+        run_dir, shown = _place(log_dir, name, (RUN_FILE, BEST_FILE, LAST_FILE) if remote else None)
+        if not elsewhere and not (run_dir / LAST_FILE).is_file():
+            raise ConfigError(f"{shown}: no {LAST_FILE} to resume from; start the run without resume")
         return name, run_dir
     if name is None:
         base = time.strftime("%Y%m%d-%H%M%S")
         name, suffix = base, 1
-        while (log_dir / name).exists():
+        while staging.exists(os.fspath(log_dir), name) if remote else (Path(log_dir) / name).exists():
             suffix += 1
             name = f"{base}-{suffix}"
-    run_dir = log_dir / name
+    run_dir, shown = _place(log_dir, name, (RUN_FILE, LAST_FILE) if remote else None)
     if (run_dir / LAST_FILE).exists() or (run_dir / RUN_FILE).exists() and _holds_a_run(run_dir):
         raise ConfigError(
-            f"{run_dir}: already holds a run; resume it (resume=True, --resume) or choose another name"
+            f"{shown}: already holds a run; resume it (resume=True, --resume) or choose another name"
         )
+    if remote:  # start afresh: an empty copy, no stale events at the URL
+        url = shown
+        staging.fetch(url, run_dir, ())
+        staging.remove_stale_events(url)
+        return name, run_dir
     for stale in run_dir.glob("events.out.tfevents.*"):  # a run that never finished an epoch: start afresh
         stale.unlink()
     try:
@@ -105,6 +125,22 @@ def prepare_run_dir(log_dir: str | os.PathLike[str], name: str | None, resume: b
     except OSError as exc:
         raise ConfigError(f"{run_dir}: cannot create the run folder ({exc.strerror}); check log_dir") from None
     return name, run_dir
+
+
+def _place(log_dir: str | os.PathLike[str], name: str, fetched: tuple[str, ...] | None) -> tuple[Path, str]:
+    """``(the run folder on this machine, how messages name it)``; at a URL, a local copy holding ``fetched``."""
+    url = staging.run_url(log_dir, name)
+    if url is None:
+        return Path(log_dir) / name, str(Path(log_dir) / name)
+    local = staging.local_copy(url)
+    staging.fetch(url, local, fetched or ())
+    return local, url
+
+
+def run_dir_of(log_dir: str | os.PathLike[str], name: str) -> Path:
+    """The run folder ``log_dir/name`` on this machine: the folder itself, or at a URL this machine's copy."""
+    url = staging.run_url(log_dir, name)
+    return staging.local_copy(url) if url is not None else Path(log_dir) / name
 
 
 def _holds_a_run(run_dir: Path) -> bool:

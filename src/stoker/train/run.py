@@ -20,12 +20,15 @@ import torch
 from torch import nn
 
 from stoker.errors import CheckpointError, ConfigError
+from stoker.fs import local_path
 from stoker.loading import resolve_device
-from stoker.train.checkpoint import get_rng_state, load_checkpoint, save_checkpoint
+from stoker.train import staging
+from stoker.train.checkpoint import get_rng_state, load_checkpoint, save_checkpoint, save_checkpoint_bytes
 from stoker.train.distributed import Ranks, join_launch, unwrap
+from stoker.train.handover import find_holder
 from stoker.train.history import EpochStats, History
 from stoker.train.loggers import Logger
-from stoker.train.record import BEST_FILE, LAST_FILE, prepare_run_dir
+from stoker.train.record import BEST_FILE, LAST_FILE, prepare_run_dir, run_dir_of
 from stoker.train.resume import CHECKPOINT_FORMAT, check_last, restore_last
 from stoker.train.scenario import SYNC_EVERY_CUDA, Scenario
 
@@ -59,6 +62,10 @@ class Run:
         no_sync: DDP's ``no_sync`` inside an accumulation window, or ``None``.
         loggers: the loggers and callbacks (rank 0 only; empty elsewhere).
         saved: a ``last.pt`` of this run exists (resumed from, or written since).
+        holder: the rank whose run folder holds the ``last.pt`` to resume from (0 but when
+            resuming over machines that each have their own folder: :mod:`stoker.train.handover`).
+        url: the run folder's URL when ``log_dir`` is one (``run_dir`` is then this
+            machine's copy, uploaded by :meth:`publish`), else ``None``.
     """
 
     scenario: Scenario
@@ -80,6 +87,8 @@ class Run:
     no_sync: Callable[[], AbstractContextManager[Any]] | None = None
     loggers: list[Logger] = field(default_factory=list)
     saved: bool = False
+    holder: int = 0
+    url: str | None = None
 
     @property
     def last_path(self) -> Path:
@@ -109,7 +118,18 @@ class Run:
                 },
                 self.last_path,
             )
+            if partial is not None:  # a mid-epoch last.pt (every N steps, or a stop): the epoch's end publishes the others
+                self.publish()
         self.saved = True  # on every rank: they all call this at the same points
+
+    def publish(self) -> None:
+        """Upload what changed in the run folder to its URL (rank 0, when ``log_dir`` is a URL; else nothing).
+
+        Raises:
+            NetworkError: an upload failed (the local copy keeps everything; the next publish retries).
+        """
+        if self.url is not None and self.ranks.main:
+            staging.push(self.run_dir, self.url)
 
     def save_best(self, stats: EpochStats) -> None:
         """Write ``best.pt`` (rank 0): the model after the epoch of ``stats``."""
@@ -138,7 +158,7 @@ def set_up(s: Scenario) -> Run:
             "Scenario.checkpoint_every_steps needs a train loader with state_dict/load_state_dict "
             f"(stoker's make_loader); got a {type(s.train_loader).__name__}"
         )
-    name, run_dir = _prepare_run_dir(ranks, s)
+    name, run_dir, holder = _prepare_run_dir(ranks, s)
     return Run(
         scenario=s,
         ranks=ranks,
@@ -153,6 +173,8 @@ def set_up(s: Scenario) -> Run:
         config=json.loads(json.dumps(dict(s.config), default=str)),  # plain types, for weights_only checkpoints
         resumable=resumable,
         history=History(run_dir=run_dir),
+        holder=holder,
+        url=staging.run_url(s.log_dir, name),
     )
 
 
@@ -164,7 +186,7 @@ def resume(run: Run) -> None:
             fit this run, or was saved mid-epoch on another number of ranks.
     """
     s = run.scenario
-    state = _load_last(run.ranks, run.last_path)
+    state = _load_last(run.ranks, run.last_path, run.holder)
     run.partial = _my_partial(check_last(state, run.last_path), run.ranks, run.last_path)
     restore_last(state, run.last_path, model=run.model, optimizer=s.optimizer, scaler=run.scaler,
                  scheduler=s.scheduler, history=run.history)
@@ -186,27 +208,55 @@ def wrap_model(run: Run) -> None:
     run.evaluate = run.forward if not ranks.active else (torch.compile(model) if s.compile else model)  # no collectives
 
 
-def _prepare_run_dir(ranks: Ranks, s: Scenario) -> tuple[str, Path]:
-    """Rank 0 finds or makes the run folder and names it; every rank gets the name (or the same error)."""
+def _prepare_run_dir(ranks: Ranks, s: Scenario) -> tuple[str, Path, int]:
+    """Rank 0 finds or makes the run folder and names it; every rank gets the name (or the same error).
+
+    Resuming over several ranks with a local ``log_dir``, each machine's run folder is its
+    own: the ranks agree which holds the newest ``last.pt`` (the third item, its rank) and
+    rank 0 makes its folder to keep it in.
+    """
     if not ranks.active:
-        return prepare_run_dir(s.log_dir, s.name, s.resume)
+        return (*prepare_run_dir(s.log_dir, s.name, s.resume), 0)
+    handover = s.resume and local_path(s.log_dir) is not None  # a URL: rank 0 fetches it, the others need none
     answer: dict[str, str] = {}
     if ranks.main:
         try:
-            answer["name"] = prepare_run_dir(s.log_dir, s.name, s.resume)[0]
+            answer["name"] = prepare_run_dir(s.log_dir, s.name, s.resume, elsewhere=handover)[0]
         except ConfigError as exc:
             answer["error"] = str(exc)
     answer = json.loads(ranks.broadcast_text(json.dumps(answer)) or "{}")
     if "error" in answer:
         raise ConfigError(answer["error"])
-    return answer["name"], Path(s.log_dir) / answer["name"]
+    name = answer["name"]
+    run_dir = run_dir_of(s.log_dir, name)
+    if not handover:
+        return name, run_dir, 0
+    holder = find_holder(ranks, run_dir)  # the same answer, or the same error, on every rank
+    if ranks.main:
+        try:
+            run_dir.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise ConfigError(f"{run_dir}: cannot create the run folder ({exc.strerror}); check log_dir") from None
+    return name, run_dir, holder.rank
 
 
-def _load_last(ranks: Ranks, path: Path) -> dict[str, Any]:
-    """``last.pt`` as rank 0 reads it, on every rank (the others need not see the run folder)."""
+def _load_last(ranks: Ranks, path: Path, holder: int = 0) -> dict[str, Any]:
+    """``last.pt`` as rank ``holder`` reads it, on every rank (the others need not see the run folder).
+
+    When the holder is not rank 0 (the newest ``last.pt`` is on another machine than rank
+    0's), rank 0 keeps it and the holder's ``best.pt`` in its own run folder: it writes there from now on.
+    """
     if not ranks.active:
         return load_checkpoint(path, map_location="cpu")
-    data = ranks.broadcast_bytes(path.read_bytes() if ranks.main and path.is_file() else None)
+    mine = ranks.rank == holder
+    data = ranks.broadcast_bytes(path.read_bytes() if mine and path.is_file() else None, holder)
+    if holder != 0:
+        best_path = path.with_name(BEST_FILE)
+        best = ranks.broadcast_bytes(best_path.read_bytes() if mine and best_path.is_file() else None, holder)
+        if ranks.main and data is not None:
+            save_checkpoint_bytes(data, path)
+            if best is not None:
+                save_checkpoint_bytes(best, best_path)
     return load_checkpoint(path, map_location="cpu", data=data)
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import random
@@ -17,19 +18,29 @@ from torch import nn
 
 from stoker.errors import ConfigError, DataError
 from stoker.loading import Loader, resolve_device
+from stoker.train import staging
 from stoker.train.config import OptimConfig, TrainConfig, parse_config
 from stoker.train.data import build_data, build_loaders, build_test_loader
-from stoker.train.distributed import Ranks, join_launch
+from stoker.train.distributed import Ranks, join_launch, launched
 from stoker.train.evaluate import TEST_FILE, TestFigures, evaluate_test
+from stoker.train.handover import newest_record
 from stoker.train.history import History
 from stoker.train.loggers import Logger, RunInfo
 from stoker.train.loop import fit
 from stoker.train.models import build_model
-from stoker.train.record import BEST_FILE, LAST_FILE, RUN_FILE, describe_status, read_run_json, resume_command
+from stoker.train.record import (
+    BEST_FILE,
+    LAST_FILE,
+    RUN_FILE,
+    describe_status,
+    read_run_json,
+    resume_command,
+    run_dir_of,
+)
 from stoker.train.run import AMP_DTYPES
 from stoker.train.scenario import SCENARIO_KEYS, Scenario
 
-__all__ = ["RunInterrupted", "RunResult", "build_optimizer", "demo_run", "rank_zero", "train_from_config"]
+__all__ = ["RunInterrupted", "RunResult", "build_optimizer", "demo_run", "rank_zero", "run_record_text", "train_from_config"]
 
 Echo = Callable[[str], None]
 
@@ -43,12 +54,15 @@ class RunResult:
         history: every epoch's figures and how the run ended.
         data: one line describing the data that was opened.
         test: the test split's figures (``run.test``), else ``None``.
+        url: the run folder's URL when ``run.log_dir`` is one (``run_dir`` is then this
+            machine's copy of it), else ``None``.
     """
 
     run_dir: Path
     history: History
     data: str
     test: TestFigures | None = None
+    url: str | None = None
 
     @property
     def best_acc(self) -> float:
@@ -75,7 +89,7 @@ class RunResult:
     def where(self) -> str:
         """Lines saying where everything is and how to open it."""
         files = self.files
-        lines = [f"run folder: {self.run_dir}"]
+        lines = [f"run folder: {self.url} (this machine's copy: {self.run_dir})" if self.url else f"run folder: {self.run_dir}"]
         labels = {
             "metrics": "metrics (one row per epoch)",
             "record": "run record (config, tags, versions, device)",
@@ -89,7 +103,8 @@ class RunResult:
                 lines.append(f"  {files[key].name:<13} {label}")
         if "tensorboard" in files:
             lines.append("  events.out.*  TensorBoard events")
-            lines.append(f"open TensorBoard: tensorboard --logdir {self.run_dir.parent}  (the Custom Scalars tab draws train and valid together)")
+            logdir = self.url.rsplit("/", 1)[0] if self.url else self.run_dir.parent
+            lines.append(f"open TensorBoard: tensorboard --logdir {logdir}  (the Custom Scalars tab draws train and valid together)")
         return "\n".join(lines)
 
 
@@ -101,16 +116,18 @@ class RunInterrupted(KeyboardInterrupt):
         command: the command that continues the run (``""`` when there is nothing to resume).
     """
 
-    def __init__(self, run_dir: Path | None) -> None:
+    def __init__(self, run_dir: Path | None, url: str | None = None) -> None:
         self.run_dir = run_dir
         self.command = ""
+        shown = url or run_dir
         if run_dir is None:
             text = "stopped before the run folder was made; start the run again"
         elif not (run_dir / LAST_FILE).is_file():
-            text = f"{run_dir}: stopped before its first {LAST_FILE}, nothing to resume; start the run again"
+            text = f"{shown}: stopped before its first {LAST_FILE}, nothing to resume; start the run again"
         else:
-            self.command = resume_command(run_dir.parent, run_dir.name)
-            text = f"{run_dir / LAST_FILE} holds the last point saved: continue with {self.command}"
+            log_dir, name = url.rsplit("/", 1) if url else (str(run_dir.parent), run_dir.name)
+            self.command = resume_command(log_dir, name)
+            text = f"{shown}/{LAST_FILE} holds the last point saved: continue with {self.command}"
         super().__init__(text)
 
 
@@ -241,7 +258,7 @@ def _train(config: TrainConfig, callbacks: Sequence[Logger], echo: Echo | None, 
              f"{config.optim.name} lr {config.optim.lr:g}, batch {config.data.batch_size}, "
              f"{train_loader.num_workers} {train_loader.backend} workers")
         if config.run.resume and config.run.name:
-            _echo_resumed(Path(config.run.log_dir) / config.run.name, echo)
+            _echo_resumed(config.run.log_dir, config.run.name, echo)
 
     record = config.to_dict()
     record["data"]["opened"] = data.description
@@ -264,8 +281,10 @@ def _train(config: TrainConfig, callbacks: Sequence[Logger], echo: Echo | None, 
     try:
         history = fit(scenario, [*callbacks, folder])
     except KeyboardInterrupt:
-        raise RunInterrupted(folder.run_dir) from None
+        url = staging.run_url(config.run.log_dir, folder.run_dir.name) if folder.run_dir is not None else None
+        raise RunInterrupted(folder.run_dir, url) from None
     run_dir = Path(history.run_dir or config.run.log_dir)
+    url = staging.run_url(config.run.log_dir, run_dir.name)
     test = None
     if test_loader is not None:  # 4. The test split, once, with the best model.
         preprocess = scenario.preprocess.to(device) if isinstance(scenario.preprocess, nn.Module) else scenario.preprocess
@@ -273,16 +292,46 @@ def _train(config: TrainConfig, callbacks: Sequence[Logger], echo: Echo | None, 
                              amp_dtype=AMP_DTYPES[config.run.amp], loss_fn=loss_fn)
         if echo is not None:
             echo(f"test: {test.samples:,} samples, loss {test.loss:.4f}, accuracy {test.acc:.4f} ({test.weights})")
-    return RunResult(run_dir, history, data.description, test)
+        if url is not None and ranks.main:
+            staging.push(run_dir, url)  # test.csv and the run.json that names it
+    return RunResult(run_dir, history, data.description, test, url)
 
 
-def _echo_resumed(run_dir: Path, echo: Echo) -> None:
+def _echo_resumed(log_dir: str, name: str, echo: Echo) -> None:
     """Say how the run being resumed ended (a killed one says interrupted, not running)."""
+    url = staging.run_url(log_dir, name)
     try:
-        record = read_run_json(run_dir)
-    except DataError:
-        return  # no record to tell from: fit says whether there is anything to resume
-    echo(f"resuming {run_dir}: it was {describe_status(record)}")
+        text = staging.read_text(url, RUN_FILE) if url is not None else None
+        record = json.loads(text) if text is not None else read_run_json(Path(log_dir) / name)
+    except (DataError, ValueError):
+        return  # no record to tell from (on this machine): fit says whether there is anything to resume
+    if isinstance(record, dict):
+        echo(f"resuming {url or Path(log_dir) / name}: it was {describe_status(record)}")
+
+
+def run_record_text(config: TrainConfig) -> str | None:
+    """The text of the ``run.json`` that ``config`` (a run to resume) takes its config from; ``None``: there is none.
+
+    At a URL ``run.log_dir``, the one there. Under a launch over several ranks (torchrun
+    on several machines, each with its own run folder), the one beside the newest
+    ``last.pt`` over all ranks (:func:`stoker.train.handover.newest_record`): this joins
+    the ranks now, so every rank must call it (``stoker train --resume`` does). Else the
+    local file. What :func:`~stoker.train.config.load_config` takes as ``records``.
+
+    Raises:
+        NetworkError: the URL cannot be reached.
+        ConfigError: the ranks cannot be joined.
+    """
+    log_dir, name = config.run.log_dir, str(config.run.name)
+    url = staging.run_url(log_dir, name)
+    if url is not None:
+        return staging.read_text(url, RUN_FILE)
+    if launched():
+        return newest_record(join_launch(config.run.device), run_dir_of(log_dir, name))
+    try:
+        return (Path(log_dir) / name / RUN_FILE).read_text(encoding="utf-8")
+    except OSError:
+        return None
 
 
 def demo_run(
