@@ -11,6 +11,7 @@ Every call that touches the store has a timeout and bounded retries, and fails w
 
 from __future__ import annotations
 
+import base64
 import fnmatch
 import os
 from collections.abc import Callable, Iterator, Mapping
@@ -61,7 +62,7 @@ class RemoteLocation(Location):
         """The fsspec filesystem (``fsspec.AbstractFileSystem``), made again in a forked process."""
         if self._fs is None or self._pid != os.getpid():
             # Async filesystems (s3fs, gcsfs) are not fork-safe: a DataLoader worker makes its own.
-            self._fs, self._path = _url_to_fs(self.url, with_network_defaults(self.url, self.storage_options, self.net))
+            self._fs, self._path = _url_to_fs(self.url, with_network_defaults(self.url, self.storage_options, self.net), self.net)
             if hasattr(self._fs, "retries") and type(self._fs).__module__.startswith("s3fs"):
                 self._fs.retries = 1  # stoker retries (stoker.fs.network); s3fs's own would multiply the attempts
             self._pid = os.getpid()
@@ -185,6 +186,31 @@ class RemoteLocation(Location):
         except FileNotFoundError:
             raise MissingFileError(f"{self.url_of(name)}: not found") from None
 
+    def sha256(self, name: str | None = None) -> str | None:
+        """The SHA-256 (hex) the store itself keeps for one object, where it keeps a trustworthy one; else None.
+
+        Only S3's full-object ``ChecksumSHA256`` counts (asked with ``ChecksumMode=ENABLED``):
+        an ETag is an MD5 at best, and a multipart upload's composite checksum is not the
+        object's hash. Any other store: None (read the bytes to check them).
+
+        Raises:
+            NetworkError: the store cannot be reached.
+        """
+        if protocol_of(self.url) not in ("s3", "s3a") or not hasattr(self.fs, "call_s3"):
+            return None
+        bucket, key, _ = self.fs.split_path(self._p(name))
+        try:
+            head = self._call(name, lambda: self.fs.call_s3("head_object", Bucket=bucket, Key=key, ChecksumMode="ENABLED"))
+        except FileNotFoundError:
+            return None
+        value = head.get("ChecksumSHA256") if isinstance(head, dict) else None
+        if not value or "-" in str(value) or head.get("ChecksumType", "FULL_OBJECT") != "FULL_OBJECT":
+            return None
+        try:
+            return base64.b64decode(str(value), validate=True).hex()
+        except ValueError:
+            return None
+
     # -- listing --------------------------------------------------------------------------
     def _entries(self, refresh: bool = False) -> list[dict[str, Any]]:
         path = self.path
@@ -293,7 +319,7 @@ def _last(path: Any) -> str:
     return str(path).rstrip("/").rsplit("/", 1)[-1]
 
 
-def _url_to_fs(url: str, storage_options: Mapping[str, Any]) -> tuple[Any, str]:
+def _url_to_fs(url: str, storage_options: Mapping[str, Any], net: NetSettings) -> tuple[Any, str]:
     protocol = url.split("::")[-1].split("://", 1)[0].lower()
     extra = _EXTRAS.get(protocol, "remote")
     try:
@@ -301,7 +327,8 @@ def _url_to_fs(url: str, storage_options: Mapping[str, Any]) -> tuple[Any, str]:
     except ImportError:
         raise ConfigError(f"{url}: reading URLs needs fsspec; pip install 'stoker[{extra}]'") from None
     try:
-        fs, path = fsspec.core.url_to_fs(url, **storage_options)
+        # Some filesystems (FTP, SFTP) connect when made: that is a network call like any other.
+        fs, path = call(url, lambda: fsspec.core.url_to_fs(url, **storage_options), net)
     except ImportError as exc:
         raise ConfigError(
             f"{url}: the filesystem for {protocol}:// is not installed ({exc}); pip install 'stoker[{extra}]'"
