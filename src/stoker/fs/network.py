@@ -163,7 +163,15 @@ def _first_line(exc: BaseException) -> str:
 
 
 def _classify(exc: BaseException, settings: NetSettings) -> tuple[str, bool] | None:
-    """(the cause in words, whether trying again may help) of a network failure; None if it is none."""
+    """(the cause in words, whether trying again may help) of a network failure; None if it is none.
+
+    A ``FileNotFoundError`` raised *because of* a network failure (fsspec's HTTP
+    filesystem says "not found" for a host it cannot reach) is that failure.
+    """
+    if isinstance(exc, StokerError):
+        return None
+    if isinstance(exc, FileNotFoundError):
+        return _classify(exc.__cause__, settings) if exc.__cause__ is not None else None
     chain = _chain(exc)
     names = {type(e).__name__ for e in chain}
     modules = {type(e).__module__.split(".")[0] for e in chain}
@@ -180,6 +188,8 @@ def _classify(exc: BaseException, settings: NetSettings) -> tuple[str, bool] | N
             return timeout, True
     status = getattr(exc, "status", None)
     if "ClientResponseError" in names and isinstance(status, int):
+        if status in (404, 410):
+            return None  # not there: the caller says "missing"
         return f"HTTP {status} {getattr(exc, 'message', '')}".rstrip(), status >= 500 or status == 429
     if isinstance(exc, ConnectionError) or "aiohttp" in modules and isinstance(exc, OSError):
         return f"the connection failed ({_first_line(exc)})", True
@@ -209,7 +219,7 @@ def translate(exc: BaseException, url: str, settings: NetSettings | None = None,
     A missing object (``FileNotFoundError``) and stoker's own errors are not translated.
     A refused permission becomes a :class:`ConfigError` (the credentials are the fix).
     """
-    if isinstance(exc, (StokerError, FileNotFoundError)):
+    if isinstance(exc, StokerError) or isinstance(exc, FileNotFoundError) and _classify(exc, settings or NetSettings()) is None:
         return None
     if isinstance(exc, PermissionError):
         return ConfigError(f"{url}: access denied ({_first_line(exc)}); check the credentials and the URL")
@@ -237,7 +247,7 @@ def call(url: str, fn: Callable[[], T], settings: NetSettings | None = None) -> 
         try:
             return run()
         except Exception as exc:  # noqa: BLE001  (sorted below: only network failures are translated)
-            found = None if isinstance(exc, (StokerError, FileNotFoundError)) else _classify(exc, settings)
+            found = _classify(exc, settings)
             if found is not None and found[1] and attempt < settings.retries and not isinstance(exc, PermissionError):
                 time.sleep(settings.backoff_s(attempt))
                 attempt += 1
@@ -319,7 +329,7 @@ class NetFile(io.RawIOBase):
                     else (lambda: how(self._file))
                 return run()
             except Exception as exc:  # noqa: BLE001  (sorted below)
-                found = None if isinstance(exc, (StokerError, FileNotFoundError)) else _classify(exc, settings)
+                found = _classify(exc, settings)
                 if found is not None and found[1] and attempt < settings.retries and (self._pos == 0 or self.seekable()):
                     time.sleep(settings.backoff_s(attempt))
                     attempt += 1
