@@ -3,14 +3,18 @@
 from __future__ import annotations
 
 import http.server
+import io
 import socket
 import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
+import fsspec
 import pytest
 from click.testing import CliRunner
+from fsspec.implementations.memory import MemoryFileSystem
 
 from stoker.cli.main import main as cli
 from stoker.errors import ConfigError, NetworkError
@@ -29,6 +33,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
     release = threading.Event()
 
     def do_HEAD(self) -> None:  # noqa: N802  (http.server's name)
+        self.gets[f"HEAD {self.path}"] = self.gets.get(f"HEAD {self.path}", 0) + 1
         self._answer(head=True)
 
     def do_GET(self) -> None:  # noqa: N802
@@ -36,7 +41,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         self._answer(head=False)
 
     def _answer(self, head: bool) -> None:
-        if self.path == "/stall" and not head:
+        if self.path.startswith("/stall") and self.path != "/stall-body":  # /stall, and an S3 GET of s3://stall/...
             self.release.wait(30)  # says nothing at all, until the test ends
             return
         self.send_response(200)
@@ -154,3 +159,80 @@ def test_bad_settings_are_config_errors(monkeypatch: pytest.MonkeyPatch) -> None
     monkeypatch.setenv("STOKER_NET_RETRIES", "-1")
     with pytest.raises(ConfigError, match="STOKER_NET_RETRIES='-1'"):
         NetSettings.from_env()
+
+
+class _SlowMemory(MemoryFileSystem):
+    """A filesystem without timeout settings of its own (stoker runs its calls against a deadline)."""
+
+    protocol = "stokerslow"
+
+    def cat_file(self, path: str, start: int | None = None, end: int | None = None, **kwargs: object) -> bytes:
+        if path.endswith("sleepy"):
+            time.sleep(3)
+        return bytes(super().cat_file(path, start, end, **kwargs))
+
+
+class _FlakyFile(io.BytesIO):
+    drops = 0
+
+    def read(self, size: int | None = -1) -> bytes:
+        if self.tell() >= 1000 and _FlakyFile.drops == 0:
+            _FlakyFile.drops += 1
+            raise ConnectionResetError(104, "Connection reset by peer")
+        return super().read(size)
+
+
+class _FlakyMemory(MemoryFileSystem):
+    """Memory whose first open file drops its connection after 1,000 bytes."""
+
+    protocol = "stokerflaky"
+
+    def _open(self, path: str, mode: str = "rb", **kwargs: Any) -> Any:
+        if mode != "rb":
+            return super()._open(path, mode, **kwargs)
+        return _FlakyFile(bytes(super().cat_file(path)))
+
+
+def test_a_filesystem_without_timeouts_is_given_a_deadline(short_timeout: None) -> None:
+    fsspec.register_implementation("stokerslow", _SlowMemory, clobber=True)
+    place = RemoteLocation("stokerslow://net-test")
+    place.write_bytes("fast", b"abc")
+    place.write_bytes("sleepy", b"abc")
+    assert place.read_bytes("fast") == b"abc"
+    start = time.monotonic()
+    with pytest.raises(NetworkError, match=r"stokerslow://net-test/sleepy: no answer for 0.5 s"):
+        place.read_bytes("sleepy")
+    assert time.monotonic() - start < 2.5  # 2 tries of 0.5 s and a pause of 0.5 s, not the 3 s the store takes
+
+
+def test_a_dropped_connection_resumes_where_the_read_stopped(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("STOKER_NET_RETRIES", "1")
+    fsspec.register_implementation("stokerflaky", _FlakyMemory, clobber=True)
+    _FlakyFile.drops = 0
+    place = RemoteLocation("stokerflaky://net-test")
+    data = bytes(range(256)) * 20
+    place.write_bytes("object", data)
+    got = bytearray()
+    with place.open("object") as f:
+        while chunk := f.read(300):
+            got += chunk
+    assert bytes(got) == data and _FlakyFile.drops == 1
+
+
+def test_a_stalled_s3_endpoint_is_a_network_error_within_the_timeout(
+    http_server: str, short_timeout: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    s3fs = pytest.importorskip("s3fs")
+    for key, value in {"AWS_ENDPOINT_URL": http_server, "AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
+                       "AWS_DEFAULT_REGION": "us-east-1", "AWS_EC2_METADATA_DISABLED": "true"}.items():
+        monkeypatch.setenv(key, value)
+    s3fs.S3FileSystem.clear_instance_cache()
+    try:
+        start = time.monotonic()
+        with pytest.raises(NetworkError, match=r"s3://stall/key: no answer for 0.5 s") as info:
+            RemoteLocation("s3://stall/key").read_bytes()
+        assert time.monotonic() - start < 10 and "\n" not in str(info.value)
+        asked = sum(n for path, n in _Handler.gets.items() if path.endswith("/stall/key"))
+        assert asked == 2  # bounded: the first try and one retry, botocore's and s3fs's own retries off
+    finally:
+        s3fs.S3FileSystem.clear_instance_cache()

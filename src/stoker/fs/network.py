@@ -14,7 +14,7 @@ Every network call of a :class:`~stoker.fs.remote.RemoteLocation` goes through
   error) is tried again up to ``STOKER_NET_RETRIES`` times (default 3), waiting 0.5 s,
   1 s, 2 s, ... in between; a read of an open file resumes where it stopped. An unknown
   host or a refused connection is not retried: nothing will answer there a second later.
-  The lower layers' own retries are turned off (botocore ``max_attempts=1``, s3fs
+  The lower layers' own retries are turned off (botocore ``total_max_attempts=1``, s3fs
   ``retries=1``) so that the attempts do not multiply.
 - **One line.** What still fails becomes one :class:`~stoker.errors.NetworkError` naming
   the URL and the cause (``s3://bucket/packed/manifest.json: connection refused ...``),
@@ -112,7 +112,7 @@ def with_network_defaults(url: str, storage_options: Mapping[str, Any], settings
     t = settings.timeout_s
     if protocol in ("s3", "s3a"):
         defaults = {"config_kwargs": {"connect_timeout": t, "read_timeout": t,
-                                      "retries": {"max_attempts": 1, "mode": "standard"}}}
+                                      "retries": {"total_max_attempts": 1, "mode": "standard"}}}
     elif protocol in ("http", "https"):
         try:
             import aiohttp
