@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from stoker.errors import NetworkError
+from stoker.shards.cache_folder import default_cache_dir
 
 if TYPE_CHECKING:
     from stoker.shards.manifest import ShardInfo
@@ -41,9 +42,7 @@ _lock = threading.Lock()
 
 
 def cache_root(cache_dir: str | os.PathLike[str] | None = None) -> Path:
-    """The shard cache folder: ``cache_dir``, else :func:`stoker.shards.cache.default_cache_dir`."""
-    from stoker.shards.cache import default_cache_dir
-
+    """The shard cache folder: ``cache_dir``, else :func:`~stoker.shards.cache_folder.default_cache_dir`."""
     return Path(cache_dir).expanduser() if cache_dir is not None else default_cache_dir()
 
 

@@ -18,7 +18,7 @@ from tqdm import tqdm
 
 from stoker.decode import decode_sample
 from stoker.errors import ConfigError, DataError, NetworkError, ShardError, StokerError
-from stoker.fs import Location, RemoteLocation, where
+from stoker.fs import Location, where
 from stoker.lifetime import die_with_parent
 from stoker.shards.cache import ShardCache
 from stoker.shards.format import MANIFEST_NAME, shard_schema
@@ -156,7 +156,7 @@ def _verify_in_worker(root: Path, manifest: Manifest, info: ShardInfo, decode: b
 
 def _store_sha256(place: Location, name: str) -> tuple[str, bool]:
     """(hex SHA-256 of an object in the store, whether it was read): the store's own checksum where trustworthy, else every byte."""
-    kept = place.sha256(name) if isinstance(place, RemoteLocation) else None
+    kept = place.sha256(name)
     if kept is not None:
         return kept, False
     digest = hashlib.sha256()
