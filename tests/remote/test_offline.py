@@ -16,7 +16,7 @@ from click.testing import CliRunner
 from stoker.cli.main import main as cli
 from stoker.errors import NetworkError
 from stoker.fs import RemoteLocation
-from stoker.shards import ShardDataset, verify
+from stoker.shards import ShardDataset, ShardStream, verify
 from stoker.shards.cache import ShardCache
 from stoker.shards.manifest import Manifest
 
@@ -96,6 +96,16 @@ def test_a_fully_cached_set_reads_inspects_and_verifies_with_the_store_down(
         assert "Traceback" not in result.output
     status, *lines = _train(url, tmp_path / "runs")
     assert status == "0", lines
+
+
+def test_a_stream_runs_its_second_epoch_from_the_cache_after_the_server_stops(own_s3: _Server, small_pack: Path) -> None:
+    url = upload_folder(small_pack, "s3://offline/stream")
+    stream = ShardStream(url, seed=3)
+    first = sorted(label for _, label in stream)  # type: ignore[misc]
+    own_s3.stop()
+    stream.set_epoch(1)
+    second = sorted(label for _, label in stream)  # type: ignore[misc]
+    assert second == first and len(second) == 40
 
 
 def test_a_set_not_fully_cached_stops_with_one_line(own_s3: _Server, small_pack: Path, tmp_path: Path) -> None:

@@ -49,6 +49,8 @@ _DEFAULT_TIMEOUT_S = 60.0
 _DEFAULT_RETRIES = 3
 _BACKOFF_S = 0.5
 _BACKOFF_MAX_S = 8.0
+#: The slowest transfer a whole-object call is given time for, on a filesystem run against a deadline.
+MIN_RATE_BYTES_PER_S = 256 * 1024
 
 # Filesystems whose own settings carry the timeout; the local-only ones need none.
 _NATIVE = {"s3", "s3a", "http", "https", "ftp"}
@@ -232,8 +234,12 @@ def translate(exc: BaseException, url: str, settings: NetSettings | None = None,
     return NetworkError(f"{url}: {cause}{tries}; check the URL and that the store is reachable, then run again")
 
 
-def call(url: str, fn: Callable[[], T], settings: NetSettings | None = None) -> T:
+def call(url: str, fn: Callable[[], T], settings: NetSettings | None = None, *, moves_bytes: int = 0) -> T:
     """``fn()``, retried on transient network failures, its failures turned into one-line errors naming ``url``.
+
+    On a filesystem without timeouts of its own the call runs against a deadline:
+    ``timeout_s``, plus the time ``moves_bytes`` (what one call uploads or downloads
+    whole) takes at :data:`MIN_RATE_BYTES_PER_S`, so a large upload on a slow link is not cut off.
 
     Raises:
         NetworkError: the store could not be reached or read after the retries.
@@ -241,7 +247,8 @@ def call(url: str, fn: Callable[[], T], settings: NetSettings | None = None) -> 
         FileNotFoundError: there is no such object (the caller names it).
     """
     settings = settings or NetSettings.from_env()
-    run = (lambda: _with_deadline(fn, settings.timeout_s)) if needs_deadline(url) else fn
+    deadline_s = settings.timeout_s + moves_bytes / MIN_RATE_BYTES_PER_S
+    run = (lambda: _with_deadline(fn, deadline_s)) if needs_deadline(url) else fn
     attempt = 0
     while True:
         try:

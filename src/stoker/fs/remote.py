@@ -180,9 +180,10 @@ class RemoteLocation(Location):
         """The bytes of this object (or of ``name`` inside this folder), of at most ``max_bytes``."""
         path = self._p(name)
         try:
-            if max_bytes is not None and (size := self.size(name)) is not None and size > max_bytes:  # a HEAD, then one GET
+            size = self.size(name) if max_bytes is not None else None  # a HEAD, then one GET
+            if max_bytes is not None and size is not None and size > max_bytes:
                 raise DataError(f"{self.url_of(name)}: {size:,} bytes, larger than {max_bytes:,} bytes")
-            return bytes(self._call(name, lambda: self.fs.cat_file(path)))
+            return bytes(call(self.url_of(name), lambda: self.fs.cat_file(path), self.net, moves_bytes=size or 0))
         except FileNotFoundError:
             raise MissingFileError(f"{self.url_of(name)}: not found") from None
 
@@ -285,13 +286,13 @@ class RemoteLocation(Location):
         On object stores an object appears only once its upload is complete, so a reader
         never sees half a file.
         """
-        path = self._p(name)
-        self._call(name, lambda: self.fs.put_file(os.fspath(local), path))
+        path, size = self._p(name), os.path.getsize(local)
+        call(self.url_of(name), lambda: self.fs.put_file(os.fspath(local), path), self.net, moves_bytes=size)
 
     def write_bytes(self, name: str, data: bytes) -> None:
         """Write a small object whole."""
         path = self._p(name)
-        self._call(name, lambda: self.fs.pipe_file(path, data))
+        call(self.url_of(name), lambda: self.fs.pipe_file(path, data), self.net, moves_bytes=len(data))
 
     def remove(self, name: str) -> None:
         """Delete ``name`` if it is there."""
