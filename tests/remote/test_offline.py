@@ -120,6 +120,8 @@ def test_a_set_not_fully_cached_stops_with_one_line(own_s3: _Server, small_pack:
     assert "\n" not in str(info.value)
     status, *lines = _train(url, tmp_path / "runs")
     assert status == "1" and lines[-1].startswith("error: ") and "1 of the 5 shards" in lines[-1], lines
+    result = CliRunner().invoke(cli, ["verify", url, "--quiet", "--workers", "0"])
+    assert result.exit_code == 1 and result.output.strip().splitlines()[-1].startswith(f"error: {url}: the store cannot")
 
 
 def test_a_cached_manifest_that_was_edited_is_not_used(own_s3: _Server, small_pack: Path) -> None:

@@ -41,8 +41,10 @@ from typing import Any, TypeVar
 
 from stoker.errors import ConfigError, NetworkError, StokerError
 
-__all__ = ["ENV_RETRIES", "ENV_TIMEOUT", "NetFile", "NetSettings", "call", "translate", "with_network_defaults"]
+__all__ = ["ADVICE", "ENV_RETRIES", "ENV_TIMEOUT", "NetFile", "NetSettings", "call", "translate", "with_network_defaults"]
 
+#: The last words of every NetworkError stoker makes (callers that add a clause put it before them).
+ADVICE = "check the URL and that the store is reachable, then run again"
 ENV_TIMEOUT = "STOKER_NET_TIMEOUT"
 ENV_RETRIES = "STOKER_NET_RETRIES"
 _DEFAULT_TIMEOUT_S = 60.0
@@ -231,7 +233,7 @@ def translate(exc: BaseException, url: str, settings: NetSettings | None = None,
         return None
     cause, _ = found
     tries = f" (tried {attempts} times)" if attempts > 1 else ""
-    return NetworkError(f"{url}: {cause}{tries}; check the URL and that the store is reachable, then run again")
+    return NetworkError(f"{url}: {cause}{tries}; {ADVICE}")
 
 
 def call(url: str, fn: Callable[[], T], settings: NetSettings | None = None, *, moves_bytes: int = 0) -> T:

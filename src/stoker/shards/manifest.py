@@ -39,6 +39,7 @@ from typing import Any
 
 from stoker.errors import ConfigError, DataError, MissingFileError, NetworkError, ShardError
 from stoker.fs import Location, where
+from stoker.fs.network import ADVICE
 from stoker.shards import manifest_cache
 from stoker.shards.format import (
     FORMAT_NAME,
@@ -233,8 +234,8 @@ def _load_remote(place: Location, cache_dir: str | os.PathLike[str] | None) -> M
         cached = manifest_cache.recall(place.url, cache_dir)
         if cached is None:
             raise NetworkError(
-                f"{exc}; no copy of its manifest is in the cache {manifest_cache.cache_root(cache_dir)}, "
-                "so it cannot be read offline"
+                f"{str(exc).removesuffix('; ' + ADVICE)}; no copy of its manifest is in the cache "
+                f"{manifest_cache.cache_root(cache_dir)}, so it cannot be read offline; {ADVICE}"
             ) from None
         data, checked_at = cached
         manifest = Manifest.from_bytes(data, f"the cached manifest of {place.url}")

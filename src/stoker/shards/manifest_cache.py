@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from stoker.errors import NetworkError
+from stoker.fs.network import ADVICE
 from stoker.shards.cache_folder import default_cache_dir
 
 if TYPE_CHECKING:
@@ -37,6 +38,7 @@ log = logging.getLogger("stoker")
 
 _FOLDER = "manifests"
 _MAX_BYTES = 1 << 30
+_STALE_TMP_S = 600.0  # a manifest is written in well under a second
 _offline: dict[str, float] = {}  # set URL -> when the cache was last checked against the store
 _lock = threading.Lock()
 
@@ -59,6 +61,10 @@ def remember(url: str, data: bytes, cache_dir: str | os.PathLike[str] | None = N
     tmp = path.with_name(f"{path.name}.{os.getpid()}-{threading.get_ident()}.tmp")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
+        for stale in path.parent.glob("*.tmp"):  # left by a process killed while writing one
+            with contextlib.suppress(OSError):
+                if time.time() - stale.stat().st_mtime > _STALE_TMP_S:
+                    stale.unlink()
         with open(tmp, "w", encoding="utf-8") as f:
             json.dump(record, f)
         os.replace(tmp, path)
@@ -102,7 +108,7 @@ def use_offline(url: str, checked_at: float, error: NetworkError, cache_dir: str
         first = url not in _offline
         _offline[url] = checked_at
     if first:
-        cause = str(error).split("; check the URL")[0]
+        cause = str(error).removesuffix(f"; {ADVICE}")
         log.warning(
             "offline: %s; reading %s from the cache in %s, last checked against the store %s",
             cause, url, cache_root(cache_dir), _when(checked_at),

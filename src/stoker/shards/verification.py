@@ -23,7 +23,7 @@ from stoker.lifetime import die_with_parent
 from stoker.shards.cache import ShardCache
 from stoker.shards.format import MANIFEST_NAME, shard_schema
 from stoker.shards.manifest import Manifest, ShardInfo
-from stoker.shards.manifest_cache import offline_since
+from stoker.shards.manifest_cache import offline_since, require_cached
 from stoker.shards.reader import ShardFile
 
 __all__ = ["Fault", "VerifyReport", "verify"]
@@ -211,14 +211,11 @@ def _check_store(place: Location, manifest: Manifest, cache: ShardCache, progres
 
 
 def _cached_only(url: str, manifest: Manifest, cache: ShardCache) -> tuple[dict[str, Path], list[Fault], str]:
-    """Offline: the cached copies of a remote set's shards (a shard not cached is a fault)."""
-    paths: dict[str, Path] = {}
+    """Offline: the cached copies of a remote set's shards (NetworkError if one is not cached: nothing to check it by)."""
+    for split, infos in manifest.splits.items():
+        require_cached(url, split, infos, cache.has)
+    paths = {info.name: cache.path_of(info) for info in manifest.shards}
     faults: list[Fault] = []
-    for info in manifest.shards:
-        if cache.has(info):
-            paths[info.name] = cache.path_of(info)
-        else:
-            faults.append(Fault(info.name, None, "not in the cache, and the store cannot be reached to check it"))
     since = offline_since(url)
     when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(since)) if since is not None else "never"
     return paths, faults, f"offline: checked the cached copies, not the store; last checked against the store {when}"
@@ -246,7 +243,7 @@ def verify(
     set whose manifest is cached is checked from the cache (and says so).
 
     Raises:
-        NetworkError: the store cannot be reached and the set is not cached.
+        NetworkError: the store cannot be reached and the set is not fully cached.
 
     Args:
         root: the shard set folder, or its URL.
