@@ -236,3 +236,11 @@ def test_a_stalled_s3_endpoint_is_a_network_error_within_the_timeout(
         assert asked == 2  # bounded: the first try and one retry, botocore's and s3fs's own retries off
     finally:
         s3fs.S3FileSystem.clear_instance_cache()
+
+
+def test_a_refused_request_is_one_line_and_not_retried(s3_server: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("STOKER_NET_RETRIES", "3")
+    start = time.monotonic()
+    with pytest.raises(NetworkError, match=r"s3://Not_A_Bucket/x: the store refused.*(not valid|does not exist)") as info:
+        RemoteLocation("s3://Not_A_Bucket").write_bytes("x", b"abc")
+    assert time.monotonic() - start < 3 and "tried" not in str(info.value)  # an invalid request: asked once

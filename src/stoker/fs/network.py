@@ -28,6 +28,7 @@ Example:
 
 from __future__ import annotations
 
+import errno
 import ftplib
 import http.client
 import io
@@ -57,6 +58,10 @@ MIN_RATE_BYTES_PER_S = 256 * 1024
 # Filesystems whose own settings carry the timeout; the local-only ones need none.
 _NATIVE = {"s3", "s3a", "http", "https", "ftp"}
 _NO_NETWORK = {"memory", "file", "local", "data", "reference"}
+
+# errno values with which a store refuses a request (s3fs: InvalidArgument, BucketNotEmpty, EntityTooLarge, ...)
+_REFUSALS = {errno.EINVAL, errno.EPERM, errno.EACCES, errno.ENOTEMPTY, errno.EMSGSIZE, errno.ENAMETOOLONG,
+             errno.EEXIST, errno.EROFS, errno.ENOSPC, errno.EFBIG}
 
 T = TypeVar("T")
 
@@ -208,12 +213,19 @@ def _classify(exc: BaseException, settings: NetSettings) -> tuple[str, bool] | N
                                               "EndpointConnectionError", "IncompleteReadError"))
         if "NoCredentialsError" in names or "PartialCredentialsError" in names:
             return f"no credentials ({_first_line(exc)}); set AWS_PROFILE or AWS_ACCESS_KEY_ID, or pass storage_options", False
-        return _first_line(exc), transient or "EndpointConnectionError" in names
+        response = getattr(exc, "response", None)
+        status = response.get("ResponseMetadata", {}).get("HTTPStatusCode") if isinstance(response, dict) else None
+        if isinstance(status, int):  # a ClientError: the store answered
+            code = str(response.get("Error", {}).get("Code", ""))  # type: ignore[union-attr]
+            busy = status >= 500 or status == 429 or code in ("SlowDown", "RequestTimeout", "Throttling")
+            return f"the store refused the request ({_first_line(exc)})", busy
+        return _first_line(exc), transient
     if "aiohttp" in modules:
         return f"the connection failed ({_first_line(exc)})", True
     if isinstance(exc, OSError) and not isinstance(exc, (FileNotFoundError, IsADirectoryError, NotADirectoryError,
                                                           FileExistsError, PermissionError)):
-        return f"the store failed ({_first_line(exc)})", True
+        # s3fs and others map a refused request to an errno: asking again gets the same answer
+        return f"the store refused or failed ({_first_line(exc)})", exc.errno not in _REFUSALS
     return None
 
 
