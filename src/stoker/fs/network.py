@@ -334,8 +334,9 @@ class NetFile(io.RawIOBase):
         return bytes(data)
 
     def readinto(self, buffer: Any) -> int:
-        data = self.read(len(memoryview(buffer)))
-        memoryview(buffer).cast("B")[: len(data)] = data
+        view = memoryview(buffer).cast("B")
+        data = self.read(len(view))
+        view[: len(data)] = data
         return len(data)
 
     def readall(self) -> bytes:
