@@ -111,12 +111,12 @@ def test_unknown_host_and_refused_port_are_one_line_and_not_retried(monkeypatch:
         RemoteLocation(f"http://127.0.0.1:{port}/x").read_bytes()
     with pytest.raises(NetworkError, match=rf"ftp://127.0.0.1:{port}/x: connection refused"):
         RemoteLocation(f"ftp://127.0.0.1:{port}/x").read_bytes()
+    assert time.monotonic() - start < 5  # nothing answers there a second later: no pauses, no retries
     try:
         socket.getaddrinfo("stoker-test.invalid", 443)
     except socket.gaierror:
         with pytest.raises(NetworkError, match=r"https://stoker-test.invalid/x: unknown host"):
             RemoteLocation("https://stoker-test.invalid/x").exists()
-    assert time.monotonic() - start < 5  # nothing answers there a second later: no pauses, no retries
     assert "\n" not in str(refused.value) and "not found" not in str(refused.value)
 
 
@@ -244,3 +244,12 @@ def test_a_refused_request_is_one_line_and_not_retried(s3_server: str, monkeypat
     with pytest.raises(NetworkError, match=r"s3://Not_A_Bucket/x: the store refused.*(not valid|does not exist)") as info:
         RemoteLocation("s3://Not_A_Bucket").write_bytes("x", b"abc")
     assert time.monotonic() - start < 3 and "tried" not in str(info.value)  # an invalid request: asked once
+
+
+def test_a_locations_filesystem_gets_the_timeouts_and_the_users_options(monkeypatch: pytest.MonkeyPatch) -> None:
+    pytest.importorskip("s3fs")
+    monkeypatch.setenv("STOKER_NET_TIMEOUT", "11")
+    mine = RemoteLocation("s3://some-bucket/x", {"config_kwargs": {"read_timeout": 7}, "anon": True})
+    assert mine.fs.config_kwargs["read_timeout"] == 7 and mine.fs.config_kwargs["connect_timeout"] == 11
+    assert mine.storage_options == {"config_kwargs": {"read_timeout": 7}, "anon": True}  # what travels: the user's own
+    assert mine.fs.retries == 1  # stoker retries; s3fs's own retries would multiply the attempts
