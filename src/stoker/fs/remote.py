@@ -183,6 +183,12 @@ class RemoteLocation(Location):
             size = self.size(name) if max_bytes is not None else None  # a HEAD, then one GET
             if max_bytes is not None and size is not None and size > max_bytes:
                 raise DataError(f"{self.url_of(name)}: {size:,} bytes, larger than {max_bytes:,} bytes")
+            if max_bytes is not None and size is None:  # the store does not say (HTTP without a length): read at most the limit
+                with self.open(name) as f:
+                    data = f.read(max_bytes + 1)
+                if len(data) > max_bytes:
+                    raise DataError(f"{self.url_of(name)}: larger than {max_bytes:,} bytes")
+                return bytes(data)
             return bytes(call(self.url_of(name), lambda: self.fs.cat_file(path), self.net, moves_bytes=size or 0))
         except FileNotFoundError:
             raise MissingFileError(f"{self.url_of(name)}: not found") from None
