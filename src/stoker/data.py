@@ -45,11 +45,12 @@ import torch
 from torch.utils.data import Dataset
 
 from stoker.decode import Box, resize
-from stoker.errors import ConfigError, DataError, LabelError, MissingFileError
+from stoker.errors import ConfigError, DataError, LabelError, MissingFileError, NetworkError
 from stoker.fs import PATH_OR_URL_TYPES, Location, where
 from stoker.loading.skips import OnError, check_on_error
 from stoker.shards.dataset import ShardDataset
 from stoker.shards.manifest import Manifest
+from stoker.shards.manifest_cache import has_cached
 from stoker.sources.class_folders import ClassFolderDataset
 from stoker.sources.dataset import FileDataset
 from stoker.sources.ids import IdDataset
@@ -129,7 +130,13 @@ def detect_layout(path: PathLike) -> Layout:
             layout is ambiguous (the message says what was found and what to pass).
     """
     p = where(path)  # a local path or a URL: the same questions (stoker.fs)
-    if p.is_file():
+    try:
+        is_file = p.is_file()
+    except NetworkError:  # the store is unreachable: a shard set whose manifest is cached still opens, offline
+        if has_cached(p.url):
+            return "shards"
+        raise
+    if is_file:
         suffix = p.suffix.lower()
         if suffix == ".txt":
             return "label_file"

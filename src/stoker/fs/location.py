@@ -182,6 +182,14 @@ class Location(ABC):
             DataError: it is not a regular file, cannot be read, or is larger than ``max_bytes``.
         """
 
+    def sha256(self, name: str | None = None) -> str | None:
+        """The SHA-256 (hex) the store itself keeps for this file, where it keeps a trustworthy one; else None.
+
+        None here (a local disk keeps none): read the bytes to check them. See
+        :meth:`stoker.fs.remote.RemoteLocation.sha256` for the stores that do.
+        """
+        return None
+
     def read_text(self, encoding: str = "utf-8") -> str:
         """The text of this file."""
         return self.read_bytes().decode(encoding)

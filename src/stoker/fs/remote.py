@@ -3,17 +3,25 @@
 Credentials and endpoints come from fsspec's usual configuration: the environment
 (``AWS_ENDPOINT_URL``, ``AWS_PROFILE``, ``FSSPEC_S3_ENDPOINT_URL``, ...), fsspec's config
 files, or ``storage_options=``; stoker adds none of its own.
+
+Every call that touches the store has a timeout and bounded retries, and fails with one
+:class:`~stoker.errors.NetworkError` line naming the URL and the cause
+(:mod:`stoker.fs.network`: ``STOKER_NET_TIMEOUT``, ``STOKER_NET_RETRIES``).
 """
 
 from __future__ import annotations
 
+import base64
 import fnmatch
 import os
 from collections.abc import Callable, Iterator, Mapping
-from typing import IO, Any
+from typing import IO, Any, TypeVar, cast
 
 from stoker.errors import ConfigError, DataError, LabelError, MissingFileError
 from stoker.fs.location import FileKinds, Location, join, parent, walk_kinds
+from stoker.fs.network import NetFile, NetSettings, call, protocol_of, with_network_defaults
+
+T = TypeVar("T")
 
 __all__ = ["RemoteLocation"]
 
@@ -46,6 +54,7 @@ class RemoteLocation(Location):
         self._fs: Any = None
         self._path = ""
         self._pid = 0
+        self.net = NetSettings.from_env()
         self.fs  # noqa: B018  (fail now, with the install hint, rather than on first read)
 
     @property
@@ -53,7 +62,9 @@ class RemoteLocation(Location):
         """The fsspec filesystem (``fsspec.AbstractFileSystem``), made again in a forked process."""
         if self._fs is None or self._pid != os.getpid():
             # Async filesystems (s3fs, gcsfs) are not fork-safe: a DataLoader worker makes its own.
-            self._fs, self._path = _url_to_fs(self.url, self.storage_options)
+            self._fs, self._path = _url_to_fs(self.url, with_network_defaults(self.url, self.storage_options, self.net), self.net)
+            if hasattr(self._fs, "retries") and type(self._fs).__module__.startswith("s3fs"):
+                self._fs.retries = 1  # stoker retries (stoker.fs.network); s3fs's own would multiply the attempts
             self._pid = os.getpid()
         return self._fs
 
@@ -93,31 +104,75 @@ class RemoteLocation(Location):
     def _p(self, name: str | None) -> str:
         return self.path if not name else self.path.rstrip("/") + "/" + name.strip("/")
 
+    def _call(self, name: str | None, fn: Callable[[], T]) -> T:
+        """``fn()`` with the network's timeouts and retries; a failure is one NetworkError naming the URL."""
+        return call(self.url_of(name), fn, self.net)
+
+    def _info(self, name: str | None) -> dict[str, Any] | None:
+        """The store's answer for one path (type, size), or None if nothing is there.
+
+        fsspec's own ``exists``/``isfile``/``isdir`` answer False to any error, so an
+        unreachable store would read as "not found"; this asks ``info`` and lets a network
+        failure through as one.
+        """
+        path = self._p(name)
+        try:
+            return cast("dict[str, Any]", self._call(name, lambda: self.fs.info(path)))
+        except (FileNotFoundError, NotADirectoryError):
+            return None
+
     # -- questions ------------------------------------------------------------------------
     def exists(self, name: str | None = None) -> bool:
-        """True if the object or folder exists."""
-        return bool(self.fs.exists(self._p(name)))
+        """True if the object or folder exists.
+
+        Raises:
+            NetworkError: the store cannot be reached.
+        """
+        return self._info(name) is not None
 
     def is_file(self, name: str | None = None) -> bool:
-        """True if this is an object (a file)."""
-        return bool(self.fs.isfile(self._p(name)))
+        """True if this is an object (a file).
+
+        Raises:
+            NetworkError: the store cannot be reached.
+        """
+        info = self._info(name)
+        return info is not None and info.get("type") != "directory"
 
     def is_dir(self, name: str | None = None) -> bool:
-        """True if this is a folder (on object stores: a prefix with objects under it)."""
-        return bool(self.fs.isdir(self._p(name)))
+        """True if this is a folder (on object stores: a prefix with objects under it).
+
+        Raises:
+            NetworkError: the store cannot be reached.
+        """
+        info = self._info(name)
+        if info is None:
+            return False
+        if info.get("type") == "directory":
+            return True
+        if protocol_of(self.url) not in ("http", "https"):
+            return False
+        path = self._p(name)  # a web server answers for a folder's index page as for a file: ask for a listing
+        return bool(self._call(name, lambda: self.fs.isdir(path)))
 
     def size(self, name: str | None = None) -> int | None:
-        """Bytes of one object, or None if there is none (for stores that cannot list, like plain HTTP)."""
+        """Bytes of one object, or None if there is none (for stores that cannot list, like plain HTTP).
+
+        Raises:
+            NetworkError: the store cannot be reached (that is not "no such object").
+        """
+        path = self._p(name)
         try:
-            return int(self.fs.size(self._p(name)))
-        except (FileNotFoundError, OSError, TypeError, ValueError):
+            return int(self._call(name, lambda: self.fs.size(path)))
+        except (FileNotFoundError, TypeError, ValueError):
             return None
 
     # -- reading --------------------------------------------------------------------------
     def open(self, name: str | None = None) -> IO[bytes]:
-        """The object open for reading bytes (streamed through fsspec)."""
+        """The object open for reading bytes (streamed through fsspec; reads time out and resume after a dropped connection)."""
+        path = self._p(name)
         try:
-            return self.fs.open(self._p(name), "rb")  # type: ignore[no-any-return]
+            return cast("IO[bytes]", NetFile(self.url_of(name), lambda: self.fs.open(path, "rb"), self.net))
         except FileNotFoundError:
             raise MissingFileError(f"{self.url_of(name)}: not found") from None
 
@@ -125,21 +180,54 @@ class RemoteLocation(Location):
         """The bytes of this object (or of ``name`` inside this folder), of at most ``max_bytes``."""
         path = self._p(name)
         try:
-            if max_bytes is not None and (size := int(self.fs.size(path))) > max_bytes:  # a HEAD, then one GET
+            size = self.size(name) if max_bytes is not None else None  # a HEAD, then one GET
+            if max_bytes is not None and size is not None and size > max_bytes:
                 raise DataError(f"{self.url_of(name)}: {size:,} bytes, larger than {max_bytes:,} bytes")
-            return bytes(self.fs.cat_file(path))
+            if max_bytes is not None and size is None:  # the store does not say (HTTP without a length): read at most the limit
+                with self.open(name) as f:
+                    data = f.read(max_bytes + 1)
+                if len(data) > max_bytes:
+                    raise DataError(f"{self.url_of(name)}: larger than {max_bytes:,} bytes")
+                return bytes(data)
+            return bytes(call(self.url_of(name), lambda: self.fs.cat_file(path), self.net, moves_bytes=size or 0))
         except FileNotFoundError:
             raise MissingFileError(f"{self.url_of(name)}: not found") from None
 
+    def sha256(self, name: str | None = None) -> str | None:
+        """The SHA-256 (hex) the store itself keeps for one object, where it keeps a trustworthy one; else None.
+
+        Only S3's full-object ``ChecksumSHA256`` counts (asked with ``ChecksumMode=ENABLED``):
+        an ETag is an MD5 at best, and a multipart upload's composite checksum is not the
+        object's hash. Any other store: None (read the bytes to check them).
+
+        Raises:
+            NetworkError: the store cannot be reached.
+        """
+        if protocol_of(self.url) not in ("s3", "s3a") or not hasattr(self.fs, "call_s3"):
+            return None
+        bucket, key, _ = self.fs.split_path(self._p(name))
+        try:
+            head = self._call(name, lambda: self.fs.call_s3("head_object", Bucket=bucket, Key=key, ChecksumMode="ENABLED"))
+        except FileNotFoundError:
+            return None
+        value = head.get("ChecksumSHA256") if isinstance(head, dict) else None
+        if not value or "-" in str(value) or head.get("ChecksumType", "FULL_OBJECT") != "FULL_OBJECT":
+            return None
+        try:
+            return base64.b64decode(str(value), validate=True).hex()
+        except ValueError:
+            return None
+
     # -- listing --------------------------------------------------------------------------
     def _entries(self, refresh: bool = False) -> list[dict[str, Any]]:
+        path = self.path
         try:
             if refresh:
                 try:
-                    return list(self.fs.ls(self.path, detail=True, refresh=True))
+                    return list(self._call(None, lambda: self.fs.ls(path, detail=True, refresh=True)))
                 except TypeError:  # filesystems whose ls takes no refresh=
                     pass
-            return list(self.fs.ls(self.path, detail=True))
+            return list(self._call(None, lambda: self.fs.ls(path, detail=True)))
         except (FileNotFoundError, NotADirectoryError):
             return []
 
@@ -151,7 +239,7 @@ class RemoteLocation(Location):
         """``(folder, kinds)`` for this folder and each below, parents first in name order, from one recursive listing."""
         base = self.path.rstrip("/") + "/"
         tree: dict[str, FileKinds] = {"": {}}
-        for path in self.fs.find(self.path):
+        for path in self._call(None, lambda: self.fs.find(self.path)):
             text = str(path)
             if not text.startswith(base):
                 continue
@@ -204,16 +292,19 @@ class RemoteLocation(Location):
         On object stores an object appears only once its upload is complete, so a reader
         never sees half a file.
         """
-        self.fs.put_file(os.fspath(local), self._p(name))
+        path, size = self._p(name), os.path.getsize(local)
+        call(self.url_of(name), lambda: self.fs.put_file(os.fspath(local), path), self.net, moves_bytes=size)
 
     def write_bytes(self, name: str, data: bytes) -> None:
         """Write a small object whole."""
-        self.fs.pipe_file(self._p(name), data)
+        path = self._p(name)
+        call(self.url_of(name), lambda: self.fs.pipe_file(path, data), self.net, moves_bytes=len(data))
 
     def remove(self, name: str) -> None:
         """Delete ``name`` if it is there."""
+        path = self._p(name)
         try:
-            self.fs.rm_file(self._p(name))
+            self._call(name, lambda: self.fs.rm_file(path))
         except FileNotFoundError:
             pass
 
@@ -228,13 +319,14 @@ class RemoteLocation(Location):
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.url, self.storage_options = state["url"], state["storage_options"]
         self._fs, self._path, self._pid = None, "", 0
+        self.net = NetSettings.from_env()
 
 
 def _last(path: Any) -> str:
     return str(path).rstrip("/").rsplit("/", 1)[-1]
 
 
-def _url_to_fs(url: str, storage_options: Mapping[str, Any]) -> tuple[Any, str]:
+def _url_to_fs(url: str, storage_options: Mapping[str, Any], net: NetSettings) -> tuple[Any, str]:
     protocol = url.split("::")[-1].split("://", 1)[0].lower()
     extra = _EXTRAS.get(protocol, "remote")
     try:
@@ -242,7 +334,8 @@ def _url_to_fs(url: str, storage_options: Mapping[str, Any]) -> tuple[Any, str]:
     except ImportError:
         raise ConfigError(f"{url}: reading URLs needs fsspec; pip install 'stoker[{extra}]'") from None
     try:
-        fs, path = fsspec.core.url_to_fs(url, **storage_options)
+        # Some filesystems (FTP, SFTP) connect when made: that is a network call like any other.
+        fs, path = call(url, lambda: fsspec.core.url_to_fs(url, **storage_options), net)
     except ImportError as exc:
         raise ConfigError(
             f"{url}: the filesystem for {protocol}:// is not installed ({exc}); pip install 'stoker[{extra}]'"

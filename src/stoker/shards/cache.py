@@ -40,6 +40,7 @@ import numpy as np
 
 from stoker.errors import ConfigError, ShardError
 from stoker.fs import Location
+from stoker.shards.cache_folder import default_cache_dir  # its own module: the manifest cache needs it too
 
 if TYPE_CHECKING:
     from stoker.shards.manifest import ShardInfo
@@ -68,15 +69,6 @@ def parse_bytes(value: int | str) -> int:
     if number < 1:
         raise ConfigError(f"{value!r}: a size must be at least one byte")
     return number
-
-
-def default_cache_dir() -> Path:
-    """``$STOKER_CACHE``, else ``$XDG_CACHE_HOME/stoker``, else ``~/.cache/stoker``."""
-    env = os.environ.get("STOKER_CACHE")
-    if env:
-        return Path(env).expanduser()
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "stoker"
 
 
 class _FileLock:

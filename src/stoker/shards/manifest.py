@@ -37,8 +37,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from stoker.errors import ConfigError, DataError, MissingFileError, ShardError
+from stoker.errors import ConfigError, DataError, MissingFileError, NetworkError, ShardError
 from stoker.fs import Location, where
+from stoker.fs.network import ADVICE
+from stoker.shards import manifest_cache
 from stoker.shards.format import (
     FORMAT_NAME,
     FORMAT_VERSION,
@@ -184,14 +186,29 @@ class Manifest:
         return write_json_atomic(Path(root) / MANIFEST_NAME, self.to_bytes())
 
     @classmethod
-    def load(cls, root: str | os.PathLike[str] | Location, storage_options: dict[str, Any] | None = None) -> Manifest:
+    def load(
+        cls,
+        root: str | os.PathLike[str] | Location,
+        storage_options: dict[str, Any] | None = None,
+        *,
+        cache_dir: str | os.PathLike[str] | None = None,
+    ) -> Manifest:
         """Read and check ``root/manifest.json`` (``root`` a folder, or a URL such as ``s3://bucket/packed``).
+
+        A manifest read from a URL is kept in the shard cache (``cache_dir``, default
+        :func:`~stoker.shards.cache.default_cache_dir`); when the store cannot be reached,
+        that copy is read instead, saying once that the set is read offline
+        (:mod:`stoker.shards.manifest_cache`).
 
         Raises:
             ShardError: the manifest is missing, unreadable, edited or malformed.
             ConfigError: the URL's filesystem is not installed.
+            NetworkError: the store cannot be reached and no copy of the manifest is cached.
         """
-        return _load(where(root, storage_options))
+        place = where(root, storage_options)
+        if place.is_local:
+            return _load(place)
+        return _load_remote(place, cache_dir)
 
 
 _REPACK_HINT = "the manifest was edited or damaged; restore it or re-pack with `stoker pack`"
@@ -209,8 +226,34 @@ def _no_manifest(where: str, has_plan: bool, exists: bool, what: str) -> ShardEr
     return ShardError(f"{where}: no {MANIFEST_NAME}, so this is not a shard set; make one with `stoker pack`")
 
 
+def _load_remote(place: Location, cache_dir: str | os.PathLike[str] | None) -> Manifest:
+    """``Manifest.load`` of a URL: from the store (then kept in the cache), else, offline, the cached copy."""
+    try:
+        data = _read(place)
+    except NetworkError as exc:
+        cached = manifest_cache.recall(place.url, cache_dir)
+        if cached is None:
+            raise NetworkError(
+                f"{str(exc).removesuffix('; ' + ADVICE)}; no copy of its manifest is in the cache "
+                f"{manifest_cache.cache_root(cache_dir)}, so it cannot be read offline; {ADVICE}"
+            ) from None
+        data, checked_at = cached
+        manifest = Manifest.from_bytes(data, f"the cached manifest of {place.url}")
+        manifest_cache.use_offline(place.url, checked_at, exc, cache_dir)
+        return manifest
+    manifest = Manifest.from_bytes(data, place.url_of(MANIFEST_NAME))
+    manifest_cache.remember(place.url, data, cache_dir)
+    manifest_cache.mark_online(place.url)
+    return manifest
+
+
 def _load(place: Location) -> Manifest:
     """``Manifest.load``: a folder or a URL, read the same way (the manifest first, nothing else)."""
+    return Manifest.from_bytes(_read(place), place.url_of(MANIFEST_NAME))
+
+
+def _read(place: Location) -> bytes:
+    """The bytes of ``place/manifest.json``; every problem but an unreachable store is a ShardError."""
     try:
         data = place.read_bytes(MANIFEST_NAME, max_bytes=_MAX_MANIFEST_BYTES)
     except MissingFileError:
@@ -218,9 +261,11 @@ def _load(place: Location) -> Manifest:
         raise _no_manifest(place.url, place.exists(PLAN_NAME), place.is_dir(), what) from None
     except DataError as exc:  # too large, not a regular file, or unreadable
         raise ShardError(f"{exc}; this is not a stoker manifest") from None
+    except (NetworkError, ConfigError):  # the store cannot be reached (one line already), or access is denied
+        raise
     except OSError as exc:
         raise ShardError(f"{place.url_of(MANIFEST_NAME)}: cannot read ({exc})") from None
-    return Manifest.from_bytes(data, place.url_of(MANIFEST_NAME))
+    return data
 
 
 def write_json_atomic(path: Path, data: bytes) -> Path:

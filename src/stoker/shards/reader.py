@@ -33,6 +33,7 @@ from stoker.shards.cache import ShardCache
 from stoker.shards.format import COLUMN_INDEX, MANIFEST_NAME, image_row_bytes, shard_schema
 from stoker.shards.gather import RowSpan, copy_rows, split_copy
 from stoker.shards.manifest import Manifest, ShardInfo
+from stoker.shards.manifest_cache import offline_since, require_cached
 
 __all__ = ["ShardFile", "ShardSet", "repair_hint"]
 
@@ -275,7 +276,7 @@ class ShardSet:
         # Before loading: a change in between is caught later. (A remote set is read through
         # the verified cache: a re-packed shard fails its SHA-256 there.)
         self._stamp = _manifest_stamp(local) if local is not None else None
-        self.manifest = Manifest.load(place)
+        self.manifest = Manifest.load(place, cache_dir=cache_dir)  # offline: the cached copy (stoker.shards.manifest_cache)
         self.infos = self.manifest.shards_of(split)
         self.schema = shard_schema(self.manifest.store, self.manifest.image_size, self.manifest.channels)
         self.starts = np.cumsum([0] + [info.samples for info in self.infos])
@@ -303,6 +304,9 @@ class ShardSet:
     def check_sizes(self) -> None:
         """Compare every shard's size on disk (or in the bucket: one listing) with the manifest (no data is read)."""
         if self.remote is not None:
+            if offline_since(self.remote.url) is not None and self.cache is not None:  # the store is unreachable
+                require_cached(self.remote.url, self.split, self.infos, self.cache.has)
+                return
             sizes = self.remote.sizes()
             for info in self.infos:
                 if info.name not in sizes:  # not listed (an HTTP server may not list): ask for it alone

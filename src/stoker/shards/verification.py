@@ -6,6 +6,7 @@ import hashlib
 import os
 import stat
 import sys
+import time
 import zlib
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
@@ -16,12 +17,13 @@ import torch
 from tqdm import tqdm
 
 from stoker.decode import decode_sample
-from stoker.errors import ConfigError, DataError, ShardError, StokerError
+from stoker.errors import ConfigError, DataError, NetworkError, ShardError, StokerError
 from stoker.fs import Location, where
 from stoker.lifetime import die_with_parent
 from stoker.shards.cache import ShardCache
 from stoker.shards.format import MANIFEST_NAME, shard_schema
 from stoker.shards.manifest import Manifest, ShardInfo
+from stoker.shards.manifest_cache import offline_since, require_cached
 from stoker.shards.reader import ShardFile
 
 __all__ = ["Fault", "VerifyReport", "verify"]
@@ -57,6 +59,7 @@ class VerifyReport:
     shards: int = 0
     samples: int = 0
     faults: list[Fault] = field(default_factory=list)
+    checked: str = ""  # a set at a URL: how its store was checked (read, compared checksums, or offline)
 
     @property
     def ok(self) -> bool:
@@ -78,14 +81,15 @@ class VerifyReport:
 
     def summary(self) -> str:
         """One line for a person."""
+        how = f" ({self.checked})" if self.checked else ""
         if self.ok:
-            return f"ok: {self.shards} shards, {self.samples} samples verified in {self.root}"
+            return f"ok: {self.shards} shards, {self.samples} samples verified in {self.root}{how}"
         row = self.first_bad_row
         first = str(self.faults[0]) + (f" (first bad row: {row.row}: {row.problem})" if row and row != self.faults[0] else "")
         return (
             f"FAULTY: {len(self.faults)} problem(s) in {self.root}; first: {first}. "
             "Delete the bad shards and re-run the same `stoker pack` command (it rewrites only the "
-            "missing ones), or re-pack with --overwrite."
+            f"missing ones), or re-pack with --overwrite.{how}"
         )
 
 
@@ -150,18 +154,71 @@ def _verify_in_worker(root: Path, manifest: Manifest, info: ShardInfo, decode: b
     return _verify_shard(root, manifest, info, decode, path)
 
 
-def _fetch_all(place: Location, manifest: Manifest, cache: ShardCache, progress: bool) -> tuple[dict[str, Path], list[Fault]]:
-    """Download a remote set's shards into the cache (each checked against its SHA-256 there)."""
+def _store_sha256(place: Location, name: str) -> tuple[str, bool]:
+    """(hex SHA-256 of an object in the store, whether it was read): the store's own checksum where trustworthy, else every byte."""
+    kept = place.sha256(name)
+    if kept is not None:
+        return kept, False
+    digest = hashlib.sha256()
+    with place.open(name) as f:
+        while chunk := f.read(1 << 22):
+            digest.update(chunk)
+    return digest.hexdigest(), True
+
+
+def _check_store(place: Location, manifest: Manifest, cache: ShardCache, progress: bool) -> tuple[dict[str, Path], list[Fault], str]:
+    """Check every object of a remote set in its store against the manifest; the shards' verified cache copies to check deeper.
+
+    A shard not in the cache is downloaded into it (the download is hashed and compared
+    with the manifest). A cached one is checked against the store too — by the store's
+    own SHA-256 where it keeps a trustworthy one (S3's ``ChecksumSHA256``), else by
+    reading the object — so a shard changed in the store after it was cached is a fault.
+    """
     paths: dict[str, Path] = {}
     faults: list[Fault] = []
-    with tqdm(total=manifest.bytes, unit="B", unit_scale=True, desc="download", disable=not progress, file=sys.stderr) as bar:
+    sizes = place.sizes()
+    read = compared = 0
+    with tqdm(total=manifest.bytes, unit="B", unit_scale=True, desc="check store", disable=not progress, file=sys.stderr) as bar:
         for info in manifest.shards:
-            try:
-                paths[info.name] = cache.fetch(place, info)
-            except ShardError as exc:
-                faults.append(Fault(info.name, None, str(exc).removeprefix(f"shard {info.name}: ")))
             bar.update(info.bytes)
-    return paths, faults
+            size = sizes[info.name] if info.name in sizes else place.size(info.name)
+            if size is None:
+                faults.append(Fault(info.name, None, f"{place.url_of(info.name)} is missing in the store"))
+                continue
+            if size != info.bytes:
+                faults.append(Fault(info.name, None, f"{size} bytes in the store, the manifest says {info.bytes} (truncated or changed)"))
+                continue
+            if not cache.has(info):
+                try:
+                    paths[info.name] = cache.fetch(place, info)  # read whole, hashed and compared on the way in
+                    read += 1
+                except ShardError as exc:
+                    faults.append(Fault(info.name, None, str(exc).removeprefix(f"shard {info.name}: ")))
+                continue
+            try:
+                digest, was_read = _store_sha256(place, info.name)
+            except FileNotFoundError:
+                faults.append(Fault(info.name, None, f"{place.url_of(info.name)} is missing in the store"))
+                continue
+            read, compared = read + was_read, compared + (not was_read)
+            if digest != info.sha256:
+                faults.append(Fault(info.name, None, f"the object in the store does not match the manifest's SHA-256 "
+                                                     f"(it was changed after packing, or is damaged): {place.url_of(info.name)}"))
+                continue
+            paths[info.name] = cache.path_of(info)
+    how = [f"read {read} objects" if read else "", f"compared {compared} store SHA-256 checksums" if compared else ""]
+    return paths, faults, "checked the store: " + " and ".join(h for h in how if h) if read or compared else "checked the store"
+
+
+def _cached_only(url: str, manifest: Manifest, cache: ShardCache) -> tuple[dict[str, Path], list[Fault], str]:
+    """Offline: the cached copies of a remote set's shards (NetworkError if one is not cached: nothing to check it by)."""
+    for split, infos in manifest.splits.items():
+        require_cached(url, split, infos, cache.has)
+    paths = {info.name: cache.path_of(info) for info in manifest.shards}
+    faults: list[Fault] = []
+    since = offline_since(url)
+    when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(since)) if since is not None else "never"
+    return paths, faults, f"offline: checked the cached copies, not the store; last checked against the store {when}"
 
 
 def verify(
@@ -178,9 +235,15 @@ def verify(
     Unlike opening a :class:`ShardDataset` (which only compares sizes), this reads every
     byte. It never raises for damaged data: every problem becomes a :class:`Fault`.
 
-    A shard set at a URL is downloaded into the verified cache first (see
-    :mod:`stoker.shards.cache`; a shard whose SHA-256 does not match is a fault and is
-    not kept), then checked like a local one.
+    A shard set at a URL is checked in its store, not in the cache: every object's size,
+    and its SHA-256 — the store's own where it keeps a trustworthy one (S3's
+    ``ChecksumSHA256``), else by reading every byte (a shard not yet cached is downloaded
+    into the verified cache, hashed on the way). The cached copies are then checked like
+    a local set. ``report.checked`` says which was done. With the store unreachable, a
+    set whose manifest is cached is checked from the cache (and says so).
+
+    Raises:
+        NetworkError: the store cannot be reached and the set is not fully cached.
 
     Args:
         root: the shard set folder, or its URL.
@@ -203,7 +266,9 @@ def verify(
     place = where(root, storage_options)
     report = VerifyReport(str(place))
     try:
-        manifest = Manifest.load(place)
+        manifest = Manifest.load(place, cache_dir=cache_dir)
+    except NetworkError:
+        raise  # the store cannot be reached and nothing is cached: that is no fault of the set
     except StokerError as exc:
         report.faults.append(Fault(MANIFEST_NAME, None, str(exc)))
         return report
@@ -211,7 +276,11 @@ def verify(
     fetch_faults: list[Fault] = []
     local = place.local_path  # shards are memory-mapped: a set at a URL is fetched into the verified cache first
     if local is None:
-        paths, fetch_faults = _fetch_all(place, manifest, ShardCache(cache_dir), progress)
+        cache = ShardCache(cache_dir)
+        if offline_since(place.url) is not None:
+            paths, fetch_faults, report.checked = _cached_only(place.url, manifest, cache)
+        else:
+            paths, fetch_faults, report.checked = _check_store(place, manifest, cache, progress)
         root = Path(".")  # unused: every shard's path is given
     else:
         root = local
