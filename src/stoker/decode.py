@@ -42,6 +42,7 @@ __all__ = [
     "decode_array",
     "decode_image",
     "decode_sample",
+    "declared_size",
     "get_max_pixels",
     "png_decoder",
     "resize",
@@ -111,7 +112,7 @@ def decode_image(
         raise DecodeError(f"{name}: the file is empty; {_BAD_SAMPLE_HINT}")
     view = memoryview(buffer)  # type: ignore[arg-type]  # ndarray is a buffer (stubs < 3.12 disagree)
     head = view[:8].tobytes()
-    size = _declared_size(view, head)
+    size = declared_size(buffer)
     if size is not None:
         _check_pixels(size, limit, name)
     if head == _PNG_SIGNATURE:
@@ -124,8 +125,7 @@ def decode_image(
     encoded = torch.from_numpy(buffer.copy())  # torchvision wants a writable tensor
     try:
         image = _tv_decode_image(encoded, mode=ImageReadMode.RGB)
-    except (RuntimeError, ValueError):
-        # not a format torchvision reads, or corrupt: let PIL have a go
+    except Exception:  # noqa: BLE001 - not a format it reads, corrupt, or crafted (it may raise anything): PIL decides
         return _decode_with_pil(view, name, limit)
     if image.ndim == 4:  # an animated GIF or WEBP: frames x C x H x W
         image = image[0]
@@ -205,25 +205,73 @@ _JPEG_SOF = frozenset(range(0xC0, 0xD0)) - {0xC4, 0xC8, 0xCC}
 
 
 def _jpeg_size(data: memoryview) -> tuple[int, int] | None:
+    """``(width, height)`` of a JPEG's first frame header, walking the markers as libjpeg does.
+
+    libjpeg skips bytes that are not a marker (with a warning) and goes on looking, so this
+    does too: stopping at the first stray byte would let a crafted file hide a huge frame
+    header from the pixel limit behind one byte of garbage.
+    """
     pos, end = 2, len(data)
-    while pos + 4 <= end:
-        if data[pos] != 0xFF:
-            return None  # not a marker: leave it to the decoder to complain
+    while pos + 1 < end:
+        if data[pos] != 0xFF:  # garbage between markers: find the next 0xFF, a window at a time
+            window = data[pos : pos + 4096].tobytes()
+            found = window.find(b"\xff")
+            pos += len(window) if found < 0 else found
+            continue
         marker = data[pos + 1]
         if marker == 0xFF:  # fill byte
             pos += 1
             continue
-        if marker in (0x01, *range(0xD0, 0xD8)):  # markers without a length
+        if marker == 0x00 or marker in (0x01, *range(0xD0, 0xD8)):  # stuffed byte, or markers without a length
             pos += 2
             continue
-        if marker in _JPEG_SOF and pos + 9 <= end:
+        if marker in _JPEG_SOF:
+            if pos + 9 > end:
+                return None
             height = int.from_bytes(data[pos + 5 : pos + 7], "big")
             width = int.from_bytes(data[pos + 7 : pos + 9], "big")
             return width, height
         if marker in (0xD9, 0xDA):  # end of image, start of scan: no frame header before
             return None
+        if pos + 4 > end:
+            return None
         pos += 2 + int.from_bytes(data[pos + 2 : pos + 4], "big")
     return None
+
+
+def _libjpeg_size(data: np.ndarray) -> tuple[int, int] | None:
+    """``(width, height)`` as libjpeg-turbo's own header reader sees it (through simplejpeg), or None.
+
+    A second opinion on :func:`_jpeg_size`, from the library that decodes: whatever a
+    crafted header makes it raise (``KeyError`` for a luma sampling byte of 0x14) means
+    "no opinion", never an error out of stoker.
+    """
+    try:
+        import simplejpeg
+    except ImportError:  # pragma: no cover - a dependency; the marker walk alone then
+        return None
+    try:
+        height, width, _, _ = simplejpeg.decode_jpeg_header(data)
+    except Exception:  # noqa: BLE001 - crafted headers make it raise anything
+        return None
+    return int(width), int(height)
+
+
+def declared_size(data: bytes | bytearray | memoryview | np.ndarray) -> tuple[int, int] | None:
+    """``(width, height)`` an image's header declares (PNG, JPEG, GIF, WEBP), or None when it cannot be told cheaply.
+
+    For a JPEG, the larger of stoker's marker walk and libjpeg-turbo's own header reader,
+    so that no decoder is handed an image larger than it looks. Reads no pixels.
+    """
+    buffer = np.frombuffer(data, dtype=np.uint8) if not isinstance(data, np.ndarray) else data.reshape(-1)
+    view = memoryview(buffer)  # type: ignore[arg-type]  # ndarray is a buffer (stubs < 3.12 disagree)
+    head = view[:8].tobytes()
+    size = _declared_size(view, head)
+    if head[:2] == b"\xff\xd8":
+        other = _libjpeg_size(buffer)
+        if other is not None and (size is None or other[0] * other[1] > size[0] * size[1]):
+            size = other
+    return size
 
 
 def _check_png_chunks(data: memoryview, name: str) -> bool:
@@ -325,6 +373,10 @@ def _decode_with_pil(data: memoryview, name: str, max_pixels: int) -> torch.Tens
         ) from None
     except (UnidentifiedImageError, OSError, ValueError, SyntaxError, EOFError) as exc:
         raise DecodeError(f"{name}: cannot decode image ({exc}); {_BAD_SAMPLE_HINT}") from None
+    except DecodeError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - a crafted file may make a decoder raise anything (KeyError, MemoryError)
+        raise DecodeError(f"{name}: cannot decode image ({type(exc).__name__}: {exc}); {_BAD_SAMPLE_HINT}") from None
     # HWC -> CHW by numpy: several times faster than torch's permute(...).contiguous() on one thread.
     return torch.from_numpy(np.ascontiguousarray(rgb.transpose(2, 0, 1)))
 
@@ -336,13 +388,16 @@ def decode_array(data: bytes | bytearray | memoryview | np.ndarray, name: str) -
     array is grayscale. The result is converted to RGB, but its dtype is kept.
     """
     suffix = PurePath(name).suffix.lower()
+    limit = get_max_pixels()
     try:
         if suffix == ".pt":
+            _check_pt_entries(data, name)
             obj = torch.load(io.BytesIO(bytes(data)), map_location="cpu", weights_only=True)
             if not isinstance(obj, torch.Tensor):
                 raise DecodeError(f"{name}: expected a tensor, found {type(obj).__name__}; {_BAD_SAMPLE_HINT}")
             tensor = obj
         elif suffix == ".npy":
+            _check_npy_header(data, name, limit)
             tensor = torch.from_numpy(np.load(io.BytesIO(bytes(data)), allow_pickle=False).copy())
         else:
             raise DecodeError(f"{name}: not an array file (expected .pt or .npy)")
@@ -350,9 +405,68 @@ def decode_array(data: bytes | bytearray | memoryview | np.ndarray, name: str) -
         raise
     except Exception as exc:  # torch.load and np.load raise many kinds on garbage
         raise DecodeError(f"{name}: cannot load array ({type(exc).__name__}: {exc}); {_BAD_SAMPLE_HINT}") from None
+    if tensor.numel() > _MAX_CHANNELS * limit:
+        raise DecodeError(
+            f"{name}: the array holds {tensor.numel():,} values, more than {_MAX_CHANNELS} channels of the pixel limit of "
+            f"{limit:,}; {_BAD_SAMPLE_HINT}, or raise the limit with stoker.decode.set_max_pixels / STOKER_MAX_PIXELS"
+        )
     if tensor.ndim == 3 and tensor.shape[0] not in (1, 2, 3, 4) and tensor.shape[-1] in (1, 2, 3, 4):
         tensor = tensor.permute(2, 0, 1)
     return to_rgb(tensor, name)
+
+
+_MAX_CHANNELS = 4  # an image array has at most RGBA
+
+
+def _check_pt_entries(data: bytes | bytearray | memoryview | np.ndarray, name: str) -> None:
+    """Refuse a ``.pt`` archive with compressed entries before torch inflates them (a zip bomb).
+
+    ``torch.save`` stores its entries uncompressed, so the tensors it loads are at most as
+    large as the file; a compressed entry could expand without bound.
+    """
+    import zipfile
+
+    try:
+        with zipfile.ZipFile(io.BytesIO(bytes(data))) as archive:
+            packed = [i.filename for i in archive.infolist() if i.compress_type != zipfile.ZIP_STORED]
+    except (zipfile.BadZipFile, OSError, ValueError, EOFError):
+        return  # not a zip (torch's legacy format, or garbage): torch.load decides
+    if packed:
+        raise DecodeError(
+            f"{name}: the .pt archive has compressed entries ({packed[0]!r}), which torch.save never writes "
+            f"(a zip bomb?); {_BAD_SAMPLE_HINT}"
+        )
+
+
+def _check_npy_header(data: bytes | bytearray | memoryview | np.ndarray, name: str, limit: int) -> None:
+    """Check a ``.npy`` header's shape against the file's size and the pixel limit before numpy allocates it."""
+    f = io.BytesIO(bytes(data[:65536]) if not isinstance(data, np.ndarray) else data[:65536].tobytes())
+    try:
+        version = np.lib.format.read_magic(f)
+        if version == (1, 0):
+            shape, _, dtype = np.lib.format.read_array_header_1_0(f)
+        elif version == (2, 0):
+            shape, _, dtype = np.lib.format.read_array_header_2_0(f)
+        else:
+            raise DecodeError(f"{name}: .npy format version {version} is not read (save with numpy.save); {_BAD_SAMPLE_HINT}")
+    except DecodeError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - numpy raises many kinds on a crafted header
+        raise DecodeError(f"{name}: cannot read the .npy header ({type(exc).__name__}: {exc}); {_BAD_SAMPLE_HINT}") from None
+    total = data.nbytes if isinstance(data, (np.ndarray, memoryview)) else len(data)
+    count = 1
+    for dim in shape:
+        count *= int(dim)
+    if count > _MAX_CHANNELS * limit:
+        raise DecodeError(
+            f"{name}: the .npy header declares shape {tuple(shape)} ({count:,} values), more than {_MAX_CHANNELS} channels "
+            f"of the pixel limit of {limit:,}; {_BAD_SAMPLE_HINT}, or raise the limit with stoker.decode.set_max_pixels"
+        )
+    if count * dtype.itemsize > total - f.tell():
+        raise DecodeError(
+            f"{name}: the .npy header declares {count * dtype.itemsize:,} bytes of data, the file holds "
+            f"{total - f.tell():,} (truncated or crafted); {_BAD_SAMPLE_HINT}"
+        )
 
 
 def crop(image: torch.Tensor, box: Box | None, name: str = "<tensor>") -> torch.Tensor:
