@@ -98,7 +98,7 @@ def _linked_folder(root: Location, name: str, follow_links: bool) -> str | None:
     if not follow_links and not _within(target, str(root.local_path)):
         raise DataError(
             f"{link}: the class folder is a symbolic link to {target}, outside the data folder {root.local_path}; "
-            "pass follow_links=True (stoker pack/train --follow-links) to read it, or copy the folder in"
+            "copy the folder in, or open it with stoker.ClassFolderDataset(root, follow_links=True) to read it"
         )
     return target
 
