@@ -46,6 +46,7 @@ LAYERS: dict[str, int] = {
     "shards": 4,
     "data": 5,
     "packer": 5,  # stoker.pack: open_data, then the shard writer
+    "fuzz_jpeg": 5,  # crafted JPEGs through files, packed shards and verify (its child process packs and reads)
     "train": 6,
     "bench": 6,
     "demo": 6,  # the tour (exempt itself); only the CLI imports it
