@@ -81,7 +81,9 @@ def main() -> int:
     args = parser.parse_args()
     start = time.perf_counter()
     stoker = run_guarded("png", range(args.cases), timeout_s=3600) if args.cases else Counter()
-    jpegs = run_jpeg_guarded(range(args.jpeg), memory_bound_bytes=args.memory_mib << 20, timeout_s=3600) if args.jpeg else Counter()
+    peaks: dict[str, int] = {}
+    jpegs = (run_jpeg_guarded(range(args.jpeg), memory_bound_bytes=args.memory_mib << 20, timeout_s=3600, peaks=peaks)
+             if args.jpeg else Counter())
     baseline = run_guarded("png", range(args.baseline), timeout_s=3600, decoder="torchvision") if args.baseline else Counter()
     alone = {name: run_guarded("png", range(args.cases), timeout_s=3600, decoder=name) for name in args.also}
     if args.cases:
@@ -90,6 +92,8 @@ def main() -> int:
         print(f"\n{args.jpeg:,} crafted JPEGs, each read as a file, from an encoded shard set (batch, row) and by verify "
               f"(bad: any other error, over {args.memory_mib} MiB, a crash, or verify ok where a read failed):\n")
         print(jpeg_table(jpegs))
+        print("\nmost memory one case took (tracemalloc peak or resident-set growth; verify: per block of 100): "
+              + ", ".join(f"{path} {peaks.get(path, 0) / 2**20:,.1f} MiB" for path in JPEG_PATHS))
     print(f"\n{args.jpeg:,} JPEG cases x {len(JPEG_PATHS)} paths; {args.cases:,} PNG cases through stoker (PNG decoder: {png_decoder()}), {args.baseline:,} through "
           f"torchvision alone, in {time.perf_counter() - start:,.0f} s")
     for name, counts in alone.items():

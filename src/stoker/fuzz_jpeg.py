@@ -233,6 +233,7 @@ def run_jpeg_guarded(
     memory_bound_bytes: int = 256 << 20,
     block: int = 100,
     timeout_s: float = 600.0,
+    peaks: dict[str, int] | None = None,
 ) -> Counter[tuple[str, str, str]]:
     """Read the crafted JPEGs ``seeds`` every way (:data:`JPEG_PATHS`) in a child process; count the outcomes.
 
@@ -243,6 +244,8 @@ def run_jpeg_guarded(
             outcome ``"memory"``.
         block: cases packed into one shard set (verify is measured per block).
         timeout_s: the child's limit per start (a hang fails the run).
+        peaks: filled with the most bytes one case (verify: one block) allocated or
+            touched, per path.
 
     Returns:
         A counter of ``(path, mutation, outcome)``; outcomes are :data:`JPEG_OUTCOMES`.
@@ -269,7 +272,10 @@ def run_jpeg_guarded(
         kinds: dict[int, str] = {}
         started: tuple[int, str, str] | None = None
         for line in child.stdout.splitlines():
-            seed, kind, path, what = json.loads(line)[:4]
+            record = json.loads(line)
+            seed, kind, path, what = record[:4]
+            if peaks is not None and what in JPEG_OUTCOMES and len(record) > 4:
+                peaks[path] = max(peaks.get(path, 0), int(record[4]))
             if what == "start":
                 started = (seed, kind, path)
             elif what in JPEG_OUTCOMES:
