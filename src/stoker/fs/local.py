@@ -24,7 +24,7 @@ from typing import IO
 from stoker.errors import DataError, LabelError, MissingFileError
 from stoker.fs.location import FileKinds, Location, walk_kinds
 
-__all__ = ["LocalLocation", "open_regular", "read_inside", "resolve_inside", "scan_kinds"]
+__all__ = ["LocalLocation", "is_within", "open_regular", "read_inside", "resolve_inside", "scan_kinds"]
 
 # O_NONBLOCK: opening a FIFO must not wait for a writer; the fstat then refuses it.
 _OPEN_FLAGS = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
@@ -60,7 +60,7 @@ def open_regular(
         raise DataError(f"{shown}: not a regular file (a FIFO, device or folder); only regular files are data")
     if inside is not None:
         opened = _opened_path(fd, path, info)
-        if opened is None or not any(_is_within(opened, folder) for folder in inside):
+        if opened is None or not any(is_within(opened, folder) for folder in inside):
             os.close(fd)
             raise DataError(
                 f"{shown}: the file opened is {opened or 'somewhere else (the path changed while it was opened)'}, "
@@ -73,7 +73,8 @@ def open_regular(
     return os.fdopen(fd, "rb")
 
 
-def _is_within(path: str, folder: str) -> bool:
+def is_within(path: str, folder: str) -> bool:
+    """Whether the absolute ``path`` is ``folder`` or below it (by name: resolve both first)."""
     return path == folder or path.startswith(folder.rstrip(os.sep) + os.sep)
 
 

@@ -11,6 +11,7 @@ from typing import Literal
 from stoker.decode import SAMPLE_SUFFIXES
 from stoker.errors import ConfigError, DataError, MissingFileError
 from stoker.fs import FileKinds, Location, PathOrURL, join, where
+from stoker.fs.local import is_within
 from stoker.loading.skips import OnError
 from stoker.sources.dataset import FileDataset, Transform
 from stoker.sources.index import SampleIndex, Source
@@ -75,12 +76,8 @@ def _list_files(
         place = where(target)
         for rel_dir, kinds in place.walk():
             add(folder, rel_dir, kinds, place, 0)
-    outside = tuple(t for t in linked.values() if not _within(t, str(root)))
+    outside = tuple(t for t in linked.values() if not is_within(t, str(root)))
     return folders, files, outside
-
-
-def _within(path: str, folder: str) -> bool:
-    return path == folder or path.startswith(folder.rstrip(os.sep) + os.sep)
 
 
 def _linked_folder(root: Location, name: str, follow_links: bool) -> str | None:
@@ -95,7 +92,7 @@ def _linked_folder(root: Location, name: str, follow_links: bool) -> str | None:
     target = os.path.realpath(link)
     if not os.path.isdir(target):
         return None  # a link to a file, or dangling: not a class folder (files at the top are not samples)
-    if not follow_links and not _within(target, str(root.local_path)):
+    if not follow_links and not is_within(target, str(root.local_path)):
         raise DataError(
             f"{link}: the class folder is a symbolic link to {target}, outside the data folder {root.local_path}; "
             "copy the folder in, or open it with stoker.ClassFolderDataset(root, follow_links=True) to read it"
