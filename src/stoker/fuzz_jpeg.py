@@ -176,7 +176,7 @@ def rss():
 def measured(seed, kind, path, read):
     say(seed, kind, path, "start")
     tracemalloc.reset_peak()
-    before = rss()
+    held, before = tracemalloc.get_traced_memory()[0], rss()
     try:
         outcome = read()
     except DecodeError:
@@ -184,7 +184,7 @@ def measured(seed, kind, path, read):
     except Exception as exc:
         say(seed, kind, path, "note", f"{type(exc).__name__}: {exc}"[:300])
         outcome = "other error"
-    used = max(tracemalloc.get_traced_memory()[1], rss() - before)
+    used = max(tracemalloc.get_traced_memory()[1] - held, rss() - before)  # what this case took, above what was held
     say(seed, kind, path, "memory" if used > bound else outcome, used)
 
 def read_file(data, seed):
@@ -215,9 +215,9 @@ with tempfile.TemporaryDirectory() as tmp:
             measured(seed, kind, "shard row", lambda i=i: raising[i] and "decoded")
         say(part[0], "block", "verify", "start")
         tracemalloc.reset_peak()
-        before = rss()
+        held, before = tracemalloc.get_traced_memory()[0], rss()
         report = verify(folder / "shards", workers=0)
-        used = max(tracemalloc.get_traced_memory()[1], rss() - before)
+        used = max(tracemalloc.get_traced_memory()[1] - held, rss() - before)
         bad_rows = {(f.shard, f.row) for f in report.faults}
         for info, seed in zip(infos, row_seed):
             outcome = "DecodeError" if (info["shard"], info["row"]) in bad_rows else "decoded"
