@@ -33,6 +33,7 @@ LAYERS: dict[str, int] = {
     "errors": 0,
     "decode": 0,
     "jpeg": 0,  # reduced-scale and on-device JPEG decoding, beside decode
+    "headers": 0,  # what a file declares (size, shape), read before a decoder allocates
     "_tomllib": 0,
     "mixing": 0,
     "order": 0,  # the order of an epoch: seed rule, permutation, buffer shuffle, split (numpy only)
