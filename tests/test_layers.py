@@ -33,6 +33,7 @@ LAYERS: dict[str, int] = {
     "errors": 0,
     "decode": 0,
     "jpeg": 0,  # reduced-scale and on-device JPEG decoding, beside decode
+    "headers": 0,  # what a file declares (size, shape), read before a decoder allocates
     "_tomllib": 0,
     "mixing": 0,
     "order": 0,  # the order of an epoch: seed rule, permutation, buffer shuffle, split (numpy only)
@@ -46,6 +47,7 @@ LAYERS: dict[str, int] = {
     "shards": 4,
     "data": 5,
     "packer": 5,  # stoker.pack: open_data, then the shard writer
+    "fuzz_jpeg": 5,  # crafted JPEGs through files, packed shards and verify (its child process packs and reads)
     "train": 6,
     "bench": 6,
     "demo": 6,  # the tour (exempt itself); only the CLI imports it

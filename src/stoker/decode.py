@@ -28,6 +28,8 @@ from torchvision.io import ImageReadMode
 from torchvision.io import decode_image as _tv_decode_image
 
 from stoker.errors import ConfigError, DecodeError
+from stoker.headers import BAD_SAMPLE_HINT as _BAD_SAMPLE_HINT
+from stoker.headers import MAX_CHANNELS, PNG_SIGNATURE, check_npy_header, check_pt_entries, declared_size
 
 try:  # libspng, bundled in imagecodecs' wheel: PNG at 1.2-1.6x Pillow's speed, GIL released
     from imagecodecs import spng_decode as _spng_decode
@@ -42,6 +44,7 @@ __all__ = [
     "decode_array",
     "decode_image",
     "decode_sample",
+    "declared_size",
     "get_max_pixels",
     "png_decoder",
     "resize",
@@ -55,8 +58,6 @@ IMAGE_SUFFIXES: tuple[str, ...] = (
 ARRAY_SUFFIXES: tuple[str, ...] = (".pt", ".npy")
 SAMPLE_SUFFIXES: tuple[str, ...] = ARRAY_SUFFIXES + IMAGE_SUFFIXES
 
-# What a bad sample message tells the user to do.
-_BAD_SAMPLE_HINT = "delete or re-export the file, or load with on_error='skip' to skip bad samples"
 
 Box = tuple[int, int, int, int]  # (top, left, height, width), as torchvision's F.crop
 
@@ -111,10 +112,10 @@ def decode_image(
         raise DecodeError(f"{name}: the file is empty; {_BAD_SAMPLE_HINT}")
     view = memoryview(buffer)  # type: ignore[arg-type]  # ndarray is a buffer (stubs < 3.12 disagree)
     head = view[:8].tobytes()
-    size = _declared_size(view, head)
+    size = declared_size(buffer)
     if size is not None:
         _check_pixels(size, limit, name)
-    if head == _PNG_SIGNATURE:
+    if head == PNG_SIGNATURE:
         # Never libpng through torchvision: it crashes the process on some damaged PNGs.
         if _check_png_chunks(view, name) and _spng_decode is not None:
             image = _decode_with_spng(buffer, name)
@@ -124,15 +125,13 @@ def decode_image(
     encoded = torch.from_numpy(buffer.copy())  # torchvision wants a writable tensor
     try:
         image = _tv_decode_image(encoded, mode=ImageReadMode.RGB)
-    except (RuntimeError, ValueError):
-        # not a format torchvision reads, or corrupt: let PIL have a go
+    except Exception:  # noqa: BLE001 - not a format it reads, corrupt, or crafted (it may raise anything): PIL decides
         return _decode_with_pil(view, name, limit)
     if image.ndim == 4:  # an animated GIF or WEBP: frames x C x H x W
         image = image[0]
     return image
 
 
-_PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 _DEFAULT_MAX_PIXELS = 89_478_485  # PIL's Image.MAX_IMAGE_PIXELS: about 9459 x 9459
 _MAX_PIXELS_ENV = "STOKER_MAX_PIXELS"
 _max_pixels: int | None = None  # set_max_pixels; None reads the environment
@@ -178,52 +177,6 @@ def _check_pixels(size: tuple[int, int], limit: int, name: str) -> None:
             f"{limit:,} (a decompression bomb, or a very large image); {_BAD_SAMPLE_HINT}, "
             "or raise the limit with stoker.decode.set_max_pixels / STOKER_MAX_PIXELS"
         )
-
-
-def _declared_size(data: memoryview, head: bytes) -> tuple[int, int] | None:
-    """``(width, height)`` a PNG, JPEG, GIF or WEBP header declares, or None when not found (cheap)."""
-    if head == _PNG_SIGNATURE and len(data) >= 24 and data[12:16].tobytes() == b"IHDR":
-        return int.from_bytes(data[16:20], "big"), int.from_bytes(data[20:24], "big")
-    if head[:2] == b"\xff\xd8":
-        return _jpeg_size(data)
-    if head[:6] in (b"GIF87a", b"GIF89a") and len(data) >= 10:
-        return int.from_bytes(data[6:8], "little"), int.from_bytes(data[8:10], "little")
-    if head[:4] == b"RIFF" and data[8:12].tobytes() == b"WEBP" and len(data) >= 30:
-        kind = data[12:16].tobytes()
-        if kind == b"VP8X":
-            return int.from_bytes(data[24:27], "little") + 1, int.from_bytes(data[27:30], "little") + 1
-        if kind == b"VP8 ":
-            return int.from_bytes(data[26:28], "little") & 0x3FFF, int.from_bytes(data[28:30], "little") & 0x3FFF
-        if kind == b"VP8L":
-            bits = int.from_bytes(data[21:25], "little")
-            return (bits & 0x3FFF) + 1, ((bits >> 14) & 0x3FFF) + 1
-    return None
-
-
-# Start-of-frame markers: C0-CF except DHT (C4), JPG (C8) and DAC (CC).
-_JPEG_SOF = frozenset(range(0xC0, 0xD0)) - {0xC4, 0xC8, 0xCC}
-
-
-def _jpeg_size(data: memoryview) -> tuple[int, int] | None:
-    pos, end = 2, len(data)
-    while pos + 4 <= end:
-        if data[pos] != 0xFF:
-            return None  # not a marker: leave it to the decoder to complain
-        marker = data[pos + 1]
-        if marker == 0xFF:  # fill byte
-            pos += 1
-            continue
-        if marker in (0x01, *range(0xD0, 0xD8)):  # markers without a length
-            pos += 2
-            continue
-        if marker in _JPEG_SOF and pos + 9 <= end:
-            height = int.from_bytes(data[pos + 5 : pos + 7], "big")
-            width = int.from_bytes(data[pos + 7 : pos + 9], "big")
-            return width, height
-        if marker in (0xD9, 0xDA):  # end of image, start of scan: no frame header before
-            return None
-        pos += 2 + int.from_bytes(data[pos + 2 : pos + 4], "big")
-    return None
 
 
 def _check_png_chunks(data: memoryview, name: str) -> bool:
@@ -283,7 +236,7 @@ def _decode_with_spng(buffer: np.ndarray, name: str) -> torch.Tensor | None:
 def is_png(data: bytes | bytearray | memoryview | np.ndarray) -> bool:
     """Whether ``data`` starts with the PNG signature."""
     head = data[:8].tobytes() if isinstance(data, np.ndarray) else bytes(data[:8])
-    return head == _PNG_SIGNATURE
+    return head == PNG_SIGNATURE
 
 
 def png_decoder() -> str:
@@ -325,6 +278,10 @@ def _decode_with_pil(data: memoryview, name: str, max_pixels: int) -> torch.Tens
         ) from None
     except (UnidentifiedImageError, OSError, ValueError, SyntaxError, EOFError) as exc:
         raise DecodeError(f"{name}: cannot decode image ({exc}); {_BAD_SAMPLE_HINT}") from None
+    except DecodeError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - a crafted file may make a decoder raise anything (KeyError, MemoryError)
+        raise DecodeError(f"{name}: cannot decode image ({type(exc).__name__}: {exc}); {_BAD_SAMPLE_HINT}") from None
     # HWC -> CHW by numpy: several times faster than torch's permute(...).contiguous() on one thread.
     return torch.from_numpy(np.ascontiguousarray(rgb.transpose(2, 0, 1)))
 
@@ -336,13 +293,16 @@ def decode_array(data: bytes | bytearray | memoryview | np.ndarray, name: str) -
     array is grayscale. The result is converted to RGB, but its dtype is kept.
     """
     suffix = PurePath(name).suffix.lower()
+    limit = get_max_pixels()
     try:
         if suffix == ".pt":
+            check_pt_entries(data, name)
             obj = torch.load(io.BytesIO(bytes(data)), map_location="cpu", weights_only=True)
             if not isinstance(obj, torch.Tensor):
                 raise DecodeError(f"{name}: expected a tensor, found {type(obj).__name__}; {_BAD_SAMPLE_HINT}")
             tensor = obj
         elif suffix == ".npy":
+            check_npy_header(data, name, limit)
             tensor = torch.from_numpy(np.load(io.BytesIO(bytes(data)), allow_pickle=False).copy())
         else:
             raise DecodeError(f"{name}: not an array file (expected .pt or .npy)")
@@ -350,6 +310,11 @@ def decode_array(data: bytes | bytearray | memoryview | np.ndarray, name: str) -
         raise
     except Exception as exc:  # torch.load and np.load raise many kinds on garbage
         raise DecodeError(f"{name}: cannot load array ({type(exc).__name__}: {exc}); {_BAD_SAMPLE_HINT}") from None
+    if tensor.numel() > MAX_CHANNELS * limit:
+        raise DecodeError(
+            f"{name}: the array holds {tensor.numel():,} values, more than {MAX_CHANNELS} channels of the pixel limit of "
+            f"{limit:,}; {_BAD_SAMPLE_HINT}, or raise the limit with stoker.decode.set_max_pixels / STOKER_MAX_PIXELS"
+        )
     if tensor.ndim == 3 and tensor.shape[0] not in (1, 2, 3, 4) and tensor.shape[-1] in (1, 2, 3, 4):
         tensor = tensor.permute(2, 0, 1)
     return to_rgb(tensor, name)

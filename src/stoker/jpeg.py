@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from stoker.decode import Box, get_max_pixels, resize
+from stoker.decode import Box, declared_size, decode_sample, get_max_pixels, resize
 
 __all__ = [
     "JPEG_SCALES",
@@ -40,6 +40,7 @@ __all__ = [
     "decode_batch_on_device",
     "decode_jpeg_resized",
     "decode_jpegs_into",
+    "decode_stored",
     "is_jpeg",
     "reduced_scale",
 ]
@@ -284,7 +285,9 @@ def decode_batch_on_device(
     """Decode a batch of JPEGs on a CUDA device (nvJPEG), crop and resize there.
 
     Falls back to ``on_cpu(j)`` for image ``j`` when the device cannot decode it (not a
-    JPEG, corrupt, CMYK) and for every image when ``device`` is not CUDA or CUDA is not
+    JPEG, corrupt, CMYK, whatever nvJPEG raises), when its header declares more than
+    ``STOKER_MAX_PIXELS`` (or cannot be read: nvJPEG would allocate what it declares on
+    the device), and for every image when ``device`` is not CUDA or CUDA is not
     available, so the result is the same batch either way (within the decoders' rounding).
 
     Args:
@@ -307,18 +310,18 @@ def decode_batch_on_device(
     from torchvision.io import ImageReadMode, decode_jpeg
 
     out = torch.empty((n, 3, *size), dtype=torch.uint8, device=device)
-    todo = [j for j in range(n) if is_jpeg(blobs[j])]
+    todo = [j for j in range(n) if _fits_on_device(blobs[j])]
     decoded: dict[int, torch.Tensor] = {}
     if todo:
         tensors = [torch.from_numpy(np.array(blobs[j], dtype=np.uint8)) for j in todo]
         try:
             decoded = dict(zip(todo, decode_jpeg(tensors, mode=ImageReadMode.RGB, device=device), strict=True))
-        except RuntimeError as exc:  # one bad file fails the batch: try them one at a time
+        except Exception as exc:  # noqa: BLE001 - one bad file fails the batch (whatever it raises): one at a time
             log.debug("nvJPEG batch decode failed (%s); decoding image by image", exc)
             for j, tensor in zip(todo, tensors, strict=True):
                 try:
                     decoded[j] = decode_jpeg(tensor, mode=ImageReadMode.RGB, device=device)
-                except RuntimeError:
+                except Exception:  # noqa: BLE001 - crafted bytes may make nvJPEG raise anything: the CPU decides
                     pass
     for j in range(n):
         image = decoded.get(j)
@@ -335,6 +338,41 @@ def decode_batch_on_device(
             image = image[:, top : top + box_h, left : left + box_w]
         out[j] = _resize_on_device(image, size)
     return out
+
+
+def _fits_on_device(data: np.ndarray | bytes) -> bool:
+    """Whether nvJPEG may have this image: a JPEG whose declared size is known and within the pixel limit.
+
+    nvJPEG allocates the whole image on the device from the header, so a crafted header
+    (48679x59164 in 80 KB) is never handed to it: the CPU path refuses it with the error
+    that names the row, and an image whose size cannot be told goes there too.
+    """
+    if not is_jpeg(data):
+        return False
+    size = declared_size(data)
+    return size is not None and 0 < size[0] * size[1] <= get_max_pixels()
+
+
+def decode_stored(
+    data: np.ndarray | bytes, name: str, box: Box | None, size: tuple[int, int] | None, reduced: bool = True
+) -> torch.Tensor:
+    """One stored image as a training read on the CPU decodes it: cropped to ``box``, resized to ``size``.
+
+    With ``reduced`` (the default decoder) a JPEG goes by :func:`decode_jpeg_resized`
+    where it can; everything else, and whatever that path does not take, goes by the full
+    path (:func:`stoker.decode.decode_sample`, then :func:`stoker.decode.resize`). The
+    shard reader and ``stoker verify`` both decode through here, so a row verify calls
+    ok is a row training reads.
+
+    Raises:
+        DecodeError: the image does not decode, or declares more pixels than the limit
+            (the message names ``name``).
+    """
+    if reduced and size is not None:
+        image = decode_jpeg_resized(data, size, box)
+        if image is not None:
+            return image
+    return resize(decode_sample(data, name, box), size)
 
 
 def _resize_on_device(image: torch.Tensor, size: tuple[int, int]) -> torch.Tensor:

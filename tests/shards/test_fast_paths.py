@@ -19,7 +19,6 @@ from stoker.errors import ConfigError, DecodeError
 from stoker.loading import make_loader
 from stoker.shards import ShardDataset
 from stoker.shards import gather as gather_module
-from stoker.shards import reader as reader_module
 from stoker.shards import writer as writer_module
 
 
@@ -253,7 +252,7 @@ def test_encoded_shards_of_mostly_png_default_to_worker_processes_under_pillow(
 def test_decoder_full_is_the_reference_path(jpeg_shards: Callable[..., Path], monkeypatch: pytest.MonkeyPatch) -> None:
     root = jpeg_shards((24, 20))
     calls: list[int] = []
-    monkeypatch.setattr("stoker.shards.reader.decode_jpeg_resized", lambda *a: calls.append(1))
+    monkeypatch.setattr("stoker.jpeg.decode_jpeg_resized", lambda *a: calls.append(1))
     full = ShardDataset(root, decoder="full")
     full.__getitems__(np.arange(len(full)))
     full[0]
@@ -323,15 +322,15 @@ def test_a_jpeg_that_only_the_full_path_rejects_is_skipped_in_place(
     out = tmp_path / "shards"
     pack(tmp_path / "src", out, store="encoded", size=(20, 20), progress=False, workers=0, shuffle=False)
     ds = ShardDataset(out, on_error="skip")
-    real = reader_module.decode_sample
+    real = jpeg.decode_sample
 
     def reject_row_3(data: object, name: str, box: object = None) -> torch.Tensor:
         if " row 3:" in name:
             raise DecodeError(f"{name}: rejected")
         return real(data, name, box)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(reader_module, "decode_sample", reject_row_3)
-    monkeypatch.setattr(reader_module, "decode_jpeg_resized", lambda *args: None)
+    monkeypatch.setattr(jpeg, "decode_sample", reject_row_3)  # reader and verify decode through stoker.jpeg
+    monkeypatch.setattr(jpeg, "decode_jpeg_resized", lambda *args: None)
     monkeypatch.setattr("stoker.shards.dataset.decode_jpegs_into", lambda blobs, boxes, size, out: [3])
     batch = ds.__getitems__(np.arange(6))
     assert len(batch) == 5 and [s.key for s in batch.skipped] == ["train[3]"]

@@ -4,6 +4,12 @@ What a stranger's data names is checked here, once, for every reader: only regul
 are read (a FIFO is opened without blocking, then refused; never ``/dev/zero``), names
 must stay inside their folder with symbolic links resolved, and links to folders are not
 followed when walking (they could loop).
+
+The folder check is made twice: when the index is built (:func:`resolve_inside`), and
+again on the file actually opened (:func:`open_regular` with ``inside``), because a link
+swapped in between the two would otherwise serve an outside file's bytes. The second
+check asks the operating system where the open descriptor leads (``/proc/self/fd``),
+so no later swap can change the answer.
 """
 
 from __future__ import annotations
@@ -11,25 +17,36 @@ from __future__ import annotations
 import os
 import shutil
 import stat
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import IO
 
 from stoker.errors import DataError, LabelError, MissingFileError
 from stoker.fs.location import FileKinds, Location, walk_kinds
 
-__all__ = ["LocalLocation", "open_regular", "resolve_inside", "scan_kinds"]
+__all__ = ["LocalLocation", "is_within", "open_regular", "read_inside", "resolve_inside", "scan_kinds"]
 
 # O_NONBLOCK: opening a FIFO must not wait for a writer; the fstat then refuses it.
 _OPEN_FLAGS = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
 
 
-def open_regular(path: str | os.PathLike[str], shown: str, max_bytes: int | None = None) -> IO[bytes]:
-    """``path`` open for reading bytes, if it is a regular file (of at most ``max_bytes``).
+def open_regular(
+    path: str | os.PathLike[str], shown: str, max_bytes: int | None = None, inside: Sequence[str] | None = None
+) -> IO[bytes]:
+    """``path`` open for reading bytes, if it is a regular file (of at most ``max_bytes``) inside one of ``inside``.
+
+    Args:
+        path: the file (symbolic links are followed, then checked).
+        shown: how messages name it.
+        max_bytes: refuse larger files.
+        inside: absolute, resolved folders the file opened must lie in (checked on the
+            open descriptor, not on the name: a link swapped in after indexing is caught);
+            ``None``: anywhere.
 
     Raises:
         MissingFileError: there is no such file.
-        DataError: it is not a regular file (a FIFO, device or folder), is too large, or cannot be opened.
+        DataError: it is not a regular file (a FIFO, device or folder), is too large,
+            cannot be opened, or (``inside``) is outside every folder given.
     """
     try:
         fd = os.open(path, _OPEN_FLAGS)
@@ -41,10 +58,64 @@ def open_regular(path: str | os.PathLike[str], shown: str, max_bytes: int | None
     if not stat.S_ISREG(info.st_mode):
         os.close(fd)
         raise DataError(f"{shown}: not a regular file (a FIFO, device or folder); only regular files are data")
+    if inside is not None:
+        opened = _opened_path(fd, path, info)
+        if opened is None or not any(is_within(opened, folder) for folder in inside):
+            os.close(fd)
+            raise DataError(
+                f"{shown}: the file opened is {opened or 'somewhere else (the path changed while it was opened)'}, "
+                f"outside the data folder {inside[0]} (a symbolic link put there after the index was built?); "
+                "stoker reads only files inside the folder: remove the link or copy the file in"
+            )
     if max_bytes is not None and info.st_size > max_bytes:
         os.close(fd)
         raise DataError(f"{shown}: {info.st_size:,} bytes, larger than {max_bytes:,} bytes")
     return os.fdopen(fd, "rb")
+
+
+def is_within(path: str, folder: str) -> bool:
+    """Whether the absolute ``path`` is ``folder`` or below it (by name: resolve both first)."""
+    return path == folder or path.startswith(folder.rstrip(os.sep) + os.sep)
+
+
+def _opened_path(fd: int, path: str | os.PathLike[str], info: os.stat_result) -> str | None:
+    """Where the open descriptor ``fd`` leads, with every link resolved; None if that cannot be told.
+
+    Linux names it in ``/proc/self/fd``, macOS through ``F_GETPATH``. Elsewhere the name
+    is resolved and kept only when it still leads to the very file open (same device
+    and inode), so a swap between the open and the check gives None, never the wrong answer.
+    """
+    try:
+        return os.readlink(f"/proc/self/fd/{fd}")
+    except OSError:
+        pass
+    try:
+        import fcntl
+
+        if hasattr(fcntl, "F_GETPATH"):
+            return os.fsdecode(fcntl.fcntl(fd, fcntl.F_GETPATH, bytes(1024)).rstrip(b"\0"))
+    except (ImportError, OSError):
+        pass
+    real = os.path.realpath(path)
+    try:
+        again = os.stat(real)
+    except OSError:
+        return None
+    return real if (again.st_dev, again.st_ino) == (info.st_dev, info.st_ino) else None
+
+
+def read_inside(path: str, shown: str, inside: Sequence[str], max_bytes: int | None = None) -> bytes:
+    """The bytes of the regular file ``path``, if the file opened lies inside one of ``inside`` (see :func:`open_regular`).
+
+    Raises:
+        MissingFileError: there is no such file.
+        DataError: it is not a regular file, is too large, cannot be read, or is outside the folders.
+    """
+    with open_regular(path, shown, max_bytes, inside) as f:
+        try:
+            return f.read()
+        except OSError as exc:
+            raise DataError(f"{shown}: cannot read file ({exc.strerror or exc})") from None
 
 
 def scan_kinds(folder: str | os.PathLike[str]) -> FileKinds:

@@ -25,10 +25,10 @@ import numpy as np
 import pyarrow as pa
 import torch
 
-from stoker.decode import Box, decode_sample, resize
+from stoker.decode import Box
 from stoker.errors import ConfigError, DecodeError, ShardError
 from stoker.fs import Location, PathOrURL, where
-from stoker.jpeg import decode_jpeg_resized
+from stoker.jpeg import decode_stored
 from stoker.shards.cache import ShardCache
 from stoker.shards.format import COLUMN_INDEX, MANIFEST_NAME, image_row_bytes, shard_schema
 from stoker.shards.gather import RowSpan, copy_rows, split_copy
@@ -570,12 +570,8 @@ class ShardSet:
             ShardError: the row names a source the manifest does not list.
         """
         data, name, box = self.checked_bytes(shard, row)
-        size = self.manifest.image_size
-        if resized and size is not None and self.reduced_jpeg:  # decode no more of a JPEG than the output needs
-            image = decode_jpeg_resized(data, size, box)
-            if image is not None:
-                return image
-        return self.decode_checked(data, name, box, resized)
+        size = self.manifest.image_size if resized else None
+        return decode_stored(data, name, box, size, self.reduced_jpeg)  # the decode `stoker verify` checks
 
     def decode_checked(self, data: np.ndarray, name: str, box: Box | None, resized: bool = True) -> torch.Tensor:
         """Bytes :meth:`checked_bytes` returned, decoded by the full path, cropped and (``resized``) resized.
@@ -583,8 +579,7 @@ class ShardSet:
         Raises:
             DecodeError: the image does not decode (the message names ``name``).
         """
-        image = decode_sample(data, name, box)
-        return resize(image, self.manifest.image_size) if resized else image
+        return decode_stored(data, name, box, self.manifest.image_size if resized else None, reduced=False)
 
     def read_encoded(self, index: int) -> tuple[np.ndarray, int, int]:
         """One sample's encoded bytes (a read-only view), its shard number and its row."""

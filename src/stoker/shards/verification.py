@@ -16,9 +16,9 @@ from typing import Any
 import torch
 from tqdm import tqdm
 
-from stoker.decode import decode_sample
 from stoker.errors import ConfigError, DataError, NetworkError, ShardError, StokerError
 from stoker.fs import Location, where
+from stoker.jpeg import decode_stored, is_jpeg
 from stoker.lifetime import die_with_parent
 from stoker.shards.cache import ShardCache
 from stoker.shards.format import MANIFEST_NAME, shard_schema
@@ -140,13 +140,31 @@ def _verify_shard(root: Path, manifest: Manifest, info: ShardInfo, decode: bool,
                 faults.append(Fault(info.name, row, f"source {sources[row]!r} is not in the manifest"))
                 continue
             if decode and manifest.store == "encoded":
-                try:
-                    decode_sample(opened.encoded(row), f"{sources[row]}/{files[row]}", crops[sources[row]])
-                except DataError as exc:
-                    faults.append(Fault(info.name, row, str(exc)))
+                problem = _decode_problem(opened.encoded(row), f"{sources[row]}/{files[row]}", crops[sources[row]], manifest.image_size)
+                if problem is not None:
+                    faults.append(Fault(info.name, row, problem))
     finally:
         opened.close()
     return faults
+
+
+def _decode_problem(data: Any, name: str, box: Any, size: tuple[int, int] | None) -> str | None:
+    """Why a stored image does not decode as training decodes it, or None when it does.
+
+    Training decodes through :func:`stoker.jpeg.decode_stored`: the full path with
+    ``decoder="full"`` (and wherever the reduced JPEG path does not take an image), the
+    reduced path first by default. Both are run, so "ok" holds whichever decoder a run
+    uses (the GPU path falls back to the CPU's for whatever nvJPEG does not decode).
+    """
+    try:
+        decode_stored(data, name, box, size, reduced=False)
+        if size is not None and is_jpeg(data):
+            decode_stored(data, name, box, size, reduced=True)
+    except DataError as exc:
+        return str(exc)
+    except Exception as exc:  # noqa: BLE001 - escaped a decoder's guard: a fault to report, never a verify that dies
+        return f"{name}: the decoder raised {type(exc).__name__}: {exc} (training would stop here; please report it)"
+    return None
 
 
 def _verify_in_worker(root: Path, manifest: Manifest, info: ShardInfo, decode: bool, path: Path | None) -> list[Fault]:

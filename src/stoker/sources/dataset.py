@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import os
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -11,10 +12,11 @@ from torch.utils.data import Dataset
 
 from stoker.decode import decode_sample
 from stoker.errors import ConfigError, DataError, MissingFileError
-from stoker.fs import where
+from stoker.fs import local_path, where
+from stoker.fs.local import read_inside
 from stoker.loading.contract import MapReader
 from stoker.loading.skips import OnError, Skipped
-from stoker.sources.index import SampleIndex
+from stoker.sources.index import SampleIndex, Source
 from stoker.sources.splitting import stratified_split
 
 __all__ = ["FileDataset", "OnError", "Skipped", "read_file_bytes"]
@@ -25,17 +27,32 @@ Transform = Callable[[torch.Tensor], Any]
 MAX_FILE_BYTES = 1 << 30
 
 
-def read_file_bytes(path: str) -> bytes:
+def read_file_bytes(path: str, inside: Sequence[str] | None = None) -> bytes:
     """Read a whole sample file, local (a regular file only: a FIFO never blocks) or at a URL such as ``s3://...``.
+
+    ``inside``: resolved folders a local file opened must lie in (the source's root; see
+    :func:`stoker.fs.local.read_inside`), checked on the open file, so a symbolic link
+    swapped in after the index was built is refused, never read.
 
     Raises:
         MissingFileError: the file is gone.
-        DataError: it is not a regular file, is larger than 1 GiB, or cannot be read.
+        DataError: it is not a regular file, is larger than 1 GiB, cannot be read, or is outside ``inside``.
     """
     try:
+        local = local_path(path) if inside is not None else None
+        if inside is not None and local is not None:
+            return read_inside(str(local), path, inside, MAX_FILE_BYTES)
         return where(path).read_bytes(max_bytes=MAX_FILE_BYTES)
     except MissingFileError:
         raise MissingFileError(f"{path}: file not found (moved or deleted since the index was built?)") from None
+
+
+def _folders_of(source: Source) -> tuple[str, ...] | None:
+    """The resolved folders a local source's files may be opened in (its root, and followed links); None at a URL."""
+    root = local_path(source.root)
+    if root is None:
+        return None
+    return tuple(dict.fromkeys(os.path.realpath(folder) for folder in (str(root), *source.links)))
 
 
 def _size(shape: torch.Size) -> str:
@@ -66,6 +83,8 @@ class FileDataset(Dataset, MapReader):
         self.index = index
         self.transform = transform
         self.on_error: OnError = on_error
+        # Where each source's local files may be opened, resolved now (next to indexing), checked at every read.
+        self._inside = [_folders_of(source) for source in index.sources]
 
     # -- the torch Dataset protocol -------------------------------------------------
     def __len__(self) -> int:
@@ -106,7 +125,7 @@ class FileDataset(Dataset, MapReader):
     # -- building blocks other readers (packer, benchmark) use ----------------------
     def read_bytes(self, i: int) -> bytes:
         """The raw bytes of sample ``i``'s file."""
-        return read_file_bytes(str(self.index.paths[i]))
+        return read_file_bytes(str(self.index.paths[i]), self._inside[int(self.index.source_ids[i])])
 
     def load_image(self, i: int) -> torch.Tensor:
         """Sample ``i`` decoded to a uint8 RGB CHW tensor, after its source's crop."""

@@ -49,11 +49,15 @@ class Source:
         name: a short name (for example ``"celeba"``), kept in shards for tracing.
         root: the folder or URL the sample paths are under.
         crop: ``(top, left, height, width)`` applied to every image of the source.
+        links: folders outside ``root`` its files may also be read from: the targets
+            of symbolic links to class folders followed on request (``follow_links=True``).
+            A local file opened outside ``root`` and these is refused at read time.
     """
 
     name: str
     root: str
     crop: Box | None = None
+    links: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
