@@ -57,7 +57,7 @@ from stoker.sources.synthetic import make_celeba, make_digiface  # noqa: E402
 
 SIZE = (112, 112)
 CROP = (40, 20, 138, 138)
-BATCH = 256
+BATCH = 256  # --batch sets it
 Timer = Callable[[float], float]  # seconds -> images per second
 
 
@@ -307,17 +307,20 @@ def pair_keys(part: str, method: str, against: str) -> tuple[str, str]:
 
 
 def main() -> None:
+    global BATCH
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--n", type=int, default=6000, help="images per data set")
     parser.add_argument("--classes", type=int, default=50)
     parser.add_argument("--seconds", type=float, default=2.0, help="seconds each method is timed per round")
     parser.add_argument("--rounds", type=int, default=5, help="interleaved rounds (at least 5)")
     parser.add_argument("--only", nargs="+", choices=["jpeg", "png", "pixels"], help="run these parts only")
-    parser.add_argument("--quick", action="store_true", help="a smoke test: 300 images, 0.05 s per timing")
+    parser.add_argument("--batch", type=int, default=BATCH, help="samples per batch")
+    parser.add_argument("--quick", action="store_true", help="a smoke test: 64 images, batch 16, 0.05 s per timing")
     parser.add_argument("--out", type=Path, default=Path(tempfile.gettempdir()) / "stoker-bench-peers")
     args = parser.parse_args()
     if args.quick:
-        args.n, args.classes, args.seconds = 300, 4, 0.05
+        args.n, args.classes, args.seconds, args.batch = 64, 4, 0.05, 16
+    BATCH = args.batch
     rounds = max(5, args.rounds)
     torch.set_num_threads(1)  # fit's setting where the loaders take the cores: max(1, cores - workers)
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
