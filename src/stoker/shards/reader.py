@@ -154,14 +154,15 @@ class ShardFile:
     def gather_pixels(self, rows: np.ndarray, take: Callable[[tuple[int, int]], np.ndarray], threads: int = 1) -> np.ndarray:
         """The pixel rows ``rows`` (checked to be in range) as an array: ``take(shape)``'s buffer filled, or a new one.
 
-        Rows of one record batch are copied by ``np.take`` into the buffer, on up to
-        ``threads`` threads; rows of several by one fancy index over :meth:`pixel_span`.
+        Rows of one record batch are copied by ``np.take`` into the buffer, rows of
+        several through :meth:`pixel_span` (:meth:`RowSpan.take`), on up to ``threads`` threads.
         """
+        out = take((len(rows), self._pixels[0].shape[1]))
         if len(self._pixels) == 1:
-            out = take((len(rows), self._pixels[0].shape[1]))
             take_rows(self._pixels[0], rows, out, threads)
-            return out
-        return self.pixel_span().gather(*self._locate(rows))
+        else:
+            self.pixel_span().take(*self._locate(rows), out, threads)
+        return out
 
     @property
     def pixel_segments(self) -> tuple[np.ndarray, list[np.ndarray]]:
@@ -244,6 +245,10 @@ def _as_uint8(buffer: pa.Buffer | None, offset: int, count: int | None) -> np.nd
     return np.frombuffer(buffer, dtype=np.uint8, count=-1 if count is None else count, offset=offset)
 
 
+def _cores() -> int:
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
 def _short(exc: BaseException) -> str:
     text = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
     return text if len(text) <= 160 else text[:157] + "..."
@@ -302,10 +307,11 @@ class ShardSet:
         self.row_bytes = (
             image_row_bytes(self.manifest.image_size, self.channels) if self.manifest.store == "pixels" else 0  # type: ignore[arg-type]
         )
-        # Copying threads of read_pixels. 1: in the training process a batch is one fancy index
-        # (gather_pixels); a second copying thread measured slower on two cores, and no larger
-        # machine has been measured yet (benchmarks/bench_decode.py --only gather).
-        self.gather_threads = 1
+        # Copying threads of gather_pixels and read_pixels: 2 where there are 2 cores. Each part of
+        # a batch is one C call with the GIL released, straight into a reused buffer, so a second
+        # thread adds copy bandwidth (benchmarks/bench_peers.py --only pixels, against the
+        # 2-thread mapped-copy limit); a helper the machine does not schedule costs nothing.
+        self.gather_threads = min(2, _cores())
         self.reduced_jpeg = True  # decode JPEGs at a reduced scale where the output allows (stoker.jpeg)
         self._lock = threading.Lock()
         self._reset()
@@ -527,20 +533,17 @@ class ShardSet:
 
         The fastest read in the training process. Rows from any number of shards and
         record batches are reached through one span of their memory maps
-        (:class:`RowSpan`): where every row sits a whole number of rows from the first
-        (one record batch, or maps that happen to line up), ``np.take`` copies them on up
-        to ``threads`` threads into a buffer this set hands out again once nothing holds
-        it (:class:`BatchBuffers`: a fresh buffer per batch costs a kernel-zeroed page per
-        4 KiB); otherwise one numpy fancy index copies them into a new array, at parity
-        with one fancy index over a single memory-mapped array. A returned batch that is
-        still referenced (the array, a view of it, a tensor made from it) is never
-        overwritten. Use :meth:`read_pixels` to fill a buffer of your own (a worker's
-        shared memory).
+        (:class:`RowSpan`) and copied, on up to ``threads`` threads, by one C call per
+        part (``np.take``, or ``torch.index_select`` where the maps do not line up by
+        whole rows) straight into a buffer this set hands out again once nothing holds it
+        (:class:`BatchBuffers`: a fresh buffer per batch costs a kernel-zeroed page per 4
+        KiB). A returned batch that is still referenced (the array, a view of it, a
+        tensor made from it) is never overwritten. Use :meth:`read_pixels` to fill a
+        buffer of your own (a worker's shared memory).
 
         Args:
             indices: sample numbers of this split, any order, repeats allowed.
-            threads: copying threads where rows are copied into a reused buffer; ``None``
-                takes :attr:`gather_threads`.
+            threads: copying threads; ``None`` takes :attr:`gather_threads`.
         """
         if not self.row_bytes:
             raise ConfigError("this shard set stores encoded images; decode them with read_encoded")
@@ -555,11 +558,8 @@ class ShardSet:
             self.read_pixels(indices, out, threads=1)  # a remote stream: only the shards it reads
             return out
         segment, local = self._segments(indices)
-        span = cast(RowSpan, self._span)  # _open_all made it: the set has rows
-        if not span.contiguous:
-            return span.gather(segment, local)  # rows at odd offsets: one fancy index into a new array
         out = self._buffers.take((len(indices), self.row_bytes))
-        span.take(segment, local, out, threads)
+        cast(RowSpan, self._span).take(segment, local, out, threads)  # _open_all made it: the set has rows
         return out
 
     def _segments(self, indices: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
