@@ -245,10 +245,6 @@ def _as_uint8(buffer: pa.Buffer | None, offset: int, count: int | None) -> np.nd
     return np.frombuffer(buffer, dtype=np.uint8, count=-1 if count is None else count, offset=offset)
 
 
-def _cores() -> int:
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-
-
 def _short(exc: BaseException) -> str:
     text = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
     return text if len(text) <= 160 else text[:157] + "..."
@@ -307,11 +303,10 @@ class ShardSet:
         self.row_bytes = (
             image_row_bytes(self.manifest.image_size, self.channels) if self.manifest.store == "pixels" else 0  # type: ignore[arg-type]
         )
-        # Copying threads of gather_pixels and read_pixels: 2 where there are 2 cores. Each part of
-        # a batch is one C call with the GIL released, straight into a reused buffer, so a second
-        # thread adds copy bandwidth (benchmarks/bench_peers.py --only pixels, against the
-        # 2-thread mapped-copy limit); a helper the machine does not schedule costs nothing.
-        self.gather_threads = min(2, _cores())
+        # Copying threads of gather_pixels and read_pixels. 1: into a reused buffer, one thread
+        # measured 1.34-1.37x a numpy memmap fancy index, 2 threads 0.57-0.69x (fine-grained
+        # interleaving, 2 cores under a load of 6-9: the helper waits for a core and the GIL).
+        self.gather_threads = 1
         self.reduced_jpeg = True  # decode JPEGs at a reduced scale where the output allows (stoker.jpeg)
         self._lock = threading.Lock()
         self._reset()
