@@ -1,8 +1,9 @@
 """stoker against its peers, in the settings stoker picks itself, inside a training process's thread setting.
 
 Every comparison is a ratio of two methods timed one right after the other, in rounds
-that alternate which goes first (A/B, B/A, ...), at least 5 of them, so a claim is never
-one lucky round on a shared machine; the table shows each ratio's rounds, median and
+of A B B A (B A A B in the next round; each part half of ``--seconds``), at least 5 of
+them, so a drift of the machine's load within a round cancels and a claim is never one
+lucky round on a shared machine; the table shows each ratio's rounds, median and
 spread. The measuring process runs ``torch.set_num_threads(1)``, as ``fit`` sets it on a
 machine whose cores go to the loaders (max(1, cores - workers)). Generated data, batch
 256, uint8 3x112x112 out:
@@ -335,9 +336,12 @@ def main() -> None:
     ratios: dict[tuple[str, str], list[float]] = {pair: [] for pair in pairs}
     for r in range(rounds):
         for a, b in pairs:
-            first, second = (a, b) if r % 2 == 0 else (b, a)  # alternate who goes first: drift cancels
-            rate = {first: timers[first](args.seconds)}
-            rate[second] = timers[second](args.seconds)
+            # A B B A (B A A B in odd rounds), each for half the time: a drift within the round cancels
+            order = (a, b, b, a) if r % 2 == 0 else (b, a, a, b)
+            spent = {a: 0.0, b: 0.0}
+            for name in order:
+                spent[name] += args.seconds / 2 / timers[name](args.seconds / 2)  # seconds per image, summed
+            rate = {name: 2 / spent[name] for name in (a, b)}  # the harmonic mean of the two halves' rates
             ratios[(a, b)].append(rate[a] / rate[b])
             print(f"  round {r + 1}  {a:<28} {rate[a]:>9,.0f} img/s   {b:<36} {rate[b]:>9,.0f} img/s   "
                   f"ratio {rate[a] / rate[b]:.2f}", file=sys.stderr, flush=True)
