@@ -17,12 +17,8 @@ import sys
 import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
 
 import numpy as np
-import torch
-
-from stoker.loading.backends import init_loader_thread
 
 __all__ = ["GATHER_SPLIT_BYTES", "BatchBuffers", "RowSpan", "copy_rows", "gather_pool", "split_copy", "take_rows"]
 
@@ -38,23 +34,20 @@ def gather_pool() -> ThreadPoolExecutor:
     global _pool
     with _pool_lock:
         if _pool is None or _pool[0] != os.getpid():
-            # Its threads run torch's row copies (RowSpan.take) with one intra-op thread of their own.
-            _pool = (os.getpid(), ThreadPoolExecutor(max_workers=7, thread_name_prefix="stoker-gather",
-                                                     initializer=init_loader_thread))
+            _pool = (os.getpid(), ThreadPoolExecutor(max_workers=7, thread_name_prefix="stoker-gather"))
         return _pool[1]
 
 
-def split_copy(n: int, threads: int, row_bytes: int, copy: Callable[[int, int], None], caller_works: bool = True) -> None:
+def split_copy(n: int, threads: int, row_bytes: int, copy: Callable[[int, int], None]) -> None:
     """Run ``copy(lo, hi)`` over ``0..n`` in chunks of about :data:`GATHER_SPLIT_BYTES`, on up to ``threads`` threads.
 
-    The calling thread works too (unless ``caller_works`` is false: then pool threads do
-    it all and the caller waits), and the threads take chunks as they come free, so a
+    The calling thread works too, and the threads take chunks as they come free, so a
     helper that a busy machine does not schedule costs nothing: the caller does its share,
     and a helper that has not started by then is cancelled.
     """
     rows = max(1, GATHER_SPLIT_BYTES // max(row_bytes, 1))
     chunks = -(-n // rows)
-    helpers = min(threads, chunks) - (1 if caller_works else 0)
+    helpers = min(threads, chunks) - 1
     if helpers <= 0:
         copy(0, n)
         return
@@ -66,10 +59,6 @@ def split_copy(n: int, threads: int, row_bytes: int, copy: Callable[[int, int], 
 
     pool = gather_pool()
     futures = [pool.submit(work) for _ in range(helpers)]
-    if not caller_works:
-        for future in futures:
-            future.result()
-        return
     try:
         work()
     finally:
@@ -125,7 +114,6 @@ class RowSpan:
         )
         self._first = offsets // step  # row number (in steps) of each record batch's first row
         self._per_row = row_bytes // step
-        self._tensor_rows: torch.Tensor | None = None
 
     def gather(self, segment: np.ndarray, local: np.ndarray) -> np.ndarray:
         """A new ``[len, row_bytes]`` array: row ``local[j]`` of record batch ``segment[j]`` (checked by the caller)."""
@@ -139,41 +127,14 @@ class RowSpan:
     def take(self, segment: np.ndarray, local: np.ndarray, out: np.ndarray, threads: int = 1) -> None:
         """``out[j] = row local[j] of record batch segment[j]`` (checked by the caller), on up to ``threads`` threads.
 
-        Each part of about :data:`GATHER_SPLIT_BYTES` is one call that copies its rows
-        in C with the GIL released, so parts copy side by side, straight into ``out``: a
-        :attr:`contiguous` span by ``np.take``, any other by ``torch.index_select`` over
-        a strided view (``np.take`` would first copy a strided source whole, and numpy's
-        fancy index has no ``out=``). torch's row copies run on threads whose intra-op
-        count is 1 (the gather pool's; the calling thread only where the process's is
-        1 too), so the training process's ``torch.set_num_threads`` does not spread them.
+        Only for a :attr:`contiguous` span (``np.take`` would first copy a strided one
+        whole, and numpy's fancy index has no ``out=``; use :meth:`gather` there): one
+        ``np.take`` per part of about :data:`GATHER_SPLIT_BYTES`, which numpy copies in C
+        with the GIL released, so parts copy side by side.
         """
-        where = self._first[segment] + local * self._per_row
-        if self.contiguous:
-            take_rows(self.rows, where, out, threads)
-            return
-        rows, into, at = self._torch_rows(), torch.from_numpy(out), torch.from_numpy(where)
-
-        def copy(lo: int, hi: int) -> None:
-            torch.index_select(rows, 0, at[lo:hi], out=into[lo:hi])
-
-        split_copy(len(where), threads, self.rows.shape[1], copy, caller_works=torch.get_num_threads() == 1)
-
-    def _torch_rows(self) -> torch.Tensor:
-        """:attr:`rows` as a torch tensor (made once; read, never written: the maps are read-only)."""
-        if self._tensor_rows is None:
-            # torch wants a writable array to wrap: an alias of the same memory, only ever read.
-            alias = _WritableAlias(self.__array_interface__, self._views)
-            flat = torch.from_numpy(np.asarray(alias))
-            self._tensor_rows = flat.as_strided(self.rows.shape, self.rows.strides)
-        return self._tensor_rows
-
-
-class _WritableAlias:
-    """The span's bytes as a writable-looking array for ``torch.from_numpy`` (keeps the maps alive, not the span: no cycle)."""
-
-    def __init__(self, interface: dict[str, Any], views: list[np.ndarray]) -> None:
-        self.__array_interface__ = {**interface, "data": (interface["data"][0], False)}
-        self._views = views
+        if not self.contiguous:
+            raise ValueError("RowSpan.take needs a contiguous span; use gather")
+        take_rows(self.rows, self._first[segment] + local, out, threads)
 
 
 def take_rows(rows: np.ndarray, where: np.ndarray, out: np.ndarray, threads: int = 1) -> None:
