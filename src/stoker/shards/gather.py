@@ -186,8 +186,8 @@ class BatchBuffers:
 
 
 def _unheld(buffers: list[np.ndarray], k: int) -> bool:
-    """Whether only the list ``buffers`` refers to its item ``k``."""
-    return sys.getrefcount(buffers[k]) <= _FREE_REFS
+    """Whether only the list ``buffers`` refers to its item ``k`` (never, where reference counts cannot tell)."""
+    return _COUNTS_TELL and sys.getrefcount(buffers[k]) <= _FREE_REFS
 
 
 def _free_refs() -> int:
@@ -203,4 +203,7 @@ def _free_refs() -> int:
     return seen[0]
 
 
-_FREE_REFS = _free_refs()
+# CPython with the GIL: sys.getrefcount is exact. A free-threaded build defers and splits its
+# counts, and PyPy has none: there every batch gets a fresh buffer.
+_COUNTS_TELL = hasattr(sys, "getrefcount") and getattr(sys, "_is_gil_enabled", lambda: True)()
+_FREE_REFS = _free_refs() if _COUNTS_TELL else 0
