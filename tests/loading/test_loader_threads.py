@@ -1,7 +1,8 @@
-"""Thread-backend loader threads run torch with one intra-op thread of their own, whatever the process set."""
+"""Thread-backend loader threads run torch with an intra-op thread count of their own, whatever the process set."""
 
 from __future__ import annotations
 
+import os
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -10,14 +11,22 @@ import numpy as np
 import pytest
 import torch
 
-from stoker.loading import make_loader
-from stoker.loading.backends import LOADER_INTRA_OP_THREADS, own_intra_op_threads
+from stoker.loading import backends, make_loader
+from stoker.loading.backends import loader_intra_op_threads, own_intra_op_threads
 
 
 @pytest.fixture()
 def two_process_threads() -> Iterator[None]:
     before = torch.get_num_threads()
     torch.set_num_threads(2)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.fixture()
+def one_process_thread() -> Iterator[None]:
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)  # fit's setting where the loaders take the cores
     yield
     torch.set_num_threads(before)
 
@@ -39,8 +48,9 @@ class _Recording(torch.utils.data.Dataset):
         return torch.full((3, 2, 2), i % 256, dtype=torch.uint8), i
 
 
-@pytest.mark.usefixtures("two_process_threads")
-def test_loader_threads_have_their_own_count_and_the_process_keeps_its_own() -> None:
+@pytest.mark.usefixtures("one_process_thread")
+def test_loader_threads_have_their_own_count_and_the_process_keeps_its_own(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(backends, "LOADER_INTRA_OP_THREADS", 3)
     dataset = _Recording(97)
     loader = make_loader(dataset, batch_size=8, shuffle=True, num_workers=3, backend="thread", device="cpu")
     for epoch in range(2):
@@ -49,14 +59,21 @@ def test_loader_threads_have_their_own_count_and_the_process_keeps_its_own() -> 
         assert sorted(seen) == list(range(97))  # every sample once per epoch
     threads = {name for name, _ in dataset.counts}
     assert all(name.startswith("stoker-loader") for name in threads) and len(threads) >= 1
-    assert {count for _, count in dataset.counts} == {LOADER_INTRA_OP_THREADS}
-    assert torch.get_num_threads() == 2  # the training process's setting is untouched
+    assert {count for _, count in dataset.counts} == {3}
+    assert torch.get_num_threads() == 1  # the training process's setting is untouched
 
     plain: list[int] = []
     other = threading.Thread(target=lambda: plain.append(torch.get_num_threads()))
     other.start()
     other.join()
-    assert plain == [2]  # a thread started later still starts from the process's count
+    assert plain == [1]  # a thread started later still starts from the process's count
+
+
+def test_the_default_loader_count_is_torch_default_not_the_process_setting(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    assert loader_intra_op_threads() == len(os.sched_getaffinity(0))
+    monkeypatch.setenv("OMP_NUM_THREADS", "5")
+    assert loader_intra_op_threads() == 5
 
 
 @pytest.mark.usefixtures("two_process_threads")
