@@ -318,9 +318,10 @@ class ShardSet:
         self.row_bytes = (
             image_row_bytes(self.manifest.image_size, self.channels) if self.manifest.store == "pixels" else 0  # type: ignore[arg-type]
         )
-        # Copying threads of gather_pixels and read_pixels. 1: into a reused buffer, one thread
-        # measured 1.34-1.37x a numpy memmap fancy index, 2 threads 0.57-0.69x (fine-grained
-        # interleaving, 2 cores under a load of 6-9: the helper waits for a core and the GIL).
+        # Copying threads of gather_pixels (where rows line up) and read_pixels. 1: a second
+        # thread measured 0.57-0.69x one (fine-grained interleaving, 2 cores under a load of 6-9:
+        # a woken helper waits for a core longer than the whole copy). No quiet or larger
+        # machine has been measured (benchmarks/bench_peers.py --only pixels).
         self.gather_threads = 1
         self.reduced_jpeg = True  # decode JPEGs at a reduced scale where the output allows (stoker.jpeg)
         self._lock = threading.Lock()
