@@ -97,3 +97,12 @@ def test_gpu_check_runs_its_parts_and_says_what_happened(tmp_path: Path) -> None
     assert summary.count("rc=0") >= 2  # env and tests
     if "available False" in summary:
         assert "no CUDA device" in summary
+
+
+def test_bench_peers_quick_prints_every_ratio_by_round(tmp_path: Path) -> None:
+    out = _run("bench_peers.py", "--quick", "--out", str(tmp_path / "peers"), cwd=tmp_path)
+    for part in ("| jpeg | encoded JPEG shards", "| png | encoded PNG shards", "| pixels-png | pixel shards",
+                 "| pixels-jpeg | pixel shards", "torch threads 1", "2-thread mapped copy (limit)"):
+        assert part in out
+    row = next(line for line in out.splitlines() if line.startswith("| pixels-jpeg |"))
+    assert len(row.split("|")[4].split(" / ")) >= 5  # at least 5 interleaved rounds, each shown

@@ -3,13 +3,94 @@
 ``"process"`` loads in torch DataLoader worker processes; ``"thread"`` in a thread pool
 of the main process (where decoding releases the GIL). :func:`stoker.make_loader`,
 ``stoker bench``, ``stoker tune`` and the training configuration all take these names.
+
+A loader thread runs torch's operators (the batched resize of :mod:`stoker.jpeg`) with
+an intra-op thread count of its own (:func:`init_loader_thread`): torch's default, the
+cores this process may use, whatever the training process set with
+``torch.set_num_threads``. ``fit`` lowers the process's count to max(1, cores - workers)
+for the model's sake; loader threads that read it resized on one thread each and lost
+(JPEG loader threads with their own 2 against 1, fit's setting, 2 cores: 1.08x median of
+8 A B B A rounds, the machine under load): a resize spread over the cores fills the time
+another loader thread leaves a core idle (holding the GIL, waiting for the consumer).
 """
 
 from __future__ import annotations
 
+import ctypes
+import logging
+import os
 from typing import Literal
 
-__all__ = ["BACKENDS", "Backend"]
+__all__ = [
+    "BACKENDS",
+    "LOADER_INTRA_OP_THREADS",
+    "Backend",
+    "init_loader_thread",
+    "loader_intra_op_threads",
+    "own_intra_op_threads",
+]
+
+log = logging.getLogger(__name__)
 
 Backend = Literal["process", "thread"]
 BACKENDS: tuple[Backend, ...] = ("process", "thread")
+
+# torch intra-op threads of each thread-backend loader thread; None: loader_intra_op_threads().
+LOADER_INTRA_OP_THREADS: int | None = None
+
+_gomp: ctypes.CDLL | None | bool = False  # False: not looked up yet; None: not there
+
+
+def _torch_openmp() -> ctypes.CDLL | None:
+    """The OpenMP runtime torch itself loaded (its wheel's ``lib/libgomp.so.1``), or ``None``."""
+    global _gomp
+    if _gomp is False:
+        import torch
+
+        _gomp = None
+        if "OpenMP" in torch.__config__.parallel_info():
+            path = os.path.join(os.path.dirname(torch.__file__), "lib", "libgomp.so.1")
+            try:
+                _gomp = ctypes.CDLL(path if os.path.exists(path) else "libgomp.so.1")
+            except OSError:
+                _gomp = None
+    return _gomp if isinstance(_gomp, ctypes.CDLL) else None
+
+
+def own_intra_op_threads(threads: int) -> bool:
+    """Give the calling thread ``threads`` torch intra-op threads of its own, leaving every other thread's count alone.
+
+    torch's OpenMP backend reads the count per thread (OpenMP's ``nthreads-var``), but
+    ``torch.set_num_threads`` also changes the process-wide value new threads start
+    from (and MKL's); this sets the calling thread's alone, after torch has initialised
+    it. Returns whether it could (torch built with OpenMP, the runtime found);
+    otherwise the thread keeps the process's count.
+    """
+    import torch
+
+    torch.get_num_threads()  # torch sets a new thread's count on first use: let it, then set ours
+    gomp = _torch_openmp()
+    if gomp is None:
+        return False
+    gomp.omp_set_num_threads(ctypes.c_int(max(1, int(threads))))
+    return bool(torch.get_num_threads() == max(1, int(threads)))
+
+
+def loader_intra_op_threads() -> int:
+    """The intra-op threads a loader thread gets: :data:`LOADER_INTRA_OP_THREADS`, else torch's default count.
+
+    torch's default is ``OMP_NUM_THREADS`` where set, else the cores this process may
+    run on: what a process that never called ``torch.set_num_threads`` uses.
+    """
+    if LOADER_INTRA_OP_THREADS is not None:
+        return max(1, int(LOADER_INTRA_OP_THREADS))
+    env = os.environ.get("OMP_NUM_THREADS", "")
+    if env.isdigit() and int(env) > 0:
+        return int(env)
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
+def init_loader_thread() -> None:
+    """Run once in each thread-backend loader thread: its own :func:`loader_intra_op_threads` intra-op threads."""
+    if not own_intra_op_threads(loader_intra_op_threads()):
+        log.debug("loader thread: torch has no per-thread OpenMP count here; it uses the process's")

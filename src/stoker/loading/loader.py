@@ -24,7 +24,7 @@ from torch.utils.data import (
 )
 
 from stoker.errors import ConfigError, StokerError
-from stoker.loading.backends import BACKENDS, Backend
+from stoker.loading.backends import BACKENDS, Backend, init_loader_thread
 from stoker.loading.collate import Batch, collate, to_device
 from stoker.loading.contract import (
     SupportsCollate,
@@ -320,7 +320,8 @@ class Loader:
             if self._sampler is None:
                 raise ConfigError("backend='thread' needs a map-style data set; use backend='process' for a Pipe")
             self._batches = BatchSampler(self._resume_sampler, batch_size, drop_last)  # type: ignore[arg-type]
-            self._pool = ThreadPoolExecutor(max(num_workers, 1), thread_name_prefix="stoker-loader")
+            self._pool = ThreadPoolExecutor(max(num_workers, 1), thread_name_prefix="stoker-loader",
+                                            initializer=init_loader_thread)  # its own torch threads
         self.drop_last = drop_last
 
     def __len__(self) -> int:

@@ -331,9 +331,9 @@ class ShardDataset(Dataset, MapReader, SupportsEpoch, SupportsCollate, SupportsL
         if self.shards.row_bytes:
             height, width = self.image_size  # type: ignore[misc]
             shape = (len(idx), self.shards.channels, height, width)
-            if get_worker_info() is None and self.shards.gather_threads == 1:
-                images = torch.from_numpy(self.shards.gather_pixels(idx)).view(shape)  # one fancy index, any layout
-            else:  # into a worker's shared memory, or copied by several threads
+            if get_worker_info() is None:  # a reused buffer, or one fancy index (ShardSet.gather_pixels)
+                images = torch.from_numpy(self.shards.gather_pixels(idx)).view(shape)
+            else:  # into a worker's shared memory
                 images = _empty_uint8(shape)
                 self.shards.read_pixels(idx, images.numpy().reshape(len(idx), self.shards.row_bytes))
             if self.transform is None:

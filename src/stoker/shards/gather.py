@@ -1,22 +1,26 @@
 """Copy pixel rows out of memory-mapped shards: one fancy index over many maps, or a threaded row copy.
 
-:class:`RowSpan` lets one numpy fancy index read the rows of every record batch of every
-shard (:meth:`stoker.shards.reader.ShardSet.gather_pixels`); :func:`split_copy` and
-:func:`copy_rows` fill a given buffer (a worker's shared memory), on several threads if
-asked (:meth:`~stoker.shards.reader.ShardSet.read_pixels`).
+:class:`RowSpan` lets one numpy ``take`` read the rows of every record batch of every
+shard (:meth:`stoker.shards.reader.ShardSet.gather_pixels`), on several threads if asked;
+:func:`split_copy` and :func:`copy_rows` fill a given buffer (a worker's shared memory)
+(:meth:`~stoker.shards.reader.ShardSet.read_pixels`). :class:`BatchBuffers` hands a
+batch's buffer out again once nothing holds the batch: a fresh buffer per batch costs a
+page fault and a page the kernel zeroes per 4 KiB, which is a large part of a copy that
+runs at memory speed.
 """
 
 from __future__ import annotations
 
 import itertools
 import os
+import sys
 import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-__all__ = ["GATHER_SPLIT_BYTES", "RowSpan", "copy_rows", "gather_pool", "split_copy"]
+__all__ = ["GATHER_SPLIT_BYTES", "BatchBuffers", "RowSpan", "copy_rows", "gather_pool", "split_copy", "take_rows"]
 
 # A pixel gather is shared among threads in parts of this many bytes (a smaller part costs
 # more to hand over than it saves; a larger one leaves a thread idle at the end).
@@ -114,3 +118,92 @@ class RowSpan:
     def gather(self, segment: np.ndarray, local: np.ndarray) -> np.ndarray:
         """A new ``[len, row_bytes]`` array: row ``local[j]`` of record batch ``segment[j]`` (checked by the caller)."""
         return self.rows[self._first[segment] + local * self._per_row]
+
+    @property
+    def contiguous(self) -> bool:
+        """Whether every row starts a whole number of rows from the lowest (numpy's ``take`` can read it)."""
+        return bool(self._per_row == 1)
+
+    def take(self, segment: np.ndarray, local: np.ndarray, out: np.ndarray, threads: int = 1) -> None:
+        """``out[j] = row local[j] of record batch segment[j]`` (checked by the caller), on up to ``threads`` threads.
+
+        Only for a :attr:`contiguous` span (``np.take`` would first copy a strided one
+        whole, and numpy's fancy index has no ``out=``; use :meth:`gather` there): one
+        ``np.take`` per part of about :data:`GATHER_SPLIT_BYTES`, which numpy copies in C
+        with the GIL released, so parts copy side by side.
+        """
+        if not self.contiguous:
+            raise ValueError("RowSpan.take needs a contiguous span; use gather")
+        take_rows(self.rows, self._first[segment] + local, out, threads)
+
+
+def take_rows(rows: np.ndarray, where: np.ndarray, out: np.ndarray, threads: int = 1) -> None:
+    """``out[j] = rows[where[j]]`` for a C-contiguous ``rows`` (indices checked by the caller), on up to ``threads`` threads."""
+
+    def copy(lo: int, hi: int) -> None:
+        np.take(rows, where[lo:hi], axis=0, out=out[lo:hi], mode="clip")  # mode="clip": no buffering of out=
+
+    split_copy(len(where), threads, rows.shape[1] if rows.ndim > 1 else 1, copy)
+
+
+class BatchBuffers:
+    """Batch buffers handed out again once nothing outside holds them (a held batch is never overwritten).
+
+    A buffer is reused only when its reference count shows that this object alone holds
+    it: a batch the user keeps (as the array, a view of it, or a tensor made by
+    ``torch.from_numpy``, which holds the array) is left alone, and a new buffer is made
+    instead. Reused pages are already mapped, so filling them costs the copy alone.
+
+    Args:
+        keep: the most buffers kept (batches in flight plus the one the user holds fit
+            in it; past it, buffers are made fresh and not kept).
+    """
+
+    def __init__(self, keep: int = 6) -> None:
+        self.keep = keep
+        self._buffers: list[np.ndarray] = []
+        self._lock = threading.Lock()
+
+    def take(self, shape: tuple[int, ...]) -> np.ndarray:
+        """An uninitialised ``uint8`` array of ``shape``: a kept one nothing else holds, else a new one."""
+        with self._lock:
+            for k in range(len(self._buffers)):
+                if self._buffers[k].shape == shape and _unheld(self._buffers, k):
+                    return self._buffers[k]
+            fresh = np.empty(shape, dtype=np.uint8)
+            if len(self._buffers) < self.keep:
+                self._buffers.append(fresh)
+            else:  # full: replace a free buffer of another shape (a short last batch), if any
+                free = [k for k in range(len(self._buffers)) if _unheld(self._buffers, k)]
+                if free:
+                    self._buffers[free[0]] = fresh
+            return fresh
+
+    def clear(self) -> None:
+        """Drop every kept buffer (held batches keep theirs)."""
+        with self._lock:
+            self._buffers = []
+
+
+def _unheld(buffers: list[np.ndarray], k: int) -> bool:
+    """Whether only the list ``buffers`` refers to its item ``k`` (never, where reference counts cannot tell)."""
+    return _COUNTS_TELL and sys.getrefcount(buffers[k]) <= _FREE_REFS
+
+
+def _free_refs() -> int:
+    """What :func:`sys.getrefcount` reports, inside :func:`_unheld`, for an item the list alone holds."""
+    probe = [np.empty(0, dtype=np.uint8)]
+    seen: list[int] = []
+
+    def count(buffers: list[np.ndarray], k: int) -> bool:
+        seen.append(sys.getrefcount(buffers[k]))
+        return True
+
+    count(probe, 0)
+    return seen[0]
+
+
+# CPython with the GIL: sys.getrefcount is exact. A free-threaded build defers and splits its
+# counts, and PyPy has none: there every batch gets a fresh buffer.
+_COUNTS_TELL = hasattr(sys, "getrefcount") and getattr(sys, "_is_gil_enabled", lambda: True)()
+_FREE_REFS = _free_refs() if _COUNTS_TELL else 0

@@ -17,6 +17,7 @@ import os
 import stat
 import threading
 import zlib
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, cast
@@ -31,7 +32,7 @@ from stoker.fs import Location, PathOrURL, where
 from stoker.jpeg import decode_stored
 from stoker.shards.cache import ShardCache
 from stoker.shards.format import COLUMN_INDEX, MANIFEST_NAME, image_row_bytes, shard_schema
-from stoker.shards.gather import RowSpan, copy_rows, split_copy
+from stoker.shards.gather import BatchBuffers, RowSpan, copy_rows, split_copy, take_rows
 from stoker.shards.manifest import Manifest, ShardInfo
 from stoker.shards.manifest_cache import offline_since, require_cached
 
@@ -114,6 +115,7 @@ class ShardFile:
         )
         image_type = schema.field("image").type
         self._pixels: list[np.ndarray] = []
+        self._span: RowSpan | None = None  # pixel_span, made on first use
         self._encoded: list[tuple[np.ndarray, np.ndarray]] = []
         for batch in batches:
             column = batch.column(_IMAGE)
@@ -136,15 +138,31 @@ class ShardFile:
         return chunk, rows - self._starts[chunk]
 
     def take_pixels(self, rows: np.ndarray, out: np.ndarray) -> None:
-        """Copy pixel rows (checked to be in range) into ``out``, one copy per row."""
+        """Copy pixel rows (checked to be in range) into ``out``, one copy per row (rows of several record batches: two)."""
         chunk, local = self._locate(rows)
         if chunk[0] == chunk[-1] and (chunk == chunk[0]).all():
             # mode="clip" skips numpy's buffering of out= (rows are already in range).
             np.take(self._pixels[int(chunk[0])], local, axis=0, out=out, mode="clip")
             return
-        views = self._pixels
-        for j, (c, r) in enumerate(zip(chunk.tolist(), local.tolist(), strict=True)):
-            out[j] = views[c][r]
+        out[...] = self.pixel_span().gather(chunk, local)  # one fancy index, in C, not a Python loop per row
+
+    def pixel_span(self) -> RowSpan:
+        """This shard's pixel rows of every record batch, reachable by one fancy index (made on first use)."""
+        if self._span is None:
+            self._span = RowSpan(self._pixels, self._pixels[0].shape[1])
+        return self._span
+
+    def gather_pixels(self, rows: np.ndarray, take: Callable[[tuple[int, int]], np.ndarray], threads: int = 1) -> np.ndarray:
+        """The pixel rows ``rows`` (checked to be in range) as an array: ``take(shape)``'s buffer filled, or a new one.
+
+        Rows of one record batch are copied by ``np.take`` into the buffer, on up to
+        ``threads`` threads; rows of several through :meth:`pixel_span` (:func:`_gather_span`).
+        """
+        if len(self._pixels) == 1:
+            out = take((len(rows), self._pixels[0].shape[1]))
+            take_rows(self._pixels[0], rows, out, threads)
+            return out
+        return _gather_span(self.pixel_span(), *self._locate(rows), take, threads)
 
     @property
     def pixel_segments(self) -> tuple[np.ndarray, list[np.ndarray]]:
@@ -197,8 +215,24 @@ class ShardFile:
 
     def close(self) -> None:
         """Drop the views and unmap the file."""
-        self._pixels, self._encoded, self._batches = [], [], []
+        self._pixels, self._encoded, self._batches, self._span = [], [], [], None
         self._mmap.close()
+
+
+def _gather_span(
+    span: RowSpan, segment: np.ndarray, local: np.ndarray, take: Callable[[tuple[int, int]], np.ndarray], threads: int
+) -> np.ndarray:
+    """Rows of a span: ``np.take`` into ``take(shape)``'s buffer where it is contiguous, else one fancy index into a new array.
+
+    The fancy index is numpy's fastest gather from a strided source; measured with the
+    last batch still held (as a loader's user holds it), ``torch.index_select`` into a
+    reused buffer was 0.84-0.89x it, the fresh array's page faults included.
+    """
+    if not span.contiguous:
+        return span.gather(segment, local)
+    out = take((len(segment), span.rows.shape[1]))
+    span.take(segment, local, out, threads)
+    return out
 
 
 def _manifest_stamp(root: Path) -> tuple[int, int, int, int] | None:
@@ -285,9 +319,10 @@ class ShardSet:
         self.row_bytes = (
             image_row_bytes(self.manifest.image_size, self.channels) if self.manifest.store == "pixels" else 0  # type: ignore[arg-type]
         )
-        # Copying threads of read_pixels. 1: in the training process a batch is one fancy index
-        # (gather_pixels); a second copying thread measured slower on two cores, and no larger
-        # machine has been measured yet (benchmarks/bench_decode.py --only gather).
+        # Copying threads of gather_pixels (where rows line up) and read_pixels. 1: a second
+        # thread measured 0.57-0.69x one (fine-grained interleaving, 2 cores under a load of 6-9:
+        # a woken helper waits for a core longer than the whole copy). No quiet or larger
+        # machine has been measured (benchmarks/bench_peers.py --only pixels).
         self.gather_threads = 1
         self.reduced_jpeg = True  # decode JPEGs at a reduced scale where the output allows (stoker.jpeg)
         self._lock = threading.Lock()
@@ -300,6 +335,7 @@ class ShardSet:
         self._segment_views: list[np.ndarray] = []
         self._span: RowSpan | None = None
         self._labels: np.ndarray | None = None
+        self._buffers = BatchBuffers()  # gather_pixels' batches, reused once nothing holds them
 
     def check_sizes(self) -> None:
         """Compare every shard's size on disk (or in the bucket: one listing) with the manifest (no data is read)."""
@@ -507,31 +543,38 @@ class ShardSet:
         views = self._segment_views
         split_copy(len(indices), threads, self.row_bytes, lambda lo, hi: copy_rows(views, segment[lo:hi], local[lo:hi], out[lo:hi]))
 
-    def gather_pixels(self, indices: np.ndarray) -> np.ndarray:
-        """The pixel rows of the given samples as a new ``uint8 [len(indices), 3*H*W]`` array, in the order of ``indices``.
+    def gather_pixels(self, indices: np.ndarray, threads: int | None = None) -> np.ndarray:
+        """The pixel rows of the given samples as a ``uint8 [len(indices), 3*H*W]`` array, in the order of ``indices``.
 
-        The fastest read in the training process: rows from any number of shards and
-        record batches are copied by one numpy fancy index (:class:`RowSpan`), at parity
-        with one fancy index over a single memory-mapped array, where copying them row
-        by row into a given buffer (:meth:`read_pixels`) is 0.7x that
-        (``benchmarks/bench_decode.py``). Use :meth:`read_pixels` to fill a buffer of
-        your own (a worker's shared memory) or to copy with several threads.
+        The fastest read in the training process. Rows from any number of shards and
+        record batches are reached through one span of their memory maps
+        (:class:`RowSpan`). Where every row sits a whole number of rows from the first
+        (one record batch, or maps that line up), ``np.take`` copies them, on up to
+        ``threads`` threads, into a buffer this set hands out again once nothing holds it
+        (:class:`BatchBuffers`: a fresh buffer per batch costs a kernel-zeroed page per 4
+        KiB); otherwise one numpy fancy index copies them into a new array, at parity with
+        one fancy index over a single memory-mapped array. A returned batch that is still
+        referenced (the array, a view of it, a tensor made from it) is never overwritten.
+        Use :meth:`read_pixels` to fill a buffer of your own (a worker's shared memory).
 
         Args:
             indices: sample numbers of this split, any order, repeats allowed.
+            threads: copying threads; ``None`` takes :attr:`gather_threads`.
         """
         if not self.row_bytes:
             raise ConfigError("this shard set stores encoded images; decode them with read_encoded")
+        threads = self.gather_threads if threads is None else max(1, int(threads))
         one = self._one_shard(indices)  # checks the indices
-        if one is not None or len(indices) == 0 or (self.remote is not None and self._segment_starts is None):
-            out = np.empty((len(indices), self.row_bytes), dtype=np.uint8)
-            if one is not None:  # one shard (a sequential read): one np.take, the indices already located
-                self.file(one[0]).take_pixels(one[1], out)
-            elif len(indices):
-                self.read_pixels(indices, out, threads=1)  # a remote stream: only the shards it reads
+        if len(indices) == 0:
+            return self._buffers.take((0, self.row_bytes))
+        if one is not None:  # one shard (a sequential read): the indices already located
+            return self.file(one[0]).gather_pixels(one[1], self._buffers.take, threads)
+        if self.remote is not None and self._segment_starts is None:
+            out = self._buffers.take((len(indices), self.row_bytes))
+            self.read_pixels(indices, out, threads=1)  # a remote stream: only the shards it reads
             return out
         segment, local = self._segments(indices)
-        return cast(RowSpan, self._span).gather(segment, local)  # _open_all made it: the set has rows
+        return _gather_span(cast(RowSpan, self._span), segment, local, self._buffers.take, threads)  # _open_all made it
 
     def _segments(self, indices: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(record batch, row within it) of each sample, every shard open and laid end to end."""
@@ -617,7 +660,7 @@ class ShardSet:
 
     def __getstate__(self) -> dict[str, Any]:
         # Memory maps do not cross processes: the copy reopens the files where it runs.
-        state = {k: v for k, v in self.__dict__.items() if k not in ("_lock", "_files", "_segment_starts", "_segment_views", "_span", "_labels")}
+        state = {k: v for k, v in self.__dict__.items() if k not in ("_lock", "_files", "_segment_starts", "_segment_views", "_span", "_labels", "_buffers")}
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
