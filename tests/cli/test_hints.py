@@ -117,7 +117,7 @@ def test_every_hint_in_the_source_names_a_real_command_flags_and_extras() -> Non
             if "-m stoker" not in hint:
                 wrong.append(f"{where}: {hint!r}: torchrun runs a script or a module: -m stoker")
             continue
-        name = hint.split()[1]
+        name = hint.split()[1].rstrip(":,.")  # "stoker demo: ..." is a hint too
         options = {opt for param in main.commands[name].params for opt in getattr(param, "opts", []) + getattr(param, "secondary_opts", [])}
         for flag in re.findall(r"(?<!\S)--[a-z][a-z0-9-]*", hint):
             if flag not in options | {"--help"}:
