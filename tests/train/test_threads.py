@@ -43,4 +43,4 @@ def test_the_rule_and_its_override() -> None:
     assert ComputeThreads(cpu, [L()], requested=2).threads == 2
     assert ComputeThreads(cpu, [L()]).threads == max(1, min(2, usable_cores() - 3))
     assert ComputeThreads(cpu, []).threads == 2  # no workers: nothing to leave
-    assert "left to the loader workers" in ComputeThreads(cpu, [L()]).reason
+    assert "3 left to the train loader's process workers" in ComputeThreads(cpu, [L()]).reason

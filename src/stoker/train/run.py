@@ -14,7 +14,7 @@ from collections.abc import Callable
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
@@ -28,6 +28,9 @@ from stoker.train.loggers import Logger
 from stoker.train.record import BEST_FILE, LAST_FILE, prepare_run_dir
 from stoker.train.resume import CHECKPOINT_FORMAT, check_last, restore_last
 from stoker.train.scenario import SYNC_EVERY_CUDA, Scenario
+
+if TYPE_CHECKING:
+    from stoker.train.adapt import Adapter
 
 __all__ = ["Run", "resume", "set_up", "wrap_model"]
 
@@ -59,6 +62,8 @@ class Run:
         no_sync: DDP's ``no_sync`` inside an accumulation window, or ``None``.
         loggers: the loggers and callbacks (rank 0 only; empty elsewhere).
         saved: a ``last.pt`` of this run exists (resumed from, or written since).
+        adapter: what reads the train loader while adapt tries its settings
+            (:mod:`stoker.train.adapt`), or ``None`` (off).
     """
 
     scenario: Scenario
@@ -80,6 +85,7 @@ class Run:
     no_sync: Callable[[], AbstractContextManager[Any]] | None = None
     loggers: list[Logger] = field(default_factory=list)
     saved: bool = False
+    adapter: Adapter | None = None
 
     @property
     def last_path(self) -> Path:

@@ -1,0 +1,371 @@
+"""Adapt while training: try the loader settings that matter on the real model and data, keep the fastest.
+
+In the first batches of a run :func:`~stoker.train.fit` reads the train loader with a
+few candidate settings in turn — its backend (worker processes or threads), how many
+workers, and how many batches each reads ahead — times each on the steps it is really
+running, keeps the fastest, says so (rank 0), and records every trial in ``run.json``
+(``"adapt"``). Afterwards it watches the share of each step spent waiting for data; when
+that share rises well above what the chosen setting measured, it tries them again
+(twice at most). ``Scenario(adapt=False)`` / ``stoker train --no-adapt`` keeps the
+settings as given.
+
+What it may change, and why that changes no result:
+
+* **the train loader's workers, backend and prefetch depth**, for a stoker
+  :class:`~stoker.Loader` over a map-style data set. Which samples a batch holds is the
+  sampler's, a function of ``(seed, epoch)`` (:mod:`stoker.order`), not of who reads it:
+  a change is made between two batches with the loader's own resume-from-position
+  (``state_dict`` before, :meth:`~stoker.Loader.reconfigure`, ``load_state_dict``
+  after), so the next batch is the one the old setting would have given. The figures,
+  checkpoints and weights are the same, to the bit, as a ``--no-adapt`` run's.
+  Not tried: an iterable data set (a ``Pipe``, a ``ShardStream``: its stream is split by
+  worker, so the worker count decides what a batch holds), a loader that is not
+  stoker's, and a data set whose samples draw random numbers (an augmentation draws from
+  the reading worker's generator, so another worker count draws other numbers: pass
+  ``adapt=False`` for those).
+* **torch's compute threads: not on the CPU.** The thread count decides how torch
+  splits its float sums: the weights of a small CNN, an MLP and a ResNet-18 differ in
+  their last bits after three steps with one thread against two (deterministic for
+  each count). So a CPU run keeps the threads :mod:`stoker.train.threads` sets. Where
+  the model runs on an accelerator the host's threads touch no figure, and they are
+  tried too (unless ``cpu_threads`` is set).
+
+The trials cost their batches' time and nothing else: a run too short to try at least
+two settings within a quarter of its batches tries none, and says why in ``run.json``.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import asdict, dataclass, replace
+from typing import TYPE_CHECKING, Any
+
+import torch
+from torch.utils.data import IterableDataset
+
+from stoker.loading import Loader
+from stoker.train.threads import local_ranks, usable_cores
+
+if TYPE_CHECKING:
+    from stoker.train.run import Run
+
+__all__ = ["Adapter", "Setting", "Trial", "make_adapter"]
+
+WARM_BATCHES = 2  # after a change (or a pass's start) the workers start and fill their queue: not timed
+MIN_BATCHES = 6  # timed batches of a trial, at least...
+MIN_SECONDS = 0.25  # ...and at least this long, so a fast step is not timed on a few milliseconds
+MAX_BATCHES = 40  # ...but never more
+BUDGET_SHARE = 0.25  # of the run's training batches, at most, go into the first round of trials
+RECHECK_RISE = 0.15  # a re-check when the recent data-wait share is this much above the chosen setting's...
+RECHECK_FLOOR = 0.10  # ...and above this
+MAX_RECHECKS = 2
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One way of reading the train loader (and, on an accelerator, the host's torch threads)."""
+
+    backend: str
+    workers: int
+    prefetch: int
+    threads: int | None = None
+
+    def label(self) -> str:
+        """e.g. ``2 worker processes, prefetch 2``."""
+        if self.backend == "thread":
+            n = max(self.workers, 1)
+            who = f"{n} loader thread{'s' if n != 1 else ''}"
+        elif self.workers:
+            who = f"{self.workers} worker process{'es' if self.workers != 1 else ''}"
+        else:
+            who = "in the training process"
+        threads = f", torch threads {self.threads}" if self.threads is not None else ""
+        return f"{who}, prefetch {self.prefetch}{threads}"
+
+
+@dataclass
+class Trial:
+    """What one setting measured: timed batches, their seconds (arrival to arrival) and the wait inside."""
+
+    setting: Setting
+    batches: int = 0
+    seconds: float = 0.0
+    wait_s: float = 0.0
+
+    @property
+    def s_per_batch(self) -> float:
+        return self.seconds / self.batches if self.batches else float("inf")
+
+    @property
+    def wait_share(self) -> float:
+        return self.wait_s / self.seconds if self.seconds > 0 else 0.0
+
+    def done(self) -> bool:
+        return self.batches >= MAX_BATCHES or (self.batches >= MIN_BATCHES and self.seconds >= MIN_SECONDS)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {**asdict(self.setting), "label": self.setting.label(), "batches": self.batches,
+                "ms_per_batch": round(self.s_per_batch * 1e3, 3), "wait_share": round(self.wait_share, 4)}
+
+
+class Adapter:
+    """Tries settings of a run's train loader on its first batches and keeps the fastest (see the module docs).
+
+    Args:
+        loader: the train loader.
+        device: where the model trains (threads are tried only off the CPU).
+        batches: training batches left in the run (``None``: unknown, then one epoch's
+            worth is not known either and nothing is tried).
+        try_threads: also try torch's host threads (an accelerator run without
+            ``cpu_threads``).
+        say: prints one line (rank 0's console), or ``None``.
+
+    Example:
+        >>> adapter = Adapter(loader, torch.device("cpu"), batches=10 * len(loader))  # doctest: +SKIP
+        >>> for images, labels in adapter.batches():  # one pass: the loader's epoch, read as adapt chooses  # doctest: +SKIP
+        ...     ...
+        >>> adapter.record()["chosen"]  # doctest: +SKIP
+    """
+
+    def __init__(self, loader: Any, device: torch.device, *, batches: int | None, try_threads: bool = False,
+                 say: Callable[[str], None] | None = None) -> None:
+        self.loader = loader
+        self.say = say
+        self.try_threads = try_threads
+        self.cores = max(1, usable_cores() // local_ranks())
+        self.trials: list[Trial] = []
+        self.rechecks = 0
+        self.switches = 0
+        self._queue: list[Setting] = []
+        self._stage = 0
+        self._trial: Trial | None = None
+        self._round: list[Trial] = []
+        self._change: Setting | None = None
+        self._recent: list[tuple[float, float]] = []  # (seconds, wait) of the batches since the choice
+        self._round_start = 0  # the first trial of the round in progress
+        self._baseline = 0.0  # the chosen setting's data-wait share
+        self._budget = 0  # trials of a first stage (a quarter of the run's batches at most)
+        self._budget_batches = 0  # batches a round may spend on trials
+        self.given = self._setting_now() if isinstance(loader, Loader) else None
+        self.chosen = self.given
+        self.reason = self._refusal(loader, batches)
+        self.active = not self.reason
+        if self.active:
+            self._start_round()
+
+    # -- what is tried ---------------------------------------------------------------------------------
+
+    def _refusal(self, loader: Any, batches: int | None) -> str:
+        """Why nothing is tried ("" when it is)."""
+        if not isinstance(loader, Loader):
+            return f"the train loader is a {type(loader).__name__}, not a stoker Loader: its settings are kept"
+        if isinstance(loader.dataset, IterableDataset):
+            return (f"the train data ({type(loader.dataset).__name__}) is a stream split by worker: another worker "
+                    "count would change which samples a batch holds, so the settings are kept")
+        per_trial = WARM_BATCHES + MIN_BATCHES
+        if batches is None or batches * BUDGET_SHARE < 2 * per_trial:
+            return (f"the run is too short to try settings ({batches if batches is not None else 'unknown'} training "
+                    f"batches; two trials take {2 * per_trial}, a quarter of the run at most): the settings are kept")
+        self._budget_batches = int(batches * BUDGET_SHARE)
+        self._budget = self._budget_batches // per_trial
+        return ""
+
+    def _setting_now(self) -> Setting:
+        loader = self.loader
+        threads = torch.get_num_threads() if self.try_threads else None
+        return Setting(str(loader.backend), int(loader.num_workers), int(loader.prefetch_factor), threads)
+
+    def _candidates(self, stage: int, best: Setting) -> list[Setting]:
+        """Stage 0: backends and worker counts; 1: prefetch depth of the best; 2: host threads (off the CPU)."""
+        if stage == 0:
+            counts = sorted({0, 1, max(1, self.cores // 2), self.cores, best.workers})
+            options = [replace(best, backend="process", workers=w) for w in counts]
+            options += [replace(best, backend="thread", workers=w) for w in counts if w > 0]
+            options = [best] + [o for o in options if o != best]  # the setting in force first: no change to time it
+            return options[: max(self._budget, 2)]
+        if stage == 1:
+            return [best, replace(best, prefetch=best.prefetch * 2)] if best.workers > 0 or best.backend == "thread" else []
+        if stage == 2 and self.try_threads and best.threads is not None:
+            counts = sorted({1, max(1, self.cores // 2), self.cores} - {best.threads})
+            return [best] + [replace(best, threads=t) for t in counts]
+        return []
+
+    def _start_round(self) -> None:
+        """Queue the settings of the first stage that has more than one."""
+        self._stage, self._round = 0, []
+        self._queue = []
+        self._advance(self._setting_now())
+
+    def _advance(self, best: Setting) -> None:
+        while self._stage <= 2:
+            candidates = self._candidates(self._stage, best)
+            self._stage += 1
+            if len(candidates) > 1:
+                self._queue = candidates
+                self._next_trial()
+                return
+        self._finish()
+
+    def _next_trial(self) -> None:
+        setting = self._queue.pop(0)
+        self._trial = Trial(setting)
+        self._round.append(self._trial)
+        self.trials.append(self._trial)
+        if setting != self._setting_now():
+            self._change = setting
+
+    def _trial_done(self) -> None:
+        spent = sum(t.batches + WARM_BATCHES for t in self.trials[self._round_start:])
+        if spent >= self._budget_batches:  # slow steps took the longest trials: keep the best so far
+            self._queue, self._stage = [], 3
+        if self._queue:
+            self._next_trial()
+            return
+        stage = [t for t in self._round if t.batches]
+        best = min(stage, key=lambda t: t.s_per_batch).setting
+        self._round = []
+        self._advance(best)
+
+    def _finish(self) -> None:
+        """The round is over: keep the fastest setting of all its trials."""
+        self._trial = None
+        timed = [t for t in self.trials[self._round_start:] if t.batches]
+        best = min(timed, key=lambda t: t.s_per_batch) if timed else None
+        if best is None:
+            return
+        self.chosen = best.setting
+        if best.setting != self._setting_now():
+            self._change = best.setting
+        given = next((t for t in timed if t.setting == self.given), None)
+        why = (f"{best.s_per_batch * 1e3:.1f} ms a step, wait {best.wait_share:.0%}"
+               + (f"; as given ({self.given.label() if self.given else '?'}): {given.s_per_batch * 1e3:.1f} ms"
+                  if given is not None and given is not best else ""))
+        self.reason = f"tried {len(timed)} settings over {sum(t.batches for t in timed)} timed batches; fastest: {why}"
+        self._baseline = best.wait_share
+        self._recent = []
+        if self.say is not None:
+            verb = "keeps" if self.chosen == self.given else "chose"
+            self.say(f"adapt {verb} {self.chosen.label()} ({self.reason})")
+
+    # -- reading -------------------------------------------------------------------------------------
+
+    def batches(self) -> _AdaptedPass:
+        """One pass over the train loader (its epoch), read with the setting adapt has in force."""
+        return _AdaptedPass(self)
+
+    def _apply(self, setting: Setting) -> None:
+        loader = self.loader
+        if setting.threads is not None and setting.threads != torch.get_num_threads():
+            torch.set_num_threads(setting.threads)  # off the CPU only (see the module docs); fit restores it after
+        if (setting.backend, setting.workers, setting.prefetch) != (loader.backend, loader.num_workers, loader.prefetch_factor):
+            loader.reconfigure(num_workers=setting.workers, backend=setting.backend, prefetch_factor=setting.prefetch)  # type: ignore[arg-type]
+        self.switches += 1
+
+    def _observe(self, seconds: float, wait_s: float) -> None:
+        """One timed batch: its seconds from the batch before's arrival, of which ``wait_s`` waiting for it."""
+        trial = self._trial
+        if trial is not None:
+            trial.batches += 1
+            trial.seconds += seconds
+            trial.wait_s += wait_s
+            if trial.done():
+                self._trial_done()
+            return
+        if not self.active or self.rechecks >= MAX_RECHECKS:
+            return
+        self._recent.append((seconds, wait_s))
+        window = 4 * MIN_BATCHES
+        if len(self._recent) >= window:
+            total = sum(s for s, _ in self._recent[-window:])
+            share = sum(w for _, w in self._recent[-window:]) / total if total > 0 else 0.0
+            if share > max(self._baseline + RECHECK_RISE, RECHECK_FLOOR):
+                self.rechecks += 1
+                if self.say is not None:
+                    self.say(f"adapt: the data-wait share rose to {share:.0%} (was {self._baseline:.0%}); trying the "
+                             "settings again")
+                self._round_start = len(self.trials)
+                self._start_round()
+            else:
+                del self._recent[:-window]
+
+    def record(self) -> dict[str, Any]:
+        """What ``run.json`` keeps under ``"adapt"``: on or not and why, the setting given and chosen, every trial."""
+        return {
+            "enabled": self.active,
+            "reason": self.reason,
+            "given": asdict(self.given) if self.given is not None else None,
+            "chosen": asdict(self.chosen) if self.chosen is not None else None,
+            "trials": [t.as_dict() for t in self.trials],
+            "rechecks": self.rechecks,
+            "switches": self.switches,
+        }
+
+
+class _AdaptedPass:
+    """One pass over the train loader that makes adapt's changes between batches, at the same position.
+
+    It keeps the ranks in step as the loader does (:class:`~stoker.loading.KeepsStepsEqual`:
+    ``equal_steps`` and ``trimmed`` are the loader's), so wrapping it agrees once.
+    """
+
+    def __init__(self, adapter: Adapter) -> None:
+        self.adapter = adapter
+
+    @property
+    def equal_steps(self) -> bool:
+        return bool(getattr(self.adapter.loader, "equal_steps", False))
+
+    @property
+    def trimmed(self) -> int:
+        return int(getattr(self.adapter.loader, "trimmed", 0))
+
+    def __len__(self) -> int:
+        return len(self.adapter.loader)
+
+    def __iter__(self) -> Iterator[Any]:
+        adapter, loader = self.adapter, self.adapter.loader
+        stream = iter(loader)
+        since_start, arrived = 0, 0.0
+        try:
+            while True:
+                change, adapter._change = adapter._change, None
+                if change is not None:  # between two batches: the same position under the new setting
+                    position = loader.state_dict()
+                    stream.close()
+                    adapter._apply(change)
+                    loader.load_state_dict(position)
+                    stream = iter(loader)
+                    since_start = 0
+                asked = time.perf_counter()
+                try:
+                    batch = next(stream)
+                except StopIteration:
+                    return
+                now = time.perf_counter()
+                since_start += 1
+                if since_start > WARM_BATCHES:
+                    adapter._observe(now - arrived, now - asked)
+                arrived = now
+                yield batch
+        finally:
+            stream.close()
+
+
+def make_adapter(run: Run) -> Adapter | None:
+    """The :class:`Adapter` of ``fit``'s run (``None`` with ``Scenario.adapt`` off); it speaks through the loggers' ``note``."""
+    s = run.scenario
+    if not s.adapt:
+        return None
+    try:
+        batches: int | None = len(s.train_loader) * max(s.epochs - len(run.history.epochs), 0)  # type: ignore[arg-type]
+    except TypeError:
+        batches = None
+    notes = [note for logger in run.loggers if (note := getattr(logger, "note", None)) is not None]
+
+    def say(line: str) -> None:
+        for note in notes:
+            note(line)
+
+    return Adapter(s.train_loader, run.device, batches=batches,
+                   try_threads=run.device.type != "cpu" and s.cpu_threads is None, say=say if notes else None)

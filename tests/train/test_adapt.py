@@ -1,0 +1,123 @@
+"""stoker.train.adapt: trying the train loader's settings on the first steps changes no batch, figure or weight."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from click.testing import CliRunner
+from torch import nn
+
+from stoker import Scenario, fit, make_loader, open_data
+from stoker.cli.train import train as train_command
+from stoker.train import SmallCNN
+from stoker.train import adapt as adapt_module
+from stoker.train.adapt import Adapter, Setting
+
+pytestmark = pytest.mark.timeout(240)
+
+
+@pytest.fixture
+def quick_trials(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Trials of a few batches each, whatever their seconds: a short run tries every candidate."""
+    monkeypatch.setattr(adapt_module, "MIN_SECONDS", 0.0)
+
+
+class _SeesBatches:
+    """A forward pre-hook: a digest of every training batch the model is given."""
+
+    def __init__(self) -> None:
+        self.digests: list[str] = []
+
+    def __call__(self, module: nn.Module, args: tuple[Any, ...]) -> None:
+        if module.training:
+            self.digests.append(hashlib.sha256(args[0].detach().numpy().tobytes()).hexdigest()[:16])
+
+
+def _run(folders: Path, tmp_path: Path, name: str, adapt: bool, workers: int = 0) -> tuple[Any, ...]:
+    data = open_data(folders, valid=0.25, image_size=16, seed=0)
+    train = make_loader(data["train"], batch_size=2, num_workers=workers, device="cpu", seed=5)
+    valid = make_loader(data["valid"], batch_size=8, shuffle=False, num_workers=0, device="cpu")
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Dropout(0.1), SmallCNN(data.num_classes, width=8))  # dropout: the global RNG, saved
+    seen = _SeesBatches()
+    model.register_forward_pre_hook(seen)
+    scenario = Scenario(model, torch.optim.AdamW(model.parameters(), lr=2e-3), nn.CrossEntropyLoss(), train, valid,
+                        epochs=3, device="cpu", log_dir=tmp_path, name=name, adapt=adapt, loggers=("csv",),
+                        progress=False, plot=False)
+    history = fit(scenario)
+    figures = [(e.train_loss, e.train_acc, e.valid_loss, e.valid_acc, e.train_samples) for e in history.epochs]
+    weights = {k: v.clone() for k, v in model.state_dict().items()}
+    record = json.loads((tmp_path / name / "run.json").read_text())
+    return seen.digests, figures, weights, record, train
+
+
+def test_adapting_changes_no_batch_figure_or_weight(folders: Path, tmp_path: Path, quick_trials: None) -> None:
+    fixed_batches, fixed_figures, fixed_weights, fixed_record, fixed_loader = _run(folders, tmp_path, "fixed", adapt=False)
+    batches, figures, weights, record, loader = _run(folders, tmp_path, "adapted", adapt=True)
+    trials = record["adapt"]["trials"]
+    # It really tried other settings: several backends and worker counts, changed between batches.
+    assert record["adapt"]["enabled"] and len({(t["backend"], t["workers"]) for t in trials}) >= 3
+    assert record["adapt"]["switches"] >= 2
+    assert batches == fixed_batches  # every step saw the same samples, in the same order
+    assert figures == fixed_figures  # bit-identical figures...
+    assert all(torch.equal(weights[k], fixed_weights[k]) for k in fixed_weights)  # ...and weights
+    chosen = record["adapt"]["chosen"]
+    assert (loader.backend, loader.num_workers, loader.prefetch_factor) == (chosen["backend"], chosen["workers"],
+                                                                              chosen["prefetch"])
+    assert fixed_record["adapt"]["enabled"] is False  # --no-adapt keeps the settings as given
+    assert (fixed_loader.backend, fixed_loader.num_workers, fixed_loader.prefetch_factor) == ("process", 0, 2)
+    assert record["adapt"]["given"] == {"backend": "process", "workers": 0, "prefetch": 2, "threads": None}
+
+
+def test_a_short_run_tries_nothing_and_says_why(folders: Path, tmp_path: Path) -> None:
+    data = open_data(folders, valid=0.25, image_size=16, seed=0)
+    train = make_loader(data["train"], batch_size=40, num_workers=0, device="cpu")
+    model = SmallCNN(data.num_classes, width=8)
+    fit(Scenario(model, torch.optim.SGD(model.parameters(), 0.01), nn.CrossEntropyLoss(), train, None, epochs=1,
+                 device="cpu", log_dir=tmp_path, name="short", loggers=(), plot=False))
+    record = json.loads((tmp_path / "short" / "run.json").read_text())["adapt"]
+    assert not record["enabled"] and "too short" in record["reason"] and record["trials"] == []
+    assert (train.backend, train.num_workers) == ("process", 0)
+
+
+def test_a_stream_keeps_its_workers() -> None:
+    from stoker import Pipe
+
+    loader = make_loader(Pipe.from_iterable([(torch.zeros(3, 8, 8, dtype=torch.uint8), 0)] * 8), batch_size=2,
+                         num_workers=0, device="cpu")
+    adapter = Adapter(loader, torch.device("cpu"), batches=10_000)
+    assert not adapter.active and "stream split by worker" in adapter.reason
+
+
+def test_threads_are_tried_off_the_cpu_only_when_asked(folders: Path, quick_trials: None) -> None:
+    """The host-threads stage (for accelerator runs) sets torch's threads between batches; the CPU never gets it."""
+    data = open_data(folders, valid=0.25, image_size=16, seed=0)
+    loader = make_loader(data["train"], batch_size=2, num_workers=0, device="cpu")
+    lines: list[str] = []
+    adapter = Adapter(loader, torch.device("cpu"), batches=10_000, try_threads=True, say=lines.append)
+    before = torch.get_num_threads()
+    try:
+        for _ in range(4):
+            for _batch in adapter.batches():
+                pass
+    finally:
+        torch.set_num_threads(before)
+    assert any(t["threads"] is not None and t["threads"] != before for t in adapter.record()["trials"])
+    assert lines and lines[0].startswith("adapt ")
+    plain = Adapter(loader, torch.device("cpu"), batches=10_000)
+    assert plain.given == Setting(loader.backend, loader.num_workers, loader.prefetch_factor, None)
+
+
+def test_no_adapt_flag_keeps_the_settings(folders: Path, tmp_path: Path) -> None:
+    result = CliRunner().invoke(train_command, ["--data", str(folders), "--epochs", "1", "--image-size", "16",
+                                       "--batch-size", "40", "--workers", "0", "--no-adapt", "--no-progress",
+                                       "--log-dir", str(tmp_path), "--name", "flag"])
+    assert result.exit_code == 0, result.output
+    record = json.loads((tmp_path / "flag" / "run.json").read_text())
+    assert record["adapt"]["enabled"] is False and "--no-adapt" in record["adapt"]["reason"]
+    assert record["config"]["run"]["adapt"] is False
