@@ -14,7 +14,7 @@ from torch import nn
 
 from stoker import Scenario, fit, make_loader, open_data
 from stoker.cli.train import train as train_command
-from stoker.train import SmallCNN
+from stoker.train import SmallCNN, loop
 from stoker.train import adapt as adapt_module
 from stoker.train.adapt import Adapter, Setting
 
@@ -121,3 +121,28 @@ def test_no_adapt_flag_keeps_the_settings(folders: Path, tmp_path: Path) -> None
     record = json.loads((tmp_path / "flag" / "run.json").read_text())
     assert record["adapt"]["enabled"] is False and "--no-adapt" in record["adapt"]["reason"]
     assert record["config"]["run"]["adapt"] is False
+
+
+def _golden_module() -> Any:
+    """tests/train/test_fit_golden.py, loaded by path (the tests are not a package)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("fit_golden_cases", Path(__file__).with_name("test_fit_golden.py"))
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize("case", ["accum3-sync5", "stop-train", "plain-bf16"])
+def test_the_golden_runs_are_the_same_with_adapt_off(case: str, folders: Path, tmp_path: Path,
+                                                      monkeypatch: pytest.MonkeyPatch,
+                                                      caplog: pytest.LogCaptureFixture) -> None:
+    """The fit goldens run with adapt on (the default); their digests are those of adapt off, on any machine
+    (the recorded digests are pinned to one CPU): too short to try settings, or not a stoker Loader."""
+    golden = _golden_module()
+    on = golden.run_case(case, folders, tmp_path / "on", monkeypatch, caplog)
+    caplog.clear()
+    monkeypatch.setattr(loop, "make_adapter", lambda run: None)  # what fit does with adapt=False
+    off = golden.run_case(case, folders, tmp_path / "off", monkeypatch, caplog)
+    assert on == off

@@ -37,9 +37,9 @@ two settings within a quarter of its batches tries none, and says why in ``run.j
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import asdict, dataclass, replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import torch
 from torch.utils.data import IterableDataset
@@ -250,9 +250,9 @@ class Adapter:
 
     # -- reading -------------------------------------------------------------------------------------
 
-    def batches(self) -> _AdaptedPass:
-        """One pass over the train loader (its epoch), read with the setting adapt has in force."""
-        return _AdaptedPass(self)
+    def batches(self) -> Iterable[Any]:
+        """One pass over the train loader (its epoch), read with the setting adapt has in force (off: the loader)."""
+        return _AdaptedPass(self) if self.active else self.loader
 
     def _apply(self, setting: Setting) -> None:
         loader = self.loader
@@ -332,7 +332,7 @@ class _AdaptedPass:
                 change, adapter._change = adapter._change, None
                 if change is not None:  # between two batches: the same position under the new setting
                     position = loader.state_dict()
-                    stream.close()
+                    cast(Any, stream).close()
                     adapter._apply(change)
                     loader.load_state_dict(position)
                     stream = iter(loader)
@@ -349,7 +349,7 @@ class _AdaptedPass:
                 arrived = now
                 yield batch
         finally:
-            stream.close()
+            cast(Any, stream).close()  # the Loader's pass is a generator
 
 
 def make_adapter(run: Run) -> Adapter | None:
