@@ -290,12 +290,14 @@ class Adapter:
                 del self._recent[:-window]
 
     def record(self) -> dict[str, Any]:
-        """What ``run.json`` keeps under ``"adapt"``: on or not and why, the setting given and chosen, every trial."""
+        """What ``run.json`` keeps under ``"adapt"``: on or not and why, the setting given, chosen and in force
+        (the chosen one, unless the run ended during a re-check), every trial."""
         return {
             "enabled": self.active,
             "reason": self.reason,
             "given": asdict(self.given) if self.given is not None else None,
             "chosen": asdict(self.chosen) if self.chosen is not None else None,
+            "in_force": asdict(self._setting_now()) if self.given is not None else None,  # a re-check may be under way
             "trials": [t.as_dict() for t in self.trials],
             "rechecks": self.rechecks,
             "switches": self.switches,

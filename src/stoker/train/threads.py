@@ -85,8 +85,9 @@ class ComputeThreads:
         train = next((loader for loader in loaders if loader is not None), None)
         workers, kind = loader_workers(train) if train is not None else (0, "process")
         ranks = local_ranks()
-        cores = max(1, usable_cores() // ranks)
-        of = f"{cores} core(s) of this rank's share ({ranks} ranks on this host)" if ranks > 1 else f"{cores} cores"
+        total = usable_cores()
+        cores = max(1, total // ranks)
+        of = f"{cores} of {total} cores, its share with {ranks} ranks on this host" if ranks > 1 else f"{cores} cores"
         if requested is not None:
             self.threads, self.reason = requested, f"torch threads {requested} (as set)"
         elif device.type == "cpu" and (workers > 0 or ranks > 1):
