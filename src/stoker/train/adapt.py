@@ -52,13 +52,17 @@ if TYPE_CHECKING:
 
 __all__ = ["Adapter", "Setting", "Trial", "make_adapter"]
 
+SETTLE_BATCHES = 8  # the run's first batches are slow whatever the setting (starting workers, cold caches): not timed
 WARM_BATCHES = 2  # after a change (or a pass's start) the workers start and fill their queue: not timed
 MIN_BATCHES = 6  # timed batches of a trial, at least...
-MIN_SECONDS = 0.25  # ...and at least this long, so a fast step is not timed on a few milliseconds
-MAX_BATCHES = 40  # ...but never more
+MIN_SECONDS = 0.1  # ...and at least this long, so a fast step is not timed on a few milliseconds
+MAX_BATCHES = 24  # ...but never more
 BUDGET_SHARE = 0.25  # of the run's training batches, at most, go into the first round of trials
-RECHECK_RISE = 0.15  # a re-check when the recent data-wait share is this much above the chosen setting's...
-RECHECK_FLOOR = 0.10  # ...and above this
+ABORT_FACTOR = 2.0  # a trial stops early once it has taken this many times what the best one so far took
+RECHECK_RISE = 0.2  # a re-check when the recent data-wait share is this much above the chosen setting's...
+RECHECK_FLOOR = 0.1  # ...and above this...
+RECHECK_BATCHES = 48  # ...over this many batches
+RECHECK_KEEP = 1.5  # a re-check tries again the settings within this factor of the best one
 MAX_RECHECKS = 2
 
 
@@ -86,16 +90,22 @@ class Setting:
 
 @dataclass
 class Trial:
-    """What one setting measured: timed batches, their seconds (arrival to arrival) and the wait inside."""
+    """What one setting measured: timed batches, their seconds (arrival to arrival) and the wait inside.
+
+    ``spent_s`` adds the warm-up batches (and the change itself): what the trial cost the
+    run. A trial ``stopped`` early (much slower than the best before it) cannot win.
+    """
 
     setting: Setting
     batches: int = 0
     seconds: float = 0.0
     wait_s: float = 0.0
+    spent_s: float = 0.0
+    stopped: bool = False
 
     @property
     def s_per_batch(self) -> float:
-        return self.seconds / self.batches if self.batches else float("inf")
+        return self.seconds / self.batches if self.batches and not self.stopped else float("inf")
 
     @property
     def wait_share(self) -> float:
@@ -105,8 +115,10 @@ class Trial:
         return self.batches >= MAX_BATCHES or (self.batches >= MIN_BATCHES and self.seconds >= MIN_SECONDS)
 
     def as_dict(self) -> dict[str, Any]:
+        rate = self.seconds / self.batches if self.batches else None
         return {**asdict(self.setting), "label": self.setting.label(), "batches": self.batches,
-                "ms_per_batch": round(self.s_per_batch * 1e3, 3), "wait_share": round(self.wait_share, 4)}
+                "ms_per_batch": round(rate * 1e3, 3) if rate is not None else None,
+                "wait_share": round(self.wait_share, 4), "spent_s": round(self.spent_s, 4), "stopped_early": self.stopped}
 
 
 class Adapter:
@@ -140,13 +152,14 @@ class Adapter:
         self._queue: list[Setting] = []
         self._stage = 0
         self._trial: Trial | None = None
-        self._round: list[Trial] = []
         self._change: Setting | None = None
         self._recent: list[tuple[float, float]] = []  # (seconds, wait) of the batches since the choice
         self._round_start = 0  # the first trial of the round in progress
         self._baseline = 0.0  # the chosen setting's data-wait share
         self._budget = 0  # trials of a first stage (a quarter of the run's batches at most)
         self._budget_batches = 0  # batches a round may spend on trials
+        self._settle = SETTLE_BATCHES
+        self._close: set[tuple[str, int]] = set()  # (backend, workers) within RECHECK_KEEP of the last round's best
         self.given = self._setting_now() if isinstance(loader, Loader) else None
         self.chosen = self.given
         self.reason = self._refusal(loader, batches)
@@ -164,9 +177,9 @@ class Adapter:
             return (f"the train data ({type(loader.dataset).__name__}) is a stream split by worker: another worker "
                     "count would change which samples a batch holds, so the settings are kept")
         per_trial = WARM_BATCHES + MIN_BATCHES
-        if batches is None or batches * BUDGET_SHARE < 2 * per_trial:
+        if batches is None or batches * BUDGET_SHARE < 2 * per_trial + SETTLE_BATCHES:
             return (f"the run is too short to try settings ({batches if batches is not None else 'unknown'} training "
-                    f"batches; two trials take {2 * per_trial}, a quarter of the run at most): the settings are kept")
+                    f"batches; two trials take {2 * per_trial + SETTLE_BATCHES}, a quarter of the run at most): the settings are kept")
         self._budget_batches = int(batches * BUDGET_SHARE)
         self._budget = self._budget_batches // per_trial
         return ""
@@ -176,29 +189,47 @@ class Adapter:
         threads = torch.get_num_threads() if self.try_threads else None
         return Setting(str(loader.backend), int(loader.num_workers), int(loader.prefetch_factor), threads)
 
+    def _ranked(self) -> list[tuple[float, Setting]]:
+        """This round's settings, fastest first: each one's timed seconds over its timed batches, all its trials together."""
+        totals: dict[Setting, list[float]] = {}
+        for t in self.trials[self._round_start:]:
+            if t.batches and not t.stopped:
+                seconds_batches = totals.setdefault(t.setting, [0.0, 0.0])
+                seconds_batches[0] += t.seconds
+                seconds_batches[1] += t.batches
+        return sorted(((sec / n, setting) for setting, (sec, n) in totals.items()), key=lambda pair: pair[0])
+
     def _candidates(self, stage: int, best: Setting) -> list[Setting]:
-        """Stage 0: backends and worker counts; 1: prefetch depth of the best; 2: host threads (off the CPU)."""
+        """Stage 0: backends and worker counts; 1: the two fastest again (the load on a machine drifts);
+        2: prefetch depth of the best; 3: host threads (off the CPU)."""
         if stage == 0:
             counts = sorted({0, 1, max(1, self.cores // 2), self.cores, best.workers})
             options = [replace(best, backend="process", workers=w) for w in counts]
             options += [replace(best, backend="thread", workers=w) for w in counts if w > 0]
             options = [best] + [o for o in options if o != best]  # the setting in force first: no change to time it
+            if self.rechecks:  # again: only what was close to the best last time
+                options = [o for o in options if o == best or (o.backend, o.workers) in self._close]
             return options[: max(self._budget, 2)]
         if stage == 1:
-            return [best, replace(best, prefetch=best.prefetch * 2)] if best.workers > 0 or best.backend == "thread" else []
-        if stage == 2 and self.try_threads and best.threads is not None:
+            top = [setting for _, setting in self._ranked()[:2]]
+            return sorted(top, key=lambda setting: setting != self._setting_now())  # the one in force first
+        if stage == 2:
+            given = self.given.prefetch if self.given is not None else best.prefetch
+            depths = sorted({given, 2 * given} - {best.prefetch})
+            return [best] + [replace(best, prefetch=d) for d in depths] if best.workers > 0 or best.backend == "thread" else []
+        if stage == 3 and self.try_threads and best.threads is not None:
             counts = sorted({1, max(1, self.cores // 2), self.cores} - {best.threads})
             return [best] + [replace(best, threads=t) for t in counts]
         return []
 
     def _start_round(self) -> None:
         """Queue the settings of the first stage that has more than one."""
-        self._stage, self._round = 0, []
+        self._stage = 0
         self._queue = []
         self._advance(self._setting_now())
 
     def _advance(self, best: Setting) -> None:
-        while self._stage <= 2:
+        while self._stage <= 3:
             candidates = self._candidates(self._stage, best)
             self._stage += 1
             if len(candidates) > 1:
@@ -210,7 +241,6 @@ class Adapter:
     def _next_trial(self) -> None:
         setting = self._queue.pop(0)
         self._trial = Trial(setting)
-        self._round.append(self._trial)
         self.trials.append(self._trial)
         if setting != self._setting_now():
             self._change = setting
@@ -218,31 +248,32 @@ class Adapter:
     def _trial_done(self) -> None:
         spent = sum(t.batches + WARM_BATCHES for t in self.trials[self._round_start:])
         if spent >= self._budget_batches:  # slow steps took the longest trials: keep the best so far
-            self._queue, self._stage = [], 3
+            self._queue, self._stage = [], 4
         if self._queue:
             self._next_trial()
             return
-        stage = [t for t in self._round if t.batches]
-        best = min(stage, key=lambda t: t.s_per_batch).setting
-        self._round = []
-        self._advance(best)
+        ranked = self._ranked()
+        self._advance(ranked[0][1] if ranked else self._setting_now())
 
     def _finish(self) -> None:
         """The round is over: keep the fastest setting of all its trials."""
         self._trial = None
-        timed = [t for t in self.trials[self._round_start:] if t.batches]
-        best = min(timed, key=lambda t: t.s_per_batch) if timed else None
-        if best is None:
+        ranked = self._ranked()
+        if not ranked:
             return
-        self.chosen = best.setting
-        if best.setting != self._setting_now():
-            self._change = best.setting
-        given = next((t for t in timed if t.setting == self.given), None)
-        why = (f"{best.s_per_batch * 1e3:.1f} ms a step, wait {best.wait_share:.0%}"
-               + (f"; as given ({self.given.label() if self.given else '?'}): {given.s_per_batch * 1e3:.1f} ms"
-                  if given is not None and given is not best else ""))
-        self.reason = f"tried {len(timed)} settings over {sum(t.batches for t in timed)} timed batches; fastest: {why}"
-        self._baseline = best.wait_share
+        best_s, self.chosen = ranked[0]
+        if self.chosen != self._setting_now():
+            self._change = self.chosen
+        timed = [t for t in self.trials[self._round_start:] if t.batches]
+        waits = [t for t in timed if t.setting == self.chosen]
+        self._baseline = sum(t.wait_s for t in waits) / max(sum(t.seconds for t in waits), 1e-9)
+        given = next((sec for sec, setting in ranked if setting == self.given), None)
+        why = (f"{best_s * 1e3:.1f} ms a step, wait {self._baseline:.0%}"
+               + (f"; as given ({self.given.label() if self.given else '?'}): {given * 1e3:.1f} ms"
+                  if given is not None and self.chosen != self.given else ""))
+        self.reason = (f"tried {len(ranked)} settings in {len(timed)} trials over {sum(t.batches for t in timed)} timed "
+                       f"batches; fastest: {why}")
+        self._close = {(setting.backend, setting.workers) for sec, setting in ranked if sec <= RECHECK_KEEP * best_s}
         self._recent = []
         if self.say is not None:
             verb = "keeps" if self.chosen == self.given else "chose"
@@ -262,20 +293,31 @@ class Adapter:
             loader.reconfigure(num_workers=setting.workers, backend=setting.backend, prefetch_factor=setting.prefetch)  # type: ignore[arg-type]
         self.switches += 1
 
-    def _observe(self, seconds: float, wait_s: float) -> None:
-        """One timed batch: its seconds from the batch before's arrival, of which ``wait_s`` waiting for it."""
+    def _observe(self, seconds: float, wait_s: float, warm: bool = False) -> None:
+        """One batch: its seconds from the batch before's arrival, of which ``wait_s`` waiting for it; a ``warm``
+        one (just after a change or a pass's start) counts in what the trial cost, not in its rate."""
+        if self._settle > 0:  # the run's first batches: workers starting, caches cold, for every setting alike
+            self._settle -= 1
+            return
         trial = self._trial
         if trial is not None:
-            trial.batches += 1
-            trial.seconds += seconds
-            trial.wait_s += wait_s
-            if trial.done():
+            trial.spent_s += seconds
+            if not warm:
+                trial.batches += 1
+                trial.seconds += seconds
+                trial.wait_s += wait_s
+            earlier = [t.s_per_batch for t in self.trials[self._round_start:] if t is not trial and t.batches and not t.stopped]
+            if earlier and trial.seconds > ABORT_FACTOR * min(earlier) * MIN_BATCHES:
+                trial.stopped = True
+            if trial.stopped or trial.done():
                 self._trial_done()
+            return
+        if warm:
             return
         if not self.active or self.rechecks >= MAX_RECHECKS:
             return
         self._recent.append((seconds, wait_s))
-        window = 4 * MIN_BATCHES
+        window = RECHECK_BATCHES
         if len(self._recent) >= window:
             total = sum(s for s, _ in self._recent[-window:])
             share = sum(w for _, w in self._recent[-window:]) / total if total > 0 else 0.0
@@ -328,7 +370,7 @@ class _AdaptedPass:
     def __iter__(self) -> Iterator[Any]:
         adapter, loader = self.adapter, self.adapter.loader
         stream = iter(loader)
-        since_start, arrived = 0, 0.0
+        since_start, arrived = 0, 0.0  # batches since the pass or the last change began; the last one's arrival
         try:
             while True:
                 change, adapter._change = adapter._change, None
@@ -346,8 +388,8 @@ class _AdaptedPass:
                     return
                 now = time.perf_counter()
                 since_start += 1
-                if since_start > WARM_BATCHES:
-                    adapter._observe(now - arrived, now - asked)
+                # From the batch before's arrival (the step and a change between); a pass's first from the asking.
+                adapter._observe(now - (arrived if arrived else asked), now - asked, warm=since_start <= WARM_BATCHES)
                 arrived = now
                 yield batch
         finally:
