@@ -23,8 +23,10 @@ pytestmark = pytest.mark.timeout(240)
 
 @pytest.fixture
 def quick_trials(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Trials of a few batches each, whatever their seconds: a short run tries every candidate."""
+    """Trials of a few batches each, whatever their seconds and their cost: a short run tries every candidate."""
     monkeypatch.setattr(adapt_module, "MIN_SECONDS", 0.0)
+    monkeypatch.setattr(adapt_module, "TIME_SHARE", 1.0)
+    monkeypatch.setattr(adapt_module, "ABORT_FACTOR", 100.0)
 
 
 class _SeesBatches:

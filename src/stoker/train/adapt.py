@@ -57,7 +57,8 @@ WARM_BATCHES = 2  # after a change (or a pass's start) the workers start and fil
 MIN_BATCHES = 6  # timed batches of a trial, at least...
 MIN_SECONDS = 0.1  # ...and at least this long, so a fast step is not timed on a few milliseconds
 MAX_BATCHES = 24  # ...but never more
-BUDGET_SHARE = 0.25  # of the run's training batches, at most, go into the first round of trials
+BUDGET_SHARE = 0.25  # of the run's training batches, at most, go into a round of trials...
+TIME_SHARE = 0.1  # ...and its trials after the first (changes included) take at most this share of the run's time
 ABORT_FACTOR = 2.0  # a trial stops early once it has taken this many times what the best one so far took
 RECHECK_RISE = 0.2  # a re-check when the recent data-wait share is this much above the chosen setting's...
 RECHECK_FLOOR = 0.1  # ...and above this...
@@ -158,6 +159,7 @@ class Adapter:
         self._baseline = 0.0  # the chosen setting's data-wait share
         self._budget = 0  # trials of a first stage (a quarter of the run's batches at most)
         self._budget_batches = 0  # batches a round may spend on trials
+        self._batches_total = 0  # training batches of the run
         self._settle = SETTLE_BATCHES
         self._close: set[tuple[str, int]] = set()  # (backend, workers) within RECHECK_KEEP of the last round's best
         self.given = self._setting_now() if isinstance(loader, Loader) else None
@@ -181,6 +183,7 @@ class Adapter:
             return (f"the run is too short to try settings ({batches if batches is not None else 'unknown'} training "
                     f"batches; two trials take {2 * per_trial + SETTLE_BATCHES}, a quarter of the run at most): the settings are kept")
         self._budget_batches = int(batches * BUDGET_SHARE)
+        self._batches_total = batches
         self._budget = self._budget_batches // per_trial
         return ""
 
@@ -246,8 +249,12 @@ class Adapter:
             self._change = setting
 
     def _trial_done(self) -> None:
-        spent = sum(t.batches + WARM_BATCHES for t in self.trials[self._round_start:])
-        if spent >= self._budget_batches:  # slow steps took the longest trials: keep the best so far
+        round_trials = self.trials[self._round_start:]
+        spent = sum(t.batches + WARM_BATCHES for t in round_trials)
+        # The round's first trial runs the setting in force: what the run would cost as it is, changes none.
+        run_s = round_trials[0].seconds / max(round_trials[0].batches, 1) * self._batches_total
+        changes_s = sum(t.spent_s for t in round_trials[1:])
+        if spent >= self._budget_batches or changes_s >= TIME_SHARE * run_s:  # keep the best so far
             self._queue, self._stage = [], 4
         if self._queue:
             self._next_trial()
