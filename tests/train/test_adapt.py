@@ -149,3 +149,42 @@ def test_the_golden_runs_are_the_same_with_adapt_off(case: str, folders: Path, t
     monkeypatch.setattr(loop, "make_adapter", lambda run: None)  # what fit does with adapt=False
     off = golden.run_case(case, folders, tmp_path / "off", monkeypatch, caplog)
     assert on == off
+
+
+def test_reconfigure_between_batches_continues_the_same_epoch(folders: Path) -> None:
+    """Every setting adapt may switch to, mid-epoch: the batches of the epoch are those of an unchanged loader."""
+    data = open_data(folders, valid=0.25, image_size=16, seed=0)
+
+    def epoch_keys(loader: Any) -> list[bytes]:
+        return [images.numpy().tobytes() + labels.numpy().tobytes() for images, labels in loader]
+
+    plain = make_loader(data["train"], batch_size=7, num_workers=0, device="cpu", seed=2)
+    expected = [epoch_keys(plain), epoch_keys(plain)]  # two epochs: the order is a function of (seed, epoch)
+    loader = make_loader(data["train"], batch_size=7, num_workers=0, device="cpu", seed=2)
+    settings = [("thread", 2, 1), ("process", 1, 3), ("process", 0, 2), ("thread", 1, 2)]
+    got: list[list[bytes]] = []
+    for _epoch in range(2):
+        batches: list[bytes] = []
+        stream = iter(loader)
+        for i, setting in enumerate(settings):
+            for _ in range(3 + i):
+                images, labels = next(stream)
+                batches.append(images.numpy().tobytes() + labels.numpy().tobytes())
+            position = loader.state_dict()
+            stream.close()  # type: ignore[attr-defined]
+            loader.reconfigure(backend=setting[0], num_workers=setting[1], prefetch_factor=setting[2])  # type: ignore[arg-type]
+            loader.load_state_dict(position)
+            stream = iter(loader)
+        batches += [images.numpy().tobytes() + labels.numpy().tobytes() for images, labels in stream]
+        got.append(batches)
+    assert got == expected  # each sample exactly once per epoch, in the same batches
+    assert (loader.backend, loader.num_workers, loader.prefetch_factor) == ("thread", 1, 2)
+
+
+def test_reconfigure_refuses_a_stream() -> None:
+    from stoker import Pipe
+    from stoker.errors import ConfigError
+
+    loader = make_loader(Pipe.from_iterable(range(8)), batch_size=2, num_workers=0, device="cpu")
+    with pytest.raises(ConfigError, match="splits its stream by worker"):
+        loader.reconfigure(num_workers=2)
