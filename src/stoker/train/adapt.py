@@ -60,9 +60,10 @@ MAX_BATCHES = 24  # ...but never more
 BUDGET_SHARE = 0.25  # of the run's training batches, at most, go into a round of trials...
 TIME_SHARE = 0.1  # ...and its trials after the first (changes included) take at most this share of the run's time
 ABORT_FACTOR = 2.0  # a trial stops early once it has taken this many times what the best one so far took
+MARGIN = 0.1  # another setting replaces the one in force only when it is at least this much faster (the rest is noise)
 RECHECK_RISE = 0.2  # a re-check when the recent data-wait share is this much above the chosen setting's...
 RECHECK_FLOOR = 0.1  # ...and above this...
-RECHECK_BATCHES = 48  # ...over this many batches
+RECHECK_BATCHES = 96  # ...over this many batches, with at least 8 times the last round's batches still to come
 RECHECK_KEEP = 1.5  # a re-check tries again the settings within this factor of the best one
 MAX_RECHECKS = 2
 
@@ -161,6 +162,8 @@ class Adapter:
         self._budget_batches = 0  # batches a round may spend on trials
         self._batches_total = 0  # training batches of the run
         self._settle = SETTLE_BATCHES
+        self._seen = 0  # batches read so far
+        self._round_batches = 0  # batches the last round took
         self._close: set[tuple[str, int]] = set()  # (backend, workers) within RECHECK_KEEP of the last round's best
         self.given = self._setting_now() if isinstance(loader, Loader) else None
         self.chosen = self.given
@@ -269,6 +272,10 @@ class Adapter:
         if not ranked:
             return
         best_s, self.chosen = ranked[0]
+        start = self.trials[self._round_start].setting  # in force when the round began
+        start_s = next((sec for sec, setting in ranked if setting == start), None)
+        if start_s is not None and best_s > (1 - MARGIN) * start_s:
+            best_s, self.chosen = start_s, start
         if self.chosen != self._setting_now():
             self._change = self.chosen
         timed = [t for t in self.trials[self._round_start:] if t.batches]
@@ -278,8 +285,11 @@ class Adapter:
         why = (f"{best_s * 1e3:.1f} ms a step, wait {self._baseline:.0%}"
                + (f"; as given ({self.given.label() if self.given else '?'}): {given * 1e3:.1f} ms"
                   if given is not None and self.chosen != self.given else ""))
-        self.reason = (f"tried {len(ranked)} settings in {len(timed)} trials over {sum(t.batches for t in timed)} timed "
-                       f"batches; fastest: {why}")
+        stopped = sum(t.stopped for t in timed)
+        early = f", {stopped} stopped early at 2x the best" if stopped else ""
+        self.reason = (f"tried {len({t.setting for t in timed})} settings in {len(timed)} trials{early} over "
+                       f"{sum(t.batches for t in timed)} timed batches; fastest: {why}")
+        self._round_batches = sum(t.batches + WARM_BATCHES for t in timed)
         self._close = {(setting.backend, setting.workers) for sec, setting in ranked if sec <= RECHECK_KEEP * best_s}
         self._recent = []
         if self.say is not None:
@@ -303,6 +313,7 @@ class Adapter:
     def _observe(self, seconds: float, wait_s: float, warm: bool = False) -> None:
         """One batch: its seconds from the batch before's arrival, of which ``wait_s`` waiting for it; a ``warm``
         one (just after a change or a pass's start) counts in what the trial cost, not in its rate."""
+        self._seen += 1
         if self._settle > 0:  # the run's first batches: workers starting, caches cold, for every setting alike
             self._settle -= 1
             return
@@ -321,7 +332,7 @@ class Adapter:
             return
         if warm:
             return
-        if not self.active or self.rechecks >= MAX_RECHECKS:
+        if not self.active or self.rechecks >= MAX_RECHECKS or self._batches_total - self._seen < 8 * self._round_batches:
             return
         self._recent.append((seconds, wait_s))
         window = RECHECK_BATCHES
