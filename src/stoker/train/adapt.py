@@ -30,8 +30,18 @@ What it may change, and why that changes no result:
   the model runs on an accelerator the host's threads touch no figure, and they are
   tried too (unless ``cpu_threads`` is set).
 
-The trials cost their batches' time and nothing else: a run too short to try at least
-two settings within a quarter of its batches tries none, and says why in ``run.json``.
+How it keeps the cost down (the trials train on real batches; what they cost is the
+time a slower setting and a change of workers take): the run's first batches are not
+timed (every setting is slow there); a trial times a few batches after a short warm-up;
+one that has already taken twice what the best one took stops; the two fastest are
+timed once more (a shared machine's load drifts); a round spends at most a quarter of
+the run's batches and, after its first trial, a tenth of the run's time; and another
+setting replaces the one in force only when it is at least 10 % faster. A run too
+short for two trials tries none, and ``run.json`` says why.
+
+Where it does not help: on a machine whose load swings by more than the settings
+differ, a handful of batches cannot tell them apart; the margin then keeps the given
+setting, and the run pays for the trials (``benchmarks/bench_adapt.py`` measures it).
 """
 
 from __future__ import annotations
