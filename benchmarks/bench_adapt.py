@@ -6,7 +6,8 @@ Generates DigiFace-like data (PNG class folders), then, in interleaved rounds, t
 (``make_loader``'s own workers and backend, ``adapt=False``) and once adapted from that
 default (``adapt=True``). Training img/s is the run's samples over its training seconds,
 trials included. Each round prints the adapted run's ratio to that round's best fixed
-setting and to the default; then the median and spread over rounds.
+setting and to the default, and the default's ratio to the same setting run as a fixed
+one (what a single setting scatters by: the noise floor); then the median and spread.
 
 Run::
 
@@ -68,6 +69,7 @@ def main(argv: list[str] | None = None) -> int:
     fixed = [{"backend": "process", "workers": w} for w in counts] + [{"backend": "thread", "workers": w} for w in counts if w]
     to_best: list[float] = []
     to_default: list[float] = []
+    noise: list[float] = []  # default / the same setting run as a fixed one: what one setting scatters by
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         make_digiface(root / "data", n=args.n, classes=10, progress=False)
@@ -78,23 +80,30 @@ def main(argv: list[str] | None = None) -> int:
             runs: list[tuple[str, dict[str, Any] | None, bool]] = [(f"{s['workers']} {s['backend']}", s, False) for s in fixed]
             runs += [("default", None, False), ("adapted", None, True)]
             order = runs if r % 2 == 0 else runs[::-1]  # A/B/A/B: no setting always runs first
-            chosen = ""
+            chosen, given = "", ""
             for name, setting, adapt in order:
                 rate, record = _run(root / "data", root / "runs", f"r{r}-{name.replace(' ', '-')}", args.batch,
                                     args.epochs, setting, adapt)
                 rates[name] = rate
                 if adapt:
+                    given = f"{record['given']['workers']} {record['given']['backend']}"
                     chosen = record["reason"] if not record["chosen"] else (
                         f"{record['chosen']['workers']} {record['chosen']['backend']}, prefetch {record['chosen']['prefetch']}")
             best_name = max((n for n in rates if n not in ("default", "adapted")), key=rates.__getitem__)
             to_best.append(rates["adapted"] / rates[best_name])
             to_default.append(rates["adapted"] / rates["default"])
+            if given in rates:
+                noise.append(rates["default"] / rates[given])
             cells = ", ".join(f"{n} {v:.0f}" for n, v in rates.items())
             print(f"round {r + 1}: {cells}")
             print(f"  adapted chose {chosen}; adapted / best fixed ({best_name}) {to_best[-1]:.2f}, "
-                  f"adapted / default {to_default[-1]:.2f}")
+                  f"adapted / default {to_default[-1]:.2f}"
+                  + (f"; default / the same setting fixed ({given}) {noise[-1]:.2f}" if given in rates else ""))
     print(f"\nadapted / best fixed: {', '.join(f'{v:.2f}' for v in to_best)} ({_spread(to_best)})")
     print(f"adapted / default:    {', '.join(f'{v:.2f}' for v in to_default)} ({_spread(to_default)})")
+    if noise:
+        print(f"default / the same setting fixed (the noise floor): {', '.join(f'{v:.2f}' for v in noise)} ({_spread(noise)})")
+    print("(best fixed is the fastest of several noisy runs per round, so it is biased upwards)")
     return 0
 
 
