@@ -17,6 +17,7 @@ from stoker.cli.train import train as train_command
 from stoker.train import SmallCNN, loop
 from stoker.train import adapt as adapt_module
 from stoker.train.adapt import Adapter, Setting
+from stoker.train.loggers import Logger
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -188,3 +189,42 @@ def test_reconfigure_refuses_a_stream() -> None:
     loader = make_loader(Pipe.from_iterable(range(8)), batch_size=2, num_workers=0, device="cpu")
     with pytest.raises(ConfigError, match="splits its stream by worker"):
         loader.reconfigure(num_workers=2)
+
+
+class _StopAt(Logger):
+    """A logger that asks the run to stop (as Ctrl-C) after training batch ``batch`` of epoch 1."""
+
+    def __init__(self, batch: int) -> None:
+        self.batch = batch
+
+    def batch_end(self, progress: Any) -> None:
+        if (progress.phase, progress.epoch, progress.batch) == ("train", 1, self.batch):
+            raise KeyboardInterrupt
+
+
+def test_a_stop_during_the_trials_resumes_to_the_same_weights(folders: Path, tmp_path: Path, quick_trials: None) -> None:
+    """last.pt taken while a trial's setting is in force holds the position, not the setting: the resumed run
+    (its loader as given, adapting again) ends with the weights of an uninterrupted run without adapt."""
+
+    def scenario(name: str, adapt: bool, resume: bool = False) -> tuple[Scenario, _SeesBatches]:
+        data = open_data(folders, valid=0.25, image_size=16, seed=0)
+        train = make_loader(data["train"], batch_size=2, num_workers=0, device="cpu", seed=5)
+        torch.manual_seed(1 if resume else 0)  # a resumed run starts from other weights: last.pt must win
+        model = nn.Sequential(nn.Dropout(0.1), SmallCNN(data.num_classes, width=8))
+        seen = _SeesBatches()
+        model.register_forward_pre_hook(seen)
+        return Scenario(model, torch.optim.AdamW(model.parameters(), lr=2e-3), nn.CrossEntropyLoss(), train, None,
+                        epochs=3, device="cpu", log_dir=tmp_path, name=name, adapt=adapt, resume=resume,
+                        checkpoint_every_steps=5, loggers=(), progress=False, plot=False), seen
+
+    fixed, fixed_seen = scenario("fixed", adapt=False)
+    fit(fixed)
+    first, first_seen = scenario("stopped", adapt=True)
+    with pytest.raises(KeyboardInterrupt):
+        fit(first, callbacks=[_StopAt(23)])  # inside the trials: the run settles 8 batches, then 8 a trial
+    assert json.loads((tmp_path / "stopped" / "run.json").read_text())["adapt"]["switches"] >= 1
+    again, again_seen = scenario("stopped", adapt=True, resume=True)
+    fit(again)
+    assert len(first_seen.digests) == 23 and first_seen.digests + again_seen.digests == fixed_seen.digests
+    assert all(torch.equal(a, b) for a, b in zip(again.model.state_dict().values(), fixed.model.state_dict().values(),
+                                                 strict=True))
