@@ -36,7 +36,7 @@ timed (every setting is slow there); a trial times a few batches after a short w
 one that has already taken twice what the best one took stops; the two fastest are
 timed once more (a shared machine's load drifts); a round spends at most a quarter of
 the run's batches and, after its first trial, a tenth of the run's time; and another
-setting replaces the one in force only when it is at least 10 % faster. A run too
+setting replaces the one in force only when each of its trials was at least 10 % faster. A run too
 short for two trials tries none, and ``run.json`` says why.
 
 Where it does not help: on a machine whose load swings by more than the settings
@@ -70,7 +70,7 @@ MAX_BATCHES = 24  # ...but never more
 BUDGET_SHARE = 0.25  # of the run's training batches, at most, go into a round of trials...
 TIME_SHARE = 0.1  # ...and its trials after the first (changes included) take at most this share of the run's time
 ABORT_FACTOR = 2.0  # a trial stops early once it has taken this many times what the best one so far took
-MARGIN = 0.1  # another setting replaces the one in force only when it is at least this much faster (the rest is noise)
+MARGIN = 0.1  # another setting replaces the one in force only when each of its trials was this much faster (noise)
 RECHECK_RISE = 0.2  # a re-check when the recent data-wait share is this much above the chosen setting's...
 RECHECK_FLOOR = 0.1  # ...and above this...
 RECHECK_BATCHES = 96  # ...over this many batches, with at least 8 times the last round's batches still to come
@@ -284,7 +284,8 @@ class Adapter:
         best_s, self.chosen = ranked[0]
         start = self.trials[self._round_start].setting  # in force when the round began
         start_s = next((sec for sec, setting in ranked if setting == start), None)
-        if start_s is not None and best_s > (1 - MARGIN) * start_s:
+        slowest = max(t.s_per_batch for t in self.trials[self._round_start:] if t.setting == self.chosen)
+        if start_s is not None and slowest > (1 - MARGIN) * start_s:  # every trial of it clearly faster, or no change
             best_s, self.chosen = start_s, start
         if self.chosen != self._setting_now():
             self._change = self.chosen
