@@ -33,6 +33,7 @@ from torch import nn  # noqa: E402
 from stoker import Scenario, fit, make_loader, open_data  # noqa: E402
 from stoker.sources.synthetic import make_digiface  # noqa: E402
 from stoker.train import SmallCNN  # noqa: E402
+from stoker.train import adapt as adapt_module  # noqa: E402
 from stoker.train.threads import usable_cores  # noqa: E402
 
 
@@ -63,7 +64,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--batch", type=int, default=16, help="batch size")
     parser.add_argument("--epochs", type=int, default=3, help="epochs per run")
     parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds")
+    parser.add_argument("--min-run-s", type=float, default=0.0,
+                        help="adapt's MIN_RUN_S (fit's default 20: a shorter run keeps its settings); 0 makes these "
+                             "short runs adapt, to measure what trying costs and wins")
     args = parser.parse_args(argv)
+    adapt_module.MIN_RUN_S = args.min_run_s
     cores = usable_cores()
     counts = sorted({0, 1, max(1, cores // 2), cores})
     fixed = [{"backend": "process", "workers": w} for w in counts] + [{"backend": "thread", "workers": w} for w in counts if w]

@@ -27,6 +27,7 @@ def quick_trials(monkeypatch: pytest.MonkeyPatch) -> None:
     """Trials of a few batches each, whatever their seconds and their cost: a short run tries every candidate."""
     monkeypatch.setattr(adapt_module, "MIN_SECONDS", 0.0)
     monkeypatch.setattr(adapt_module, "TIME_SHARE", 1.0)
+    monkeypatch.setattr(adapt_module, "MIN_RUN_S", 0.0)
     monkeypatch.setattr(adapt_module, "ABORT_FACTOR", 100.0)
 
 
@@ -228,3 +229,14 @@ def test_a_stop_during_the_trials_resumes_to_the_same_weights(folders: Path, tmp
     assert len(first_seen.digests) == 23 and first_seen.digests + again_seen.digests == fixed_seen.digests
     assert all(torch.equal(a, b) for a, b in zip(again.model.state_dict().values(), fixed.model.state_dict().values(),
                                                  strict=True))
+
+
+def test_a_run_of_seconds_keeps_its_settings(folders: Path, tmp_path: Path, quick_trials: None,
+                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """The first trial projects the run's time; under MIN_RUN_S nothing else is tried (no change, no worker start)."""
+    monkeypatch.setattr(adapt_module, "MIN_RUN_S", 1e9)
+    *_, record, loader = _run(folders, tmp_path, "seconds", adapt=True)
+    adapt = record["adapt"]
+    assert adapt["enabled"] and len(adapt["trials"]) == 1 and adapt["switches"] == 0 and adapt["rechecks"] == 0
+    assert "the settings are kept" in adapt["reason"] and adapt["chosen"] == adapt["given"]
+    assert (loader.backend, loader.num_workers) == ("process", 0)

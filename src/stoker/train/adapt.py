@@ -35,9 +35,10 @@ time a slower setting and a change of workers take): the run's first batches are
 timed (every setting is slow there); a trial times a few batches after a short warm-up;
 one that has already taken twice what the best one took stops; the two fastest are
 timed once more (a shared machine's load drifts); a round spends at most a quarter of
-the run's batches and, after its first trial, a tenth of the run's time; and another
+the run's batches and, after its first trial, a twentieth of the run's time; and another
 setting replaces the one in force only when each of its trials was at least 10 % faster. A run too
-short for two trials tries none, and ``run.json`` says why.
+short for two trials tries none, nor does one the first trial projects under 20 s,
+and ``run.json`` says why.
 
 Where it does not help: on a machine whose load swings by more than the settings
 differ, a handful of batches cannot tell them apart; the margin then keeps the given
@@ -68,7 +69,8 @@ MIN_BATCHES = 6  # timed batches of a trial, at least...
 MIN_SECONDS = 0.1  # ...and at least this long, so a fast step is not timed on a few milliseconds
 MAX_BATCHES = 24  # ...but never more
 BUDGET_SHARE = 0.25  # of the run's training batches, at most, go into a round of trials...
-TIME_SHARE = 0.1  # ...and its trials after the first (changes included) take at most this share of the run's time
+TIME_SHARE = 0.05  # ...and its trials after the first (changes included) take at most this share of the run's time
+MIN_RUN_S = 20.0  # a run shorter than this (as the first trial projects it) keeps its settings: little to win
 ABORT_FACTOR = 2.0  # a trial stops early once it has taken this many times what the best one so far took
 MARGIN = 0.1  # another setting replaces the one in force only when each of its trials was this much faster (noise)
 RECHECK_RISE = 0.2  # a re-check when the recent data-wait share is this much above the chosen setting's...
@@ -172,6 +174,8 @@ class Adapter:
         self._budget_batches = 0  # batches a round may spend on trials
         self._batches_total = 0  # training batches of the run
         self._settle = SETTLE_BATCHES
+        self._short_s: float | None = None  # the projected seconds of a run too short to adapt
+        self._recheck = True  # whether a rising data-wait share may start another round
         self._seen = 0  # batches read so far
         self._round_batches = 0  # batches the last round took
         self._close: set[tuple[str, int]] = set()  # (backend, workers) within RECHECK_KEEP of the last round's best
@@ -267,6 +271,9 @@ class Adapter:
         # The round's first trial runs the setting in force: what the run would cost as it is, changes none.
         run_s = round_trials[0].seconds / max(round_trials[0].batches, 1) * self._batches_total
         changes_s = sum(t.spent_s for t in round_trials[1:])
+        if len(round_trials) == 1 and run_s < MIN_RUN_S:
+            self._queue, self._stage = [], 4
+            self._short_s = run_s
         if spent >= self._budget_batches or changes_s >= TIME_SHARE * run_s:  # keep the best so far
             self._queue, self._stage = [], 4
         if self._queue:
@@ -298,6 +305,14 @@ class Adapter:
                   if given is not None and self.chosen != self.given else ""))
         stopped = sum(t.stopped for t in timed)
         early = f", {stopped} stopped early at 2x the best" if stopped else ""
+        if self._short_s is not None:
+            self.reason = (f"the run takes about {self._short_s:.0f} s as it is (under {MIN_RUN_S:.0f} s): trying other "
+                           "settings would cost about what they could save, so the settings are kept")
+            if self.say is not None:
+                self.say(f"adapt keeps {self.chosen.label()} ({self.reason})")
+            self._round_batches, self._close, self._recent = sum(t.batches + WARM_BATCHES for t in timed), set(), []
+            self._recheck = False  # nothing to re-check in a run this short
+            return
         self.reason = (f"tried {len({t.setting for t in timed})} settings in {len(timed)} trials{early} over "
                        f"{sum(t.batches for t in timed)} timed batches; fastest: {why}")
         self._round_batches = sum(t.batches + WARM_BATCHES for t in timed)
@@ -343,7 +358,7 @@ class Adapter:
             return
         if warm:
             return
-        if not self.active or self.rechecks >= MAX_RECHECKS or self._batches_total - self._seen < 8 * self._round_batches:
+        if not self.active or not self._recheck or self.rechecks >= MAX_RECHECKS or self._batches_total - self._seen < 8 * self._round_batches:
             return
         self._recent.append((seconds, wait_s))
         window = RECHECK_BATCHES
