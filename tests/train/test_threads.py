@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 import torch
 from torch import nn
 
@@ -43,4 +44,37 @@ def test_the_rule_and_its_override() -> None:
     assert ComputeThreads(cpu, [L()], requested=2).threads == 2
     assert ComputeThreads(cpu, [L()]).threads == max(1, min(2, usable_cores() - 3))
     assert ComputeThreads(cpu, []).threads == 2  # no workers: nothing to leave
-    assert "left to the loader workers" in ComputeThreads(cpu, [L()]).reason
+    assert "3 left to the train loader's process workers" in ComputeThreads(cpu, [L()]).reason
+
+
+def test_only_the_train_loaders_workers_count() -> None:
+    """A validation folder's 2 workers wait while the model trains: the line names the train loader's, as it is."""
+
+    class Train:
+        num_workers, backend = 0, "process"
+
+    class Valid:
+        num_workers, backend = 2, "process"
+
+    cpu = torch.device("cpu")
+    torch.set_num_threads(2)
+    chosen = ComputeThreads(cpu, [Train(), Valid()])
+    assert chosen.threads == 2 and "left to" not in chosen.reason
+
+    class Threads:
+        num_workers, backend = 0, "thread"  # the thread backend reads on one pool thread even with 0 workers
+
+    chosen = ComputeThreads(cpu, [Threads(), Valid()])
+    assert chosen.threads == max(1, min(2, usable_cores() - 1))
+    assert "1 left to the train loader's thread workers" in chosen.reason
+
+
+def test_ranks_of_one_host_share_its_cores(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two ranks on one host, no workers: each gets its half of the cores, not torch's default of all of them."""
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")
+    torch.set_num_threads(max(2, usable_cores()))
+    chosen = ComputeThreads(torch.device("cpu"), [])
+    assert chosen.threads == max(1, usable_cores() // 2)
+    assert "share with 2 ranks on this host" in chosen.reason
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "1")
+    assert ComputeThreads(torch.device("cpu"), []).threads == max(2, usable_cores())  # alone, no workers: unchanged

@@ -301,28 +301,69 @@ class Loader:
         self._resume_sampler = _ResumeSampler(self._sampler) if self._sampler is not None else None
         self._positioned = _Positioned(dataset, self._slots) if self._iterable else None  # type: ignore[arg-type]
         self._pin = device.type == "cuda"
+        self.drop_last = drop_last
+        self.persistent_workers = persistent_workers
         self._dataloader: DataLoader | None = None
-        if backend == "process":
+        self._pool: ThreadPoolExecutor | None = None
+        self._start_readers()
+
+    def _start_readers(self) -> None:
+        """The DataLoader (process backend) or the thread pool (thread backend) for the current settings."""
+        num_workers, prefetch_factor = self.num_workers, self.prefetch_factor
+        if self.backend == "process":
             self._dataloader = DataLoader(
-                self._positioned if self._positioned is not None else dataset,
-                batch_size=batch_size,
+                self._positioned if self._positioned is not None else self.dataset,
+                batch_size=self.batch_size,
                 sampler=self._resume_sampler,
                 num_workers=num_workers,
-                collate_fn=_TagWorker(collate_fn) if self._iterable else collate_fn,
+                collate_fn=_TagWorker(self._collate) if self._iterable else self._collate,
                 pin_memory=self._pin,
-                drop_last=drop_last,
+                drop_last=self.drop_last,
                 prefetch_factor=prefetch_factor if num_workers > 0 else None,
-                persistent_workers=persistent_workers and num_workers > 0,
+                persistent_workers=self.persistent_workers and num_workers > 0,
                 worker_init_fn=_seed_worker if num_workers > 0 else None,
                 generator=self._generator,
             )
         else:
             if self._sampler is None:
                 raise ConfigError("backend='thread' needs a map-style data set; use backend='process' for a Pipe")
-            self._batches = BatchSampler(self._resume_sampler, batch_size, drop_last)  # type: ignore[arg-type]
+            self._batches = BatchSampler(self._resume_sampler, self.batch_size, self.drop_last)  # type: ignore[arg-type]
             self._pool = ThreadPoolExecutor(max(num_workers, 1), thread_name_prefix="stoker-loader",
                                             initializer=init_loader_thread)  # its own torch threads
-        self.drop_last = drop_last
+
+    def reconfigure(self, *, num_workers: int | None = None, backend: Backend | None = None,
+                    prefetch_factor: int | None = None) -> None:
+        """Read with other workers, backend or prefetch depth from the next iteration on; the batches stay the same.
+
+        For a map-style data set the order of an epoch is the sampler's, a function of
+        ``(seed, epoch)``: which worker reads a batch does not change what it holds, so
+        ``state_dict`` before and ``load_state_dict`` after a change continue the same
+        epoch at the same batch (:mod:`stoker.train.adapt` changes settings this way,
+        between two batches). The old workers or threads are let go. (Random draws made
+        inside a transform come from the reading worker's generator, so they change.)
+
+        Raises:
+            ConfigError: an iterable data set (its stream is split by worker, so the worker
+                count decides what a batch holds), or a value :func:`make_loader` refuses.
+        """
+        if self._iterable:
+            raise ConfigError(f"a Loader over a {type(self.dataset).__name__} (iterable) splits its stream by worker, "
+                              "so its workers cannot change without changing its batches; make a new loader")
+        workers = self.num_workers if num_workers is None else num_workers
+        kind = self.backend if backend is None else backend
+        depth = self.prefetch_factor if prefetch_factor is None else prefetch_factor
+        if workers < 0 or depth < 1 or kind not in BACKENDS:
+            raise ConfigError(f"reconfigure: num_workers must be >= 0, prefetch_factor >= 1 and backend one of "
+                              f"{', '.join(BACKENDS)}; got {workers}, {depth}, {kind!r}")
+        self.close()
+        running = getattr(self._dataloader, "_iterator", None)  # persistent worker processes
+        if running is not None and hasattr(running, "_shutdown_workers"):
+            running._shutdown_workers()
+        self._dataloader, self._pool = None, None
+        self.num_workers, self.backend, self.prefetch_factor = workers, kind, depth
+        self._slots = max(workers, 1)
+        self._restart_epoch()
+        self._start_readers()
 
     def __len__(self) -> int:
         """Number of batches per epoch.
@@ -544,11 +585,14 @@ class Loader:
             return self._collate(samples)
 
         depth = max(self.num_workers, 1) * self.prefetch_factor
+        pool = self._pool
+        if pool is None:
+            raise ConfigError("this loader's thread pool is gone (the loader was reconfigured to processes)")
         pending: list[Future[Any]] = []
         batches = iter(self._batches)
         try:
             for indices in batches:
-                pending.append(self._pool.submit(load, indices))
+                pending.append(pool.submit(load, indices))
                 if len(pending) >= depth:
                     yield pending.pop(0).result()
             while pending:

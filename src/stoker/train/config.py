@@ -174,6 +174,7 @@ class RunConfig:
         optional(whole(1)), None, doc="read the loss back from the device every N batches; default 16 on CUDA, 1 elsewhere"
     )
     progress: bool = config_key(as_bool, True, doc="show progress bars")
+    adapt: bool = config_key(as_bool, True, doc="try loader workers/backend/prefetch in the first steps, keep the fastest")
     loader_bound_share: float = config_key(number(0.0, 1.0), 0.3, doc="data-wait share that counts as loader-bound")
 
 
@@ -183,7 +184,7 @@ _TABLES: dict[str, type] = {"data": DataConfig, "model": ModelConfig, "optim": O
 # fast it loads, how long it goes on, what it shows. Every other key is the run itself.
 RESUME_MAY_CHANGE: frozenset[str] = frozenset({
     "run.epochs", "run.device", "run.progress", "run.patience", "run.resume", "run.log_dir", "run.name", "run.test",
-    "run.loader_bound_share", "run.checkpoint_every_steps", "run.sync_every", "run.cpu_threads", "data.workers", "data.prefetch_factor", "data.backend",
+    "run.loader_bound_share", "run.checkpoint_every_steps", "run.sync_every", "run.cpu_threads", "run.adapt", "data.workers", "data.prefetch_factor", "data.backend",
 })
 _PATH_KEYS = ("data.path", "data.valid_path", "data.labels")
 

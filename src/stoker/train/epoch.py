@@ -126,7 +126,8 @@ def train_epoch(run: Run, epoch: int, here: dict[str, Any] | None, stop: StopReq
 def _train_batches(run: Run, trained: Trained, stop: StopRequest) -> None:
     """The batches of a training phase, from where its tally stands, with the ranks in step."""
     s, ranks, tally, epoch = run.scenario, run.ranks, trained.tally, trained.tally.epoch
-    steps = EqualSteps(s.train_loader)  # every rank the same number of batches (stoker.loading.steps)
+    # Every rank the same number of batches (stoker.loading.steps); adapt's settings change between batches only.
+    steps = EqualSteps(run.adapter.batches() if run.adapter is not None else s.train_loader)
     stream, batch, first = trained.timer.iterate(steps), tally.batches, tally.batches
     pending = PendingBatches(tally, run.sync_every)  # losses and hits not yet read back from the device
     report = _reporter(run.loggers, tally, trained.timer, stop)

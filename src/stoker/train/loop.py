@@ -60,6 +60,7 @@ from typing import Any
 import torch
 
 from stoker.errors import ConfigError, TrainingError
+from stoker.train.adapt import make_adapter
 from stoker.train.epoch import batch_count, reduce_epoch, train_epoch, validate
 from stoker.train.history import EpochStats, History
 from stoker.train.interrupt import StopRequest
@@ -112,6 +113,7 @@ def fit(scenario: Scenario, callbacks: Sequence[Logger] = ()) -> History:
     # 3. Loggers (rank 0), cores for the loader, the run's record.
     run.loggers = _make_loggers(s.loggers, s.progress) + list(callbacks) if run.ranks.main else []
     threads = ComputeThreads(run.device, (s.train_loader, s.valid_loader), s.cpu_threads)
+    run.adapter = make_adapter(run)  # 3b. adapt: the train loader's settings, tried on the first steps
     record = _start(run, threads)
     with _ending(run, record), StopRequest() as stop, threads:
         for epoch in range(len(history.epochs) + 1, s.epochs + 1):  # 1-based
@@ -169,6 +171,8 @@ def _start(run: Run, threads: ComputeThreads) -> dict[str, Any]:
         "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "pid": os.getpid(),
         "host": socket.gethostname(),
+        "adapt": run.adapter.record() if run.adapter is not None else {"enabled": False, "reason": "off (adapt=False, "
+                 "--no-adapt): the loader's settings as given"},
     }
     if ranks.main:
         write_run_json(run.run_dir, record, run.history)
@@ -195,6 +199,8 @@ def _ending(run: Run, record: dict[str, Any]) -> Iterator[None]:
     finally:
         for logger in run.loggers:
             logger.end(history)
+        if run.adapter is not None:
+            record["adapt"] = run.adapter.record()
         if run.ranks.main:
             write_run_json(run.run_dir, record, history)
         if run.scenario.plot and history.epochs and run.ranks.main:

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
@@ -31,6 +31,9 @@ from stoker.train.loggers import Logger
 from stoker.train.record import BEST_FILE, LAST_FILE, prepare_run_dir, run_dir_of
 from stoker.train.resume import CHECKPOINT_FORMAT, check_last, restore_last
 from stoker.train.scenario import SYNC_EVERY_CUDA, Scenario
+
+if TYPE_CHECKING:
+    from stoker.train.adapt import Adapter
 
 __all__ = ["Run", "resume", "set_up", "wrap_model"]
 
@@ -66,6 +69,8 @@ class Run:
             resuming over machines that each have their own folder: :mod:`stoker.train.handover`).
         url: the run folder's URL when ``log_dir`` is one (``run_dir`` is then this
             machine's copy, uploaded by :meth:`publish`), else ``None``.
+        adapter: what reads the train loader while adapt tries its settings
+            (:mod:`stoker.train.adapt`), or ``None`` (off).
     """
 
     scenario: Scenario
@@ -89,6 +94,7 @@ class Run:
     saved: bool = False
     holder: int = 0
     url: str | None = None
+    adapter: Adapter | None = None
 
     @property
     def last_path(self) -> Path:

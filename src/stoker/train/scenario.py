@@ -33,7 +33,7 @@ SYNC_EVERY_CUDA = 16
 # and Scenario checks them with the checks of those very fields (check_scenario_values).
 SCENARIO_KEYS: tuple[str, ...] = (
     "epochs", "device", "amp", "compile", "grad_accum", "log_dir", "name", "tags", "patience", "resume",
-    "cpu_threads", "checkpoint_every_steps", "sync_every", "progress", "loader_bound_share",
+    "cpu_threads", "checkpoint_every_steps", "sync_every", "progress", "loader_bound_share", "adapt",
 )
 
 
@@ -151,6 +151,11 @@ class Scenario:
             data-wait/compute split is measured with events and stays honest for any
             value; elsewhere it is by wall clock, honest on the CPU for any value and on
             other accelerators (MPS) with 1 only.
+        adapt: in the first steps, try the train loader's workers, backend and prefetch
+            depth on the real model and data, keep the fastest, and try again when the
+            data-wait share rises; it changes no figure or weight (see
+            :mod:`stoker.train.adapt`, which also says what it leaves alone). ``False``:
+            the loader's settings as given.
         loader_bound_share: an epoch that waits for data longer than this share of its
             time is reported as loader-bound.
         loggers: built-in loggers by name (``"console"``, ``"csv"``, ``"tensorboard"``)
@@ -195,6 +200,7 @@ class Scenario:
     sync_every: int | None = None
     cpu_threads: int | None = None
     loader_bound_share: float = 0.3
+    adapt: bool = True
     loggers: tuple[Any, ...] = ("console", "csv", "tensorboard")
     progress: bool = True
     config: Mapping[str, Any] = field(default_factory=dict)

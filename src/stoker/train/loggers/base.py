@@ -107,3 +107,6 @@ class Logger:
 
     def end(self, history: History) -> None:
         """The run ended (``history.stopped`` says why); flush and close."""
+
+    def note(self, line: str) -> None:
+        """A line the run has to say while it trains, e.g. the loader setting adapt chose (:mod:`stoker.train.adapt`)."""

@@ -95,6 +95,9 @@ class ConsoleLogger(Logger):
                 f"loader-bound: {share:.0%} of the epoch waiting for data; try `stoker tune`"
             )
 
+    def note(self, line: str) -> None:
+        self._write(line)
+
     def end(self, history: History) -> None:
         self._close_bar()
         if history.best_epoch:

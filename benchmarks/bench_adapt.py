@@ -1,0 +1,116 @@
+"""Adapt while training against every fixed setting: is the adapted run as fast as the best one, never slower than the default?
+
+Generates DigiFace-like data (PNG class folders), then, in interleaved rounds, trains
+``SmallCNN`` with ``fit`` once per loader setting adapt can try (worker processes 0, 1,
+2, ... and loader threads; each with ``adapt=False``), once with today's default
+(``make_loader``'s own workers and backend, ``adapt=False``) and once adapted from that
+default (``adapt=True``). Training img/s is the run's samples over its training seconds,
+trials included. Each round prints the adapted run's ratio to that round's best fixed
+setting and to the default, and the default's ratio to the same setting run as a fixed
+one (what a single setting scatters by: the noise floor); then the median and spread.
+
+Run::
+
+    python benchmarks/bench_adapt.py --n 1600 --epochs 3 --rounds 3
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import tempfile
+import warnings
+from pathlib import Path
+from typing import Any
+
+warnings.filterwarnings("ignore", message="The image decoding and encoding capabilities of TorchVision")
+
+import torch  # noqa: E402
+from torch import nn  # noqa: E402
+
+from stoker import Scenario, fit, make_loader, open_data  # noqa: E402
+from stoker.sources.synthetic import make_digiface  # noqa: E402
+from stoker.train import SmallCNN  # noqa: E402
+from stoker.train import adapt as adapt_module  # noqa: E402
+from stoker.train.threads import usable_cores  # noqa: E402
+
+
+def _run(data_dir: Path, log_dir: Path, tag: str, batch: int, epochs: int, setting: dict[str, Any] | None,
+         adapt: bool) -> tuple[float, dict[str, Any]]:
+    """Train once; ``setting`` ``None``: make_loader's defaults. Returns (img/s of training, run.json's adapt record)."""
+    data = open_data(data_dir, valid=0.1, image_size=32, seed=0)
+    loader_args = {} if setting is None else {"num_workers": setting["workers"], "backend": setting["backend"]}
+    train = make_loader(data["train"], batch_size=batch, device="cpu", seed=0, **loader_args)
+    torch.manual_seed(0)
+    model = SmallCNN(num_classes=data.num_classes, width=16)
+    history = fit(Scenario(model, torch.optim.AdamW(model.parameters(), 3e-3), nn.CrossEntropyLoss(), train, None,
+                           epochs=epochs, device="cpu", log_dir=log_dir, name=tag, loggers=(), plot=False, adapt=adapt))
+    train.close()
+    samples = sum(e.train_samples for e in history.epochs)
+    seconds = sum(e.train_time_s for e in history.epochs)
+    record = json.loads((log_dir / tag / "run.json").read_text())["adapt"]
+    return samples / seconds, record
+
+
+def _spread(values: list[float]) -> str:
+    return f"median {statistics.median(values):.2f}, min {min(values):.2f}, max {max(values):.2f}"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--n", type=int, default=1600, help="images to generate")
+    parser.add_argument("--batch", type=int, default=16, help="batch size")
+    parser.add_argument("--epochs", type=int, default=3, help="epochs per run")
+    parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds")
+    parser.add_argument("--min-run-s", type=float, default=0.0,
+                        help="adapt's MIN_RUN_S (fit's default 20: a shorter run keeps its settings); 0 makes these "
+                             "short runs adapt, to measure what trying costs and wins")
+    args = parser.parse_args(argv)
+    adapt_module.MIN_RUN_S = args.min_run_s
+    cores = usable_cores()
+    counts = sorted({0, 1, max(1, cores // 2), cores})
+    fixed = [{"backend": "process", "workers": w} for w in counts] + [{"backend": "thread", "workers": w} for w in counts if w]
+    to_best: list[float] = []
+    to_default: list[float] = []
+    noise: list[float] = []  # default / the same setting run as a fixed one: what one setting scatters by
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        make_digiface(root / "data", n=args.n, classes=10, progress=False)
+        print(f"{cores} cores, {args.n} images 32x32 PNG, batch {args.batch}, {args.epochs} epochs a run, "
+              f"{args.rounds} rounds; img/s of training (adapt's trials included)\n")
+        for r in range(args.rounds):
+            rates: dict[str, float] = {}
+            runs: list[tuple[str, dict[str, Any] | None, bool]] = [(f"{s['workers']} {s['backend']}", s, False) for s in fixed]
+            runs += [("default", None, False), ("adapted", None, True)]
+            order = runs if r % 2 == 0 else runs[::-1]  # A/B/A/B: no setting always runs first
+            chosen, given = "", ""
+            for name, setting, adapt in order:
+                rate, record = _run(root / "data", root / "runs", f"r{r}-{name.replace(' ', '-')}", args.batch,
+                                    args.epochs, setting, adapt)
+                rates[name] = rate
+                if adapt:
+                    given = f"{record['given']['workers']} {record['given']['backend']}"
+                    chosen = record["reason"] if not record["chosen"] else (
+                        f"{record['chosen']['workers']} {record['chosen']['backend']}, prefetch {record['chosen']['prefetch']}")
+            best_name = max((n for n in rates if n not in ("default", "adapted")), key=rates.__getitem__)
+            to_best.append(rates["adapted"] / rates[best_name])
+            to_default.append(rates["adapted"] / rates["default"])
+            if given in rates:
+                noise.append(rates["default"] / rates[given])
+            cells = ", ".join(f"{n} {v:.0f}" for n, v in rates.items())
+            print(f"round {r + 1}: {cells}")
+            print(f"  adapted chose {chosen}; adapted / best fixed ({best_name}) {to_best[-1]:.2f}, "
+                  f"adapted / default {to_default[-1]:.2f}"
+                  + (f"; default / the same setting fixed ({given}) {noise[-1]:.2f}" if given in rates else ""))
+    print(f"\nadapted / best fixed: {', '.join(f'{v:.2f}' for v in to_best)} ({_spread(to_best)})")
+    print(f"adapted / default:    {', '.join(f'{v:.2f}' for v in to_default)} ({_spread(to_default)})")
+    if noise:
+        print(f"default / the same setting fixed (the noise floor): {', '.join(f'{v:.2f}' for v in noise)} ({_spread(noise)})")
+    print("(best fixed is the fastest of several noisy runs per round, so it is biased upwards)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
