@@ -327,6 +327,12 @@ class ShardDataset(Dataset, MapReader, SupportsEpoch, SupportsCollate, SupportsL
         idx = np.asarray(indices, dtype=np.int64).reshape(-1)
         if self._rows is not None:
             idx = self._rows[idx]
+        try:
+            return self._gather(idx)
+        finally:
+            self.shards.done_with(idx)  # a remote split larger than its cache: let go of what this read opened
+
+    def _gather(self, idx: np.ndarray) -> ShardBatch:
         labels = self.shards.read_labels(idx)
         if self.shards.row_bytes:
             height, width = self.image_size  # type: ignore[misc]
