@@ -23,6 +23,7 @@ The cache folder is ``cache_dir=``, else the ``STOKER_CACHE`` environment variab
 
 from __future__ import annotations
 
+import bisect
 import contextlib
 import fcntl
 import hashlib
@@ -483,6 +484,13 @@ def read_ahead(shards: ShardSet, rows: np.ndarray, read_rows: int, ahead: int) -
     left for its read to fetch (waiting for room then). Each shard is let go after the
     last read that needs it, so a set larger than the cache streams through it; a pass
     left unfinished lets go of every shard it holds. A local set is simply cut into reads.
+
+    A split larger than its cache (:attr:`ShardSet.tight`) holds nothing between reads:
+    each read opens its shards one at a time and lets go of each after its part
+    (:meth:`ShardSet.done_with`), and the shards fetched ahead are downloaded but not
+    pinned. So no reader, even one blocked while its batches wait to be taken, holds
+    room that another waits for; the least recently used shards are evicted first, so
+    those about to be read stay.
     """
     starts = range(0, len(rows), read_rows)
     if shards.remote is None or len(rows) == 0:
@@ -496,6 +504,9 @@ def read_ahead(shards: ShardSet, rows: np.ndarray, read_rows: int, ahead: int) -
     for s, r in zip(shard_of.tolist(), read_of.tolist(), strict=True):
         first_read.setdefault(s, r)
         last_read[s] = r
+    tight = shards.tight
+    if tight:
+        _say_if_too_small(shards, first_read, last_read, ahead)
     sequence = list(first_read)  # shards in the order they are first needed
     ends: dict[int, list[int]] = {}
     for s, r in last_read.items():
@@ -503,7 +514,7 @@ def read_ahead(shards: ShardSet, rows: np.ndarray, read_rows: int, ahead: int) -
     pool = ThreadPoolExecutor(max_workers=ahead, thread_name_prefix="stoker-fetch") if ahead >= 1 else None
     pending: dict[int, Future[bool]] = {}
     submitted = 0
-    pin: Callable[[int], bool] = lambda s: shards.fetch(s, wait=False)  # noqa: E731
+    pin: Callable[[int], bool] = lambda s: shards.fetch(s, wait=False, pin=not tight)  # noqa: E731
     try:
         for read, start in enumerate(starts):
             while pool is not None and submitted < len(sequence):
@@ -513,7 +524,8 @@ def read_ahead(shards: ShardSet, rows: np.ndarray, read_rows: int, ahead: int) -
                     break
                 pending[s] = pool.submit(pin, s)
                 submitted += 1
-            for s in np.unique(shard_of[start : start + read_rows]).tolist():
+            here = np.unique(shard_of[start : start + read_rows]).tolist()
+            for s in here:
                 if s in pending:
                     pending.pop(s).result()  # pinned, or no room yet: then the read fetches it
             yield rows[start : start + read_rows]
@@ -526,6 +538,27 @@ def read_ahead(shards: ShardSet, rows: np.ndarray, read_rows: int, ahead: int) -
             pool.shutdown(wait=True)
         for s in sequence:  # idempotent: an unfinished pass lets go of what it opened or pinned
             shards.release(s)
+
+
+def _say_if_too_small(shards: ShardSet, first_read: dict[int, int], last_read: dict[int, int], ahead: int) -> None:
+    """Once per reader: a warning when its reads need more shards at once than the cache's limit holds."""
+    if getattr(shards, "_warned_keep", False) or not first_read:
+        return
+    starts = sorted(first_read.values())
+    ends = sorted(last_read.values())
+    peak = max(bisect.bisect_right(starts, r) - bisect.bisect_left(ends, r) for r in starts)  # in use at read r
+    cache = shards.cache
+    largest = max(entry_cost(info.bytes) for info in shards.infos)
+    if cache is None or cache.limit is None or (peak + ahead) * largest <= cache.limit:
+        return
+    shards._warned_keep = True  # type: ignore[attr-defined]
+    log.warning(
+        "%s: the cache limit of %s bytes holds %d shards, but this reader's order reads from %d at once (the "
+        "shuffle buffer and the shards merged at once spread each shard's rows) and fetches %d ahead: shards "
+        "evicted before their last read are fetched again; the smallest limit that fetches each shard once per "
+        "reader is %s bytes (--cache-limit, STOKER_CACHE_LIMIT), or use a smaller shuffle_buffer",
+        shards.root, f"{cache.limit:,}", cache.limit // largest, peak, ahead, f"{(peak + ahead) * largest:,}",
+    )
 
 
 def download_note(root: str, cache_dir: str | os.PathLike[str] | None = None) -> str | None:

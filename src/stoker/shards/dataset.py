@@ -327,10 +327,29 @@ class ShardDataset(Dataset, MapReader, SupportsEpoch, SupportsCollate, SupportsL
         idx = np.asarray(indices, dtype=np.int64).reshape(-1)
         if self._rows is not None:
             idx = self._rows[idx]
-        try:
-            return self._gather(idx)
-        finally:
-            self.shards.done_with(idx)  # a remote split larger than its cache: let go of what this read opened
+        if self.shards.tight:  # a remote split larger than its cache: a shard at a time (see ShardSet.done_with)
+            return self._gather_by_shard(idx)
+        return self._gather(idx)
+
+    def _gather_by_shard(self, idx: np.ndarray) -> ShardBatch:
+        """:meth:`_gather` of each shard's samples in turn, letting go of each shard after its part; in ``idx`` order."""
+        shard_ids = self.shards.locate(idx)[0]
+        order = np.argsort(shard_ids, kind="stable")
+        parts: list[ShardBatch] = []
+        for s in dict.fromkeys(shard_ids[order].tolist()):
+            try:
+                parts.append(self._gather(idx[shard_ids == s]))
+            finally:
+                self.shards.done_with(s)
+        if len(parts) == 1:
+            return parts[0]
+        labels = torch.cat([p.labels for p in parts])
+        skipped = [k for p in parts for k in p.skipped]
+        if all(isinstance(p.images, torch.Tensor) for p in parts) and sum(len(p) for p in parts) == len(idx):
+            back = torch.from_numpy(np.argsort(order, kind="stable"))  # position of each sample among the parts
+            return ShardBatch(torch.cat([p.images for p in parts])[back], labels[back], skipped)  # type: ignore[misc]
+        images: list[Any] = [image for p in parts for image in p.images]  # skips or per-sample results: by shard
+        return ShardBatch(images, labels, skipped)
 
     def _gather(self, idx: np.ndarray) -> ShardBatch:
         labels = self.shards.read_labels(idx)

@@ -308,8 +308,10 @@ class ShardSet:
         # Set by a reader that lets go of each shard by its own plan (ShardStream): reads
         # then keep what they open, even when the split is larger than the cache.
         self.streaming = False
+        self.keep: set[int] = set()  # shards a read of a split larger than its cache keeps open (see done_with)
         self._warned_tight = False
         self._tight: bool | None = None
+        self._waiting = 0  # reads of this set waiting for room in the cache
         self._lock = threading.Lock()
         self._reset()
         self.check_sizes()
@@ -370,6 +372,15 @@ class ShardSet:
     def file(self, shard: int) -> ShardFile:
         """Shard number ``shard`` of this split, opened (and checked) on first use."""
         opened = self._files[shard]
+        if opened is None and self.remote is not None:
+            fresh = self._open(shard)  # may download: outside the lock, so the fetches ahead go on meanwhile
+            with self._lock:
+                opened = self._files[shard]
+                if opened is None:
+                    self._files[shard] = opened = fresh
+                    return opened
+            fresh.close()  # another thread opened it first
+            return opened
         if opened is None:
             with self._lock:
                 opened = self._files[shard]
@@ -414,7 +425,14 @@ class ShardSet:
             holder.close()
             holder = None
         if holder is None:
-            held = self.cache.hold(self.remote, info)  # checked, or downloaded and verified, and held
+            held = self.cache.hold(self.remote, info, wait=False)  # checked, or downloaded and verified, and held
+            if held is None:  # no room: let go of what this reader holds for later first, then wait for room
+                self._waiting += 1  # and pin nothing ahead meanwhile (fetch)
+                try:
+                    self._let_go_but(shard)
+                    held = self.cache.hold(self.remote, info)
+                finally:
+                    self._waiting -= 1
             if held is None:  # only a hold that does not wait gives None
                 raise ShardError(f"shard {info.name}: no room in the cache {self.cache.root}")
             holder = held[1]
@@ -424,7 +442,21 @@ class ShardSet:
             holder.close()
             raise
 
-    def fetch(self, shard: int, wait: bool = True) -> bool:
+    def _let_go_but(self, shard: int) -> None:
+        """Let go of every pinned shard and (a split larger than its cache, read a shard at a time) every open one but ``shard``.
+
+        What a read does before it waits for room, so that readers waiting for each
+        other never hold the room they wait for.
+        """
+        with self._lock:
+            pins, self._pins = self._pins, {}
+            others = [s for s, f in enumerate(self._files) if f is not None and s != shard] if self.tight else []
+        for pin in pins.values():
+            pin.close()
+        for s in others:
+            self.release(s)
+
+    def fetch(self, shard: int, wait: bool = True, pin: bool = True) -> bool:
         """Make sure shard number ``shard`` is on local disk, and (a remote set) held in the cache until read.
 
         A remote shard is checked or downloaded into the cache and pinned there: no
@@ -432,6 +464,7 @@ class ShardSet:
 
         Args:
             wait: wait for room in the cache's limit; False returns False instead.
+            pin: hold it until read; False only downloads it (evictable, least recently used last).
 
         Returns:
             True when the shard is there (and pinned); False when ``wait`` is False and
@@ -443,9 +476,14 @@ class ShardSet:
         with self._lock:
             if self._files[shard] is not None or shard in self._pins:
                 return True
+        if not wait and self._waiting:  # a read of this set waits for room: it pins nothing meanwhile
+            return False
         held = self.cache.hold(self.remote, info, wait=wait)
         if held is None:
             return False
+        if not pin:
+            held[1].close()
+            return True
         with self._lock:
             if self._files[shard] is None and shard not in self._pins:
                 self._pins[shard] = held[1]
@@ -486,11 +524,18 @@ class ShardSet:
         if opened is not None:
             opened.close()
 
-    def _done_with(self, shards: list[int]) -> None:
-        """After a random read of a split larger than the cache: let go of the shards it opened."""
-        if not self.tight or self.streaming:
+    def done_with(self, shard: int) -> None:
+        """After a read of a remote split larger than its cache took what it needs of ``shard``: let go of it, unless kept.
+
+        A split larger than its cache is read a shard at a time (so a read never holds
+        more than one shard), and each shard is let go after its part of the read unless
+        it is in :attr:`keep` (a stream keeps the shards it reads again soon). So random
+        reads hold the cache's limit too; the first time, a warning says which limit
+        would hold the whole split.
+        """
+        if not self.tight:
             return
-        if not self._warned_tight and self.cache is not None and self.cache.limit is not None:
+        if not self.streaming and not self._warned_tight and self.cache is not None and self.cache.limit is not None:
             self._warned_tight = True
             log.warning(
                 "%s: the split %r takes %s bytes in the cache, more than its limit of %s: random reads fetch "
@@ -498,8 +543,8 @@ class ShardSet:
                 "(--cache-limit, STOKER_CACHE_LIMIT), or read it with ShardStream",
                 self.root, self.split, f"{self.cache_bytes:,}", f"{self.cache.limit:,}", f"{self.cache_bytes:,}",
             )
-        for s in shards:
-            self.release(s)
+        if shard not in self.keep:
+            self.release(shard)
 
     def download_bytes(self) -> int:
         """Bytes reading this split would download (0 for a local set)."""
@@ -639,17 +684,6 @@ class ShardSet:
             local[mask] = r - first_rows[chunk]
             views.extend(pixels)
         return views, segment, local
-
-    def done_with(self, indices: np.ndarray) -> None:
-        """After a random read of a remote split larger than its cache: let go of the shards the read opened.
-
-        So random reads hold the cache's limit too (a shard is fetched again when it is
-        needed again; the first time, a warning says which limit would hold the split).
-        A :class:`~stoker.shards.stream.ShardStream` lets go by its own plan instead.
-        """
-        if not self.tight or self.streaming or len(indices) == 0:
-            return
-        self._done_with(np.unique(self.locate(np.asarray(indices, dtype=np.int64))[0]).tolist())
 
     def _segments(self, indices: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(record batch, row within it) of each sample, every shard open and laid end to end."""
