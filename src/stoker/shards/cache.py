@@ -224,6 +224,11 @@ class ShardCache:
             raise
         return path, holder
 
+    def mark_done(self, info: ShardInfo) -> None:
+        """A reader has read the last it needs of ``info``: it is evicted before the shards still being read."""
+        with contextlib.suppress(OSError):
+            os.utime(f"{self.path_of(info)}{STAMP_SUFFIX}", (0, 0))  # the oldest use there is; a reader's hold touches it again
+
     def check_entry(self, info: ShardInfo) -> bool:
         """True when the cache holds a good copy of ``info``; a bad one is removed (and said so once).
 
@@ -505,8 +510,8 @@ def read_ahead(shards: ShardSet, rows: np.ndarray, read_rows: int, ahead: int) -
         first_read.setdefault(s, r)
         last_read[s] = r
     tight = shards.tight
-    if tight:
-        _say_if_too_small(shards, first_read, last_read, ahead)
+    if tight:  # fetch ahead only into the room this reader's own reads leave
+        ahead = min(ahead, _room_ahead(shards, first_read, last_read, ahead))
     sequence = list(first_read)  # shards in the order they are first needed
     ends: dict[int, list[int]] = {}
     for s, r in last_read.items():
@@ -530,7 +535,7 @@ def read_ahead(shards: ShardSet, rows: np.ndarray, read_rows: int, ahead: int) -
                     pending.pop(s).result()  # pinned, or no room yet: then the read fetches it
             yield rows[start : start + read_rows]
             for s in ends.get(read, ()):
-                shards.release(s)
+                shards.release(s, done=True)
     finally:
         for future in pending.values():
             future.cancel()
@@ -540,25 +545,30 @@ def read_ahead(shards: ShardSet, rows: np.ndarray, read_rows: int, ahead: int) -
             shards.release(s)
 
 
-def _say_if_too_small(shards: ShardSet, first_read: dict[int, int], last_read: dict[int, int], ahead: int) -> None:
-    """Once per reader: a warning when its reads need more shards at once than the cache's limit holds."""
-    if getattr(shards, "_warned_keep", False) or not first_read:
-        return
+def _room_ahead(shards: ShardSet, first_read: dict[int, int], last_read: dict[int, int], ahead: int) -> int:
+    """Shards a reader of a split larger than its cache fetches ahead: what its limit holds beyond those it reads at once.
+
+    Once per reader, a warning when its reads alone need more shards at once than the
+    limit holds, with the smallest limit that fetches each shard once.
+    """
+    cache = shards.cache
+    largest = max(entry_cost(info.bytes) for info in shards.infos)
+    if cache is None or cache.limit is None or not first_read:
+        return ahead
     starts = sorted(first_read.values())
     ends = sorted(last_read.values())
     peak = max(bisect.bisect_right(starts, r) - bisect.bisect_left(ends, r) for r in starts)  # in use at read r
-    cache = shards.cache
-    largest = max(entry_cost(info.bytes) for info in shards.infos)
-    if cache is None or cache.limit is None or (peak + ahead) * largest <= cache.limit:
-        return
-    shards._warned_keep = True  # type: ignore[attr-defined]
-    log.warning(
-        "%s: the cache limit of %s bytes holds %d shards, but this reader's order reads from %d at once (the "
-        "shuffle buffer and the shards merged at once spread each shard's rows) and fetches %d ahead: shards "
-        "evicted before their last read are fetched again; the smallest limit that fetches each shard once per "
-        "reader is %s bytes (--cache-limit, STOKER_CACHE_LIMIT), or use a smaller shuffle_buffer",
-        shards.root, f"{cache.limit:,}", cache.limit // largest, peak, ahead, f"{(peak + ahead) * largest:,}",
-    )
+    room = cache.limit // largest
+    if peak > room and not getattr(shards, "_warned_keep", False):
+        shards._warned_keep = True  # type: ignore[attr-defined]
+        log.warning(
+            "%s: the cache limit of %s bytes holds %d shards, but this reader's order reads from %d at once (the "
+            "shuffle buffer and the shards merged at once spread each shard's rows): shards evicted before their "
+            "last read are fetched again; the smallest limit that fetches each shard once per reader is %s bytes "
+            "(--cache-limit, STOKER_CACHE_LIMIT), or use a smaller shuffle_buffer",
+            shards.root, f"{cache.limit:,}", room, peak, f"{peak * largest:,}",
+        )
+    return max(0, room - peak)
 
 
 def download_note(root: str, cache_dir: str | os.PathLike[str] | None = None) -> str | None:

@@ -510,8 +510,13 @@ class ShardSet:
             for _ in pool.map(self.fetch, todo):
                 pass
 
-    def release(self, shard: int) -> None:
-        """Close shard number ``shard`` (and let go of its cache entry) if it is not laid out for random reads."""
+    def release(self, shard: int, done: bool = False) -> None:
+        """Close shard number ``shard`` (and let go of its cache entry) if it is not laid out for random reads.
+
+        ``done``: this reader will not read it again (a remote set's cache evicts it first).
+        """
+        if done and self.cache is not None and self.tight:
+            self.cache.mark_done(self.infos[shard])
         with self._lock:
             pin = self._pins.pop(shard, None)
             opened = self._files[shard]
