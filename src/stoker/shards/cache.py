@@ -267,6 +267,9 @@ class ShardCache:
                 return False
             try:
                 digest, size = self._copy(remote, info, url, tmp)
+            except NetworkError:  # the network layer has retried it already
+                tmp.unlink(missing_ok=True)
+                raise
             except OSError as exc:  # a dropped connection (a NetworkError was re-raised): try again
                 problem = f"the download failed ({exc})"
                 tmp.unlink(missing_ok=True)
@@ -310,8 +313,6 @@ class ShardCache:
                         size += len(chunk)
         except FileNotFoundError:
             raise ShardError(f"shard {info.name}: {url} is missing; run `stoker verify {remote.url}`") from None
-        except NetworkError:
-            raise  # already retried by the network layer
         return digest.hexdigest(), size
 
     # -- room: the limit, free space, partial downloads ---------------------------------
