@@ -153,3 +153,17 @@ def test_the_limit_defaults_from_the_environment(monkeypatch: pytest.MonkeyPatch
     monkeypatch.setenv("STOKER_CACHE_LIMIT", "3MB")
     assert ShardCache(tmp_path).limit == 3 * 2**20
     assert ShardCache(tmp_path, limit="1GB").limit == 2**30
+
+
+def test_cache_limit_is_a_global_option(monkeypatch: pytest.MonkeyPatch, small_pack: Path) -> None:
+    from click.testing import CliRunner
+
+    from stoker.cli.main import main
+
+    monkeypatch.delenv("STOKER_CACHE_LIMIT", raising=False)
+    bad = CliRunner().invoke(main, ["--cache-limit", "lots", "inspect", str(small_pack)])
+    assert bad.exit_code == 1 and "'lots' is not a size" in bad.output
+    monkeypatch.setenv("STOKER_CACHE_LIMIT", "")  # restored after the test, whatever the command sets
+    ok = CliRunner().invoke(main, ["--cache-limit", "2MB", "inspect", str(small_pack)])
+    assert ok.exit_code == 0, ok.output
+    assert os.environ["STOKER_CACHE_LIMIT"] == str(2 * 2**20)
