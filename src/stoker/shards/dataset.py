@@ -343,13 +343,21 @@ class ShardDataset(Dataset, MapReader, SupportsEpoch, SupportsCollate, SupportsL
                 self.shards.done_with(s)
         if len(parts) == 1:
             return parts[0]
-        labels = torch.cat([p.labels for p in parts])
+        # numpy, not torch: torch's thread pool can hang in a forked worker (see _decode_batch)
+        labels = np.concatenate([p.labels.numpy() for p in parts])
         skipped = [k for p in parts for k in p.skipped]
-        if all(isinstance(p.images, torch.Tensor) for p in parts) and sum(len(p) for p in parts) == len(idx):
-            back = torch.from_numpy(np.argsort(order, kind="stable"))  # position of each sample among the parts
-            return ShardBatch(torch.cat([p.images for p in parts])[back], labels[back], skipped)  # type: ignore[misc]
+        tensors = [p.images for p in parts if isinstance(p.images, torch.Tensor) and p.images.device.type == "cpu"]
+        if len(tensors) == len(parts) and len(labels) == len(idx):
+            out = _empty_uint8((len(idx), *tensors[0].shape[1:]))
+            out_array, in_order = out.numpy(), np.empty(len(idx), dtype=np.int64)
+            at = 0
+            for part in tensors:  # the parts hold idx[order], a shard after the other
+                out_array[order[at : at + len(part)]] = part.numpy()
+                at += len(part)
+            in_order[order] = labels
+            return ShardBatch(out, torch.from_numpy(in_order), skipped)
         images: list[Any] = [image for p in parts for image in p.images]  # skips or per-sample results: by shard
-        return ShardBatch(images, labels, skipped)
+        return ShardBatch(images, torch.from_numpy(labels), skipped)
 
     def _gather(self, idx: np.ndarray) -> ShardBatch:
         labels = self.shards.read_labels(idx)
