@@ -179,3 +179,20 @@ def test_a_limit_too_small_for_a_stream_says_the_smallest_that_works(s3_server: 
     cost = entry_cost(max(i.bytes for i in ShardDataset(pack16).manifest.shards))
     with pytest.raises(ConfigError, match=rf"smallest limit that works is {2 * cost:,} bytes"):
         ShardStream(url, cache_limit=cost + 1)
+
+
+def test_random_reads_of_a_split_larger_than_the_cache_hold_it_and_read_like_local(
+    pack16: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    url = upload_folder(pack16, "memory://stoker-limit-test/map")
+    local = ShardDataset(pack16)
+    limit = 3 * entry_cost(max(i.bytes for i in local.manifest.shards))
+    remote = ShardDataset(url, cache_dir=tmp_path / "c", cache_limit=limit)
+    order = torch.randperm(len(local), generator=torch.Generator().manual_seed(0)).tolist()
+    with caplog.at_level("WARNING", logger="stoker"):
+        for start in range(0, len(order), 64):
+            batch = order[start : start + 64]
+            got, want = remote.__getitems__(batch), local.__getitems__(batch)
+            assert got.images.equal(want.images) and got.labels.equal(want.labels)  # type: ignore[union-attr]
+            assert _disk(tmp_path / "c") <= limit
+    assert any("smallest limit that fetches each shard once" in r.getMessage() for r in caplog.records)
