@@ -8,14 +8,23 @@ copy is made once per machine and checked before a byte of it is used:
    refused with :class:`~stoker.errors.ShardError` (a damaged object is never read);
 3. only then is it renamed into place, under its SHA-256: ``<cache>/sha256/ab/ab12....arrow``.
 
-So a file in the cache under its final name is always complete and verified, and two
-shard sets (or two versions of one) that share a shard share its copy. Processes on one
-machine (DataLoader workers, DDP ranks) share the cache through a lock file per shard
-(``fcntl.flock``): one downloads, the others wait for it and then read the same copy.
+So a file in the cache under its final name was complete and verified, and two shard
+sets (or two versions of one) that share a shard share its copy. It is checked again on
+every use (:meth:`ShardCache.hold`): its size and a stamp recorded when it was verified
+(size, mtime, ctime, inode; one ``stat``), and the full SHA-256 when the stamp does not
+match; a bad copy is removed, said so once in the log, and fetched again
+(:mod:`stoker.shards.cache_entries`). Processes on one machine (DataLoader workers, DDP
+ranks) share the cache through lock files per shard (``fcntl.flock``): one downloads,
+the others wait for it and then read the same copy.
 
-With a size limit the least recently used shards are deleted when the cache grows past
-it. A shard open in some process is still readable after that (its memory map keeps the
-file), and a shard being downloaded or opened is never deleted.
+With a size limit (``limit=``, ``--cache-limit``, ``STOKER_CACHE_LIMIT``) the disk the
+folder takes stays within it: every file counts by its blocks, a download in progress
+by the whole shard it will be (reserved before its first byte, and only with that much
+free on the disk), and the least recently used shards that no reader holds are evicted
+to make room. A reader holds a shard (a shared lock) for as long as it is memory-mapped,
+so a shard still being read is never deleted (its space would stay in use, uncounted).
+Partial downloads of processes that are gone are removed. A claimed size (the object's
+size, a Content-Length) larger than the manifest's is refused before the first byte.
 
 The cache folder is ``cache_dir=``, else the ``STOKER_CACHE`` environment variable, else
 ``$XDG_CACHE_HOME/stoker`` (``~/.cache/stoker``).
@@ -23,7 +32,6 @@ The cache folder is ``cache_dir=``, else the ``STOKER_CACHE`` environment variab
 
 from __future__ import annotations
 
-import bisect
 import contextlib
 import fcntl
 import hashlib
@@ -33,12 +41,8 @@ import re
 import shutil
 import threading
 import time
-from collections.abc import Callable, Iterator
-from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
-
-import numpy as np
 
 from stoker.errors import ConfigError, NetworkError, ShardError
 from stoker.fs import Location
@@ -59,9 +63,8 @@ from stoker.shards.cache_entries import (
 
 if TYPE_CHECKING:
     from stoker.shards.manifest import ShardInfo
-    from stoker.shards.reader import ShardSet
 
-__all__ = ["ShardCache", "default_cache_dir", "parse_bytes", "read_ahead"]
+__all__ = ["ShardCache", "default_cache_dir", "download_note", "parse_bytes"]
 
 log = logging.getLogger("stoker")
 _CHUNK = 4 << 20
@@ -478,98 +481,6 @@ def _folder_bytes(folder: Path) -> int:
         with contextlib.suppress(FileNotFoundError):
             total += allocated(entry.stat(follow_symlinks=False))
     return total
-
-
-def read_ahead(shards: ShardSet, rows: np.ndarray, read_rows: int, ahead: int) -> Iterator[np.ndarray]:
-    """Cut ``rows`` into reads of ``read_rows``; for a remote set, fetch the next shards while one is read.
-
-    The shards are fetched in the order the reads first need them, those of the current
-    read and ``ahead`` beyond, side by side on ``ahead`` threads (so downloads overlap
-    each other and the reading). A shard fetched ahead is held (pinned) until it is read,
-    so no other reader evicts it first; one that finds no room in the cache's limit is
-    left for its read to fetch (waiting for room then). Each shard is let go after the
-    last read that needs it, so a set larger than the cache streams through it; a pass
-    left unfinished lets go of every shard it holds. A local set is simply cut into reads.
-
-    A split larger than its cache (:attr:`ShardSet.tight`) holds nothing between reads:
-    each read opens its shards one at a time and lets go of each after its part
-    (:meth:`ShardSet.done_with`), and the shards fetched ahead are downloaded but not
-    pinned. So no reader, even one blocked while its batches wait to be taken, holds
-    room that another waits for; the least recently used shards are evicted first, so
-    those about to be read stay.
-    """
-    starts = range(0, len(rows), read_rows)
-    if shards.remote is None or len(rows) == 0:
-        for start in starts:
-            yield rows[start : start + read_rows]
-        return
-    shard_of = shards.locate(rows)[0]
-    read_of = np.arange(len(rows)) // read_rows
-    first_read: dict[int, int] = {}
-    last_read: dict[int, int] = {}
-    for s, r in zip(shard_of.tolist(), read_of.tolist(), strict=True):
-        first_read.setdefault(s, r)
-        last_read[s] = r
-    tight = shards.tight
-    if tight:  # fetch ahead only into the room this reader's own reads leave
-        ahead = min(ahead, _room_ahead(shards, first_read, last_read, ahead))
-    sequence = list(first_read)  # shards in the order they are first needed
-    ends: dict[int, list[int]] = {}
-    for s, r in last_read.items():
-        ends.setdefault(r, []).append(s)
-    pool = ThreadPoolExecutor(max_workers=ahead, thread_name_prefix="stoker-fetch") if ahead >= 1 else None
-    pending: dict[int, Future[bool]] = {}
-    submitted = 0
-    pin: Callable[[int], bool] = lambda s: shards.fetch(s, wait=False, pin=not tight)  # noqa: E731
-    try:
-        for read, start in enumerate(starts):
-            while pool is not None and submitted < len(sequence):
-                s = sequence[submitted]
-                waiting = sum(1 for t in pending if first_read[t] > read)
-                if first_read[s] > read and waiting >= ahead:
-                    break
-                pending[s] = pool.submit(pin, s)
-                submitted += 1
-            here = np.unique(shard_of[start : start + read_rows]).tolist()
-            for s in here:
-                if s in pending:
-                    pending.pop(s).result()  # pinned, or no room yet: then the read fetches it
-            yield rows[start : start + read_rows]
-            for s in ends.get(read, ()):
-                shards.release(s, done=True)
-    finally:
-        for future in pending.values():
-            future.cancel()
-        if pool is not None:
-            pool.shutdown(wait=True)
-        for s in sequence:  # idempotent: an unfinished pass lets go of what it opened or pinned
-            shards.release(s)
-
-
-def _room_ahead(shards: ShardSet, first_read: dict[int, int], last_read: dict[int, int], ahead: int) -> int:
-    """Shards a reader of a split larger than its cache fetches ahead: what its limit holds beyond those it reads at once.
-
-    Once per reader, a warning when its reads alone need more shards at once than the
-    limit holds, with the smallest limit that fetches each shard once.
-    """
-    cache = shards.cache
-    largest = max(entry_cost(info.bytes) for info in shards.infos)
-    if cache is None or cache.limit is None or not first_read:
-        return ahead
-    starts = sorted(first_read.values())
-    ends = sorted(last_read.values())
-    peak = max(bisect.bisect_right(starts, r) - bisect.bisect_left(ends, r) for r in starts)  # in use at read r
-    room = cache.limit // largest
-    if peak > room and not getattr(shards, "_warned_keep", False):
-        shards._warned_keep = True  # type: ignore[attr-defined]
-        log.warning(
-            "%s: the cache limit of %s bytes holds %d shards, but this reader's order reads from %d at once (the "
-            "shuffle buffer and the shards merged at once spread each shard's rows): shards evicted before their "
-            "last read are fetched again; the smallest limit that fetches each shard once per reader is %s bytes "
-            "(--cache-limit, STOKER_CACHE_LIMIT), or use a smaller shuffle_buffer",
-            shards.root, f"{cache.limit:,}", room, peak, f"{peak * largest:,}",
-        )
-    return max(0, room - peak)
 
 
 def download_note(root: str, cache_dir: str | os.PathLike[str] | None = None) -> str | None:

@@ -22,9 +22,11 @@ read exactly once per epoch; nothing is trimmed. Each reader then shuffles its r
 through a buffer of ``shuffle_buffer`` rows (:func:`stoker.order.buffer_shuffle`, drawn
 from ``(BUFFER, rank, worker)`` of the epoch). Its reads stay within one group of files
 at a time (good for a page cache, or a disk larger than memory): for a set at a URL,
-each shard of the group is a file in the local cache, so a reader holds at most
-``shards_at_once + fetch_ahead`` shards there (the cache's ``cache_limit`` lowers
-``shards_at_once`` to fit, see :func:`shards_at_once_for`).
+each shard of the group is a file in the local cache, fetched ahead while the one
+before is read and let go after its last read (:mod:`stoker.shards.fetch_ahead`). When
+the split is larger than the cache's ``cache_limit``, ``shards_at_once`` and
+``fetch_ahead`` are lowered to fit (:func:`cache_plan`), and a reader holds no shard
+between its reads.
 
 ``len(stream)`` is what this rank reads per epoch, all its workers together, as for
 every stoker reader. How well a stream's batches are mixed, as a DataLoader with
@@ -48,9 +50,9 @@ from stoker.loading.contract import StreamReader
 from stoker.loading.placement import distributed_placement
 from stoker.loading.skips import OnError, Skipped
 from stoker.order import BUFFER, INTERLEAVE, buffer_shuffle, check_placement, epoch_rng, permutation, share, share_size
-from stoker.shards.cache import read_ahead
 from stoker.shards.cache_entries import entry_cost
 from stoker.shards.dataset import ShardDataset
+from stoker.shards.fetch_ahead import read_ahead
 
 __all__ = [
     "BLOCK_ROWS",
