@@ -31,10 +31,9 @@ def read_ahead(shards: ShardSet, rows: np.ndarray, read_rows: int, ahead: int) -
     The shards are fetched in the order the reads first need them, those of the current
     read and ``ahead`` beyond, side by side on ``ahead`` threads (so downloads overlap
     each other and the reading). A shard fetched ahead is held (pinned) until it is read,
-    so no other reader evicts it first; one that finds no room in the cache's limit is
-    left for its read to fetch (waiting for room then). Each shard is let go after the
-    last read that needs it, so a set larger than the cache streams through it; a pass
-    left unfinished lets go of every shard it holds. A local set is simply cut into reads.
+    so no other reader evicts it first. A split the cache holds whole stays open after
+    its reads (the next epoch reads it as a local set is read). A local set is simply
+    cut into reads.
 
     A split larger than its cache (:attr:`ShardSet.tight`) holds nothing between reads:
     each read opens its shards one at a time and lets go of each after its part
@@ -59,6 +58,10 @@ def read_ahead(shards: ShardSet, rows: np.ndarray, read_rows: int, ahead: int) -
     if tight:  # fetch ahead only into the room this reader's own reads leave
         ahead = min(ahead, _room_ahead(shards, first_read, last_read, ahead))
     sequence = list(first_read)  # shards in the order they are first needed
+    if not tight and all(shards.is_open(s) for s in sequence):  # a warm epoch: nothing to fetch or let go
+        for start in starts:
+            yield rows[start : start + read_rows]
+        return
     ends: dict[int, list[int]] = {}
     for s, r in last_read.items():
         ends.setdefault(r, []).append(s)
@@ -80,14 +83,14 @@ def read_ahead(shards: ShardSet, rows: np.ndarray, read_rows: int, ahead: int) -
                 if s in pending:
                     pending.pop(s).result()  # pinned, or no room yet: then the read fetches it
             yield rows[start : start + read_rows]
-            for s in ends.get(read, ()):
+            for s in ends.get(read, ()) if tight else ():  # a split the cache holds whole stays open
                 shards.release(s, done=True)
     finally:
         for future in pending.values():
             future.cancel()
         if pool is not None:
             pool.shutdown(wait=True)
-        for s in sequence:  # idempotent: an unfinished pass lets go of what it opened or pinned
+        for s in sequence if tight else ():  # idempotent: an unfinished pass lets go of what it opened or pinned
             shards.release(s)
 
 

@@ -442,6 +442,10 @@ class ShardSet:
             holder.close()
             raise
 
+    def is_open(self, shard: int) -> bool:
+        """True when shard number ``shard`` is open (memory-mapped) in this process."""
+        return self._files[shard] is not None
+
     def _let_go_but(self, shard: int) -> None:
         """Let go of every pinned shard and (a split larger than its cache, read a shard at a time) every open one but ``shard``.
 
@@ -602,7 +606,7 @@ class ShardSet:
             return self.file(one[0]).labels[one[1]]
         if len(indices) == 0:
             return np.zeros(0, dtype=np.int64)
-        if self.remote is not None and self._segment_starts is None:
+        if self._by_shard():
             shard, rows = self.locate(indices)  # a remote stream: open only the shards it reads
             out = np.empty(len(indices), dtype=np.int64)
             for s in np.unique(shard).tolist():
@@ -636,7 +640,7 @@ class ShardSet:
             opened = self.file(shard)
             split_copy(len(rows), threads, self.row_bytes, lambda lo, hi: opened.take_pixels(rows[lo:hi], out[lo:hi]))
             return
-        if self.remote is not None and self._segment_starts is None:
+        if self._by_shard():
             views, segment, local = self._open_segments(indices)  # a remote set: open only the shards it reads
         else:
             segment, local = self._segments(indices)
@@ -664,11 +668,24 @@ class ShardSet:
             if one is not None:  # one shard (a sequential read): one np.take, the indices already located
                 self.file(one[0]).take_pixels(one[1], out)
             return out
-        if self.remote is not None and self._segment_starts is None:  # a remote set: only the shards it reads
+        if self._by_shard():  # a remote set: only the shards it reads
             views, segment, local = self._open_segments(indices)
             return RowSpan(views, self.row_bytes).gather(segment, local)
         segment, local = self._segments(indices)
         return cast(RowSpan, self._span).gather(segment, local)  # _open_all made it: the set has rows
+
+    def _by_shard(self) -> bool:
+        """True while a remote set is read only from the shards each read needs.
+
+        That is until every shard is open (a stream's first epoch), unless the split is
+        larger than its cache; then the shards are laid end to end, as a local set's are.
+        """
+        if self.remote is None or self._segment_starts is not None:
+            return False
+        if self.tight or any(f is None for f in self._files):
+            return True
+        self._open_all()
+        return False
 
     def _open_segments(self, indices: np.ndarray) -> tuple[list[np.ndarray], np.ndarray, np.ndarray]:
         """(record batch views, record batch of each sample, row within it) over only the shards the samples are in.
