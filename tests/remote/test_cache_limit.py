@@ -76,14 +76,16 @@ def _deleted_but_held(root: str, pids: list[int]) -> int:
 
 
 def _disk(root: Path) -> int:
-    total = 0
+    """Blocks of every file under ``root``, each inode once (a walk can meet a file renamed meanwhile twice)."""
+    seen: dict[tuple[int, int], int] = {}
     for folder, _, files in os.walk(root):
         for name in files:
             try:
-                total += os.lstat(os.path.join(folder, name)).st_blocks * 512
+                st = os.lstat(os.path.join(folder, name))
             except FileNotFoundError:
                 continue
-    return total
+            seen[(st.st_dev, st.st_ino)] = st.st_blocks * 512
+    return sum(seen.values())
 
 
 class _Sampler(threading.Thread):

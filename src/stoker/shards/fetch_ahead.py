@@ -23,6 +23,7 @@ if TYPE_CHECKING:
 __all__ = ["read_ahead"]
 
 log = logging.getLogger("stoker")
+FETCH_THREADS = 4  # downloads at once while a split the cache holds whole is read for the first time
 
 
 def read_ahead(shards: ShardSet, rows: np.ndarray, read_rows: int, ahead: int) -> Iterator[np.ndarray]:
@@ -65,7 +66,9 @@ def read_ahead(shards: ShardSet, rows: np.ndarray, read_rows: int, ahead: int) -
     ends: dict[int, list[int]] = {}
     for s, r in last_read.items():
         ends.setdefault(r, []).append(s)
-    pool = ThreadPoolExecutor(max_workers=ahead, thread_name_prefix="stoker-fetch") if ahead >= 1 else None
+    # Threads: the shards of a read are fetched side by side too (a group's first read needs all of them).
+    threads = ahead if tight else max(ahead, min(FETCH_THREADS, len(sequence)))
+    pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="stoker-fetch") if ahead >= 1 else None
     pending: dict[int, Future[bool]] = {}
     submitted = 0
     pin: Callable[[int], bool] = lambda s: shards.fetch(s, wait=False, pin=not tight)  # noqa: E731
