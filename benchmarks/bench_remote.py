@@ -14,7 +14,12 @@ a free port), uploads the shard set to a bucket there, and reads one epoch of it
   needs every shard, so they are fetched side by side).
 
 For each: samples per second, MB per second of shard bytes, and the time to the first
-batch (from opening the data set). moto is a Python server sharing this machine's cores,
+batch (from opening the data set). Then ``--rounds`` interleaved rounds of: local stream,
+cold stream (a fresh cache, opening included), the next epoch of that stream (warm, the
+same object) and of a local one, and the same objects downloaded one after another
+with the same client (``RemoteLocation.open(...).read()``, nothing else done); it
+reports the median over rounds of warm / local (target >= 0.9) and of the serial
+download's time / the cold stream's time (target >= 0.8). moto is a Python server sharing this machine's cores,
 so the S3 numbers are a floor, not what a real object store gives.
 
 Run::
@@ -29,6 +34,7 @@ import argparse
 import os
 import shutil
 import socket
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -124,6 +130,7 @@ def main() -> None:
     parser.add_argument("--shard-samples", type=int, default=250)
     parser.add_argument("--out", type=Path, help="work folder (default: a temporary one)")
     parser.add_argument("--quick", action="store_true", help="1,000 images")
+    parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds of the two ratios")
     args = parser.parse_args()
     n = 1000 if args.quick else args.n
     work = args.out or Path(tempfile.mkdtemp(prefix="stoker-bench-remote-"))
@@ -159,6 +166,7 @@ def main() -> None:
             time_epoch("S3, warm cache, ShardDataset (shuffled)",
                        lambda: ShardDataset(url, cache_dir=caches / "map"), shuffle=True),
         ]
+        ratios = measure_ratios(local, url, caches, args.rounds)
     finally:
         proc.terminate()
         proc.wait(timeout=10)
@@ -172,8 +180,59 @@ def main() -> None:
     print("|" + "|".join("---" if i == 0 else "---:" for i in range(len(header))) + "|")
     for row in rows:
         print("| " + " | ".join(row.cells()) + " |")
+    warm, cold = ratios
+    print(f"\nwarm S3 stream / local stream: {warm:.2f}x (median of {args.rounds} interleaved rounds; target >= 0.9)")
+    print(f"cold S3 stream / serial download of the same objects: {cold:.2f}x (MB/s; target >= 0.8)")
     if args.out is None:
         shutil.rmtree(work, ignore_errors=True)
+
+
+def serial_download_s(url: str, names: list[str]) -> float:
+    """Seconds to read every object whole, one after another, with the client the cache uses."""
+    place = where(url)
+    start = time.perf_counter()
+    for name in names:
+        with place.open(name) as f:
+            while f.read(4 << 20):
+                pass
+    return time.perf_counter() - start
+
+
+def pass_s(stream: ShardStream) -> float:
+    """Seconds of one more epoch of an open stream (batch 256, 0 workers)."""
+    stream.set_epoch(stream.epoch + 1)
+    loader = make_loader(stream, batch_size=BATCH, shuffle=False, num_workers=0, device="cpu")
+    start = time.perf_counter()
+    for _ in loader:
+        pass
+    return time.perf_counter() - start
+
+
+def measure_ratios(local: Path, url: str, caches: Path, rounds: int) -> tuple[float, float]:
+    """Median over interleaved rounds of (warm stream / local stream, cold stream / serial download).
+
+    Warm and local: the next epoch of a stream already open (the issue's "second epoch,
+    everything cached"). Cold: opening the stream over an empty cache and one epoch.
+    """
+    names = [info.name for info in ShardDataset(local).manifest.shards]
+    warm_ratios, cold_ratios = [], []
+    for k in range(rounds):
+        cache = caches / f"round-{k}"
+        remote: list[ShardStream] = []
+
+        def make_remote(remote: list[ShardStream] = remote, cache: Path = cache) -> ShardStream:
+            remote.append(ShardStream(url, cache_dir=cache, shuffle_buffer=2048, shards_at_once=8))
+            return remote[-1]
+
+        serial = serial_download_s(url, names)
+        cold = time_epoch("cold", make_remote, shuffle=False)
+        local_stream = ShardStream(str(local), shuffle_buffer=2048, shards_at_once=8)
+        pass_s(local_stream)  # its first pass maps the files
+        local_s, warm_s = pass_s(local_stream), pass_s(remote[0])
+        warm_ratios.append(local_s / warm_s)
+        cold_ratios.append(serial / cold.seconds)
+        shutil.rmtree(cache, ignore_errors=True)
+    return statistics.median(warm_ratios), statistics.median(cold_ratios)
 
 
 if __name__ == "__main__":

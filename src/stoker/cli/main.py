@@ -40,13 +40,20 @@ class _Group(click.Group):
 @click.version_option(package_name="stoker")
 @click.option("--cache-dir", type=click.Path(file_okay=False), default=None,
               help="Where shards read from a URL are cached, verified (default: $STOKER_CACHE, else ~/.cache/stoker).")
-def main(cache_dir: str | None) -> None:
+@click.option("--cache-limit", default=None, metavar="SIZE",
+              help="The most disk the cache folder takes, open shards and downloads included, e.g. 20GB "
+                   "(default: $STOKER_CACHE_LIMIT, else no limit).")
+def main(cache_dir: str | None, cache_limit: str | None) -> None:
     """stoker keeps the GPU fed: load, pack, stream, train and benchmark image data sets.
 
     Start with `stoker demo`, which generates a small data set and shows every part.
     """
     if cache_dir is not None:  # what every reader of a remote set, and its loader workers, take as the default
         os.environ["STOKER_CACHE"] = os.path.abspath(os.path.expanduser(cache_dir))
+    if cache_limit is not None:  # likewise: every ShardCache takes its limit from there
+        from stoker.shards.cache import parse_bytes
+
+        os.environ["STOKER_CACHE_LIMIT"] = str(parse_bytes(cache_limit))
 
 
 for _module, _name in _COMMANDS:

@@ -44,7 +44,7 @@ import time
 import uuid
 from datetime import datetime, timezone
 from types import TracebackType
-from typing import Any
+from typing import Any, cast
 
 from stoker.errors import ConfigError, NetworkError, ShardError
 from stoker.fs import Location, RemoteLocation
@@ -87,11 +87,11 @@ class BucketLock:
     """
 
     def __init__(self, place: Location, lease_s: float = LEASE_S) -> None:
-        if not isinstance(place, RemoteLocation):
+        if place.is_local:
             raise ConfigError(f"{place.url}: a bucket lock is for URLs; a local folder uses stoker.shards.replace.pack_lock")
         if lease_s <= 0:
             raise ConfigError(f"lease_s must be > 0, got {lease_s}")
-        self.place = place
+        self.place = cast(RemoteLocation, place)  # its filesystem makes the conditional writes
         self.lease_s = float(lease_s)
         self.url = f"{place.url}/{LOCK_NAME}"
         self.token = uuid.uuid4().hex

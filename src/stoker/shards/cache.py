@@ -8,14 +8,23 @@ copy is made once per machine and checked before a byte of it is used:
    refused with :class:`~stoker.errors.ShardError` (a damaged object is never read);
 3. only then is it renamed into place, under its SHA-256: ``<cache>/sha256/ab/ab12....arrow``.
 
-So a file in the cache under its final name is always complete and verified, and two
-shard sets (or two versions of one) that share a shard share its copy. Processes on one
-machine (DataLoader workers, DDP ranks) share the cache through a lock file per shard
-(``fcntl.flock``): one downloads, the others wait for it and then read the same copy.
+So a file in the cache under its final name was complete and verified, and two shard
+sets (or two versions of one) that share a shard share its copy. It is checked again on
+every use (:meth:`ShardCache.hold`): its size and a stamp recorded when it was verified
+(size, mtime, ctime, inode; one ``stat``), and the full SHA-256 when the stamp does not
+match; a bad copy is removed, said so once in the log, and fetched again
+(:mod:`stoker.shards.cache_entries`). Processes on one machine (DataLoader workers, DDP
+ranks) share the cache through lock files per shard (``fcntl.flock``): one downloads,
+the others wait for it and then read the same copy.
 
-With a size limit the least recently used shards are deleted when the cache grows past
-it. A shard open in some process is still readable after that (its memory map keeps the
-file), and a shard being downloaded or opened is never deleted.
+With a size limit (``limit=``, ``--cache-limit``, ``STOKER_CACHE_LIMIT``) the disk the
+folder takes stays within it: every file counts by its blocks, a download in progress
+by the whole shard it will be (reserved before its first byte, and only with that much
+free on the disk), and the least recently used shards that no reader holds are evicted
+to make room. A reader holds a shard (a shared lock) for as long as it is memory-mapped,
+so a shard still being read is never deleted (its space would stay in use, uncounted).
+Partial downloads of processes that are gone are removed. A claimed size (the object's
+size, a Content-Length) larger than the manifest's is refused before the first byte.
 
 The cache folder is ``cache_dir=``, else the ``STOKER_CACHE`` environment variable, else
 ``$XDG_CACHE_HOME/stoker`` (``~/.cache/stoker``).
@@ -24,30 +33,41 @@ The cache folder is ``cache_dir=``, else the ``STOKER_CACHE`` environment variab
 from __future__ import annotations
 
 import contextlib
-import errno
 import fcntl
 import hashlib
+import logging
 import os
 import re
+import shutil
 import threading
 import time
-from collections.abc import Callable, Iterator
-from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
-
-from stoker.errors import ConfigError, ShardError
+from stoker.errors import ConfigError, NetworkError, ShardError
 from stoker.fs import Location
+from stoker.shards.cache_entries import (
+    STAMP_SUFFIX,
+    Holder,
+    allocated,
+    entry_cost,
+    flock,
+    flock_wait,
+    pid_alive,
+    sha256_of,
+    stamp_matches,
+    tmp_name,
+    tmp_reservation,
+    write_stamp,
+)
 from stoker.shards.cache_folder import default_cache_dir  # its own module: the manifest cache needs it too
 
 if TYPE_CHECKING:
     from stoker.shards.manifest import ShardInfo
-    from stoker.shards.reader import ShardSet
 
-__all__ = ["ShardCache", "default_cache_dir", "parse_bytes", "read_ahead"]
+__all__ = ["ShardCache", "default_cache_dir", "download_note", "parse_bytes"]
 
+log = logging.getLogger("stoker")
 _CHUNK = 4 << 20
 _UNITS = {"": 1, "b": 1, "k": 2**10, "kb": 2**10, "kib": 2**10, "m": 2**20, "mb": 2**20, "mib": 2**20,
           "g": 2**30, "gb": 2**30, "gib": 2**30, "t": 2**40, "tb": 2**40, "tib": 2**40}
@@ -71,61 +91,22 @@ def parse_bytes(value: int | str) -> int:
     return number
 
 
-class _FileLock:
-    """An exclusive ``flock`` on a lock file, waited for up to ``timeout_s``."""
-
-    def __init__(self, path: Path, timeout_s: float, what: str) -> None:
-        self.path, self.timeout_s, self.what = path, timeout_s, what
-        self._fd: int | None = None
-
-    def acquire(self, blocking: bool = True) -> bool:
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
-        deadline = time.monotonic() + self.timeout_s
-        pause = 0.005
-        while True:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                self._fd = fd
-                return True
-            except OSError as exc:
-                if exc.errno not in (errno.EAGAIN, errno.EACCES):
-                    os.close(fd)
-                    raise
-            if not blocking:
-                os.close(fd)
-                return False
-            if time.monotonic() > deadline:
-                os.close(fd)
-                raise ShardError(
-                    f"{self.what}: another process has held the cache lock {self.path} for over "
-                    f"{self.timeout_s:.0f} s; if no other stoker process is running, delete the lock file"
-                )
-            time.sleep(pause)
-            pause = min(pause * 2, 0.2)
-
-    def release(self) -> None:
-        if self._fd is not None:
-            fcntl.flock(self._fd, fcntl.LOCK_UN)
-            os.close(self._fd)
-            self._fd = None
-
-    def __enter__(self) -> _FileLock:
-        self.acquire()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.release()
 
 
 class ShardCache:
-    """A folder of verified shard copies shared by every process of the machine.
+    """A folder of verified shard copies shared by every process of the machine, within a size limit.
 
     Args:
         cache_dir: the folder (default: :func:`default_cache_dir`).
-        limit: the most bytes the cache keeps (``"50GB"`` or an int); ``None``: no limit.
-            It should hold a few shards (those being read and fetched ahead).
-        retries: downloads tried again after a corrupt or failed one.
-        lock_timeout_s: how long to wait for another process's download of a shard.
+        limit: the most disk bytes the cache folder takes (``"50GB"`` or an int), downloads
+            in progress and shards still open included; ``None``: no limit. Default:
+            ``$STOKER_CACHE_LIMIT``, else none. It must hold what the readers of the
+            machine keep at once (a stream: a few shards, see
+            :func:`stoker.shards.stream.shards_at_once_for`).
+        retries: downloads tried again after a corrupt or cut one (not after a
+            :class:`~stoker.errors.NetworkError`: the network layer has retried that already).
+        lock_timeout_s: how long to wait for another process's download of a shard, or
+            for the room to download one (other readers letting go of theirs).
 
     Attributes:
         downloads: shards this object downloaded (for tests and reports).
@@ -147,6 +128,8 @@ class ShardCache:
         if retries < 0:
             raise ConfigError(f"retries must be >= 0, got {retries}")
         self.root = Path(cache_dir).expanduser() if cache_dir is not None else default_cache_dir()
+        if limit is None and os.environ.get("STOKER_CACHE_LIMIT"):
+            limit = os.environ["STOKER_CACHE_LIMIT"]
         self.limit = parse_bytes(limit) if limit is not None else None
         self.retries = retries
         self.lock_timeout_s = lock_timeout_s
@@ -160,8 +143,8 @@ class ShardCache:
         return self.root / "sha256" / info.sha256[:2] / f"{info.sha256}.arrow"
 
     def has(self, info: ShardInfo) -> bool:
-        """True when a verified copy of the shard is in the cache."""
-        return self.path_of(info).is_file()
+        """True when a verified copy of the shard is in the cache (its stamp matches)."""
+        return stamp_matches(self.path_of(info), info.bytes)
 
     def missing_bytes(self, infos: list[ShardInfo] | tuple[ShardInfo, ...]) -> int:
         """Bytes that reading these shards would download (those not in the cache)."""
@@ -183,113 +166,272 @@ class ShardCache:
             ) from None
         return folder
 
-    def _lock(self, info: ShardInfo, what: str) -> _FileLock:
-        folder = self._folder(self.root / "locks")
-        return _FileLock(folder / f"{info.sha256}.lock", self.lock_timeout_s, what)
+    def _lock_path(self, sha256: str, kind: str) -> Path:
+        return self._folder(self.root / "locks") / f"{sha256}.{kind}"
 
     # -- getting a shard ----------------------------------------------------------------
     def fetch(self, remote: Location, info: ShardInfo) -> Path:
         """The path of a verified local copy of shard ``info`` of the set at ``remote``.
 
+        The copy is not held: under a limit it may be evicted once other readers need
+        room. Readers that memory-map it use :meth:`hold`.
+
         Raises:
             ShardError: the object is missing, or its bytes do not match the manifest
                 after every retry (it is then not in the cache).
         """
-        with self.holding(remote, info) as path:
-            return path
+        held = self.hold(remote, info)
+        if held is None:  # only a hold that does not wait gives None
+            raise ShardError(f"shard {info.name}: no room in the cache {self.root}")
+        path, holder = held
+        holder.close()
+        return path
 
-    @contextlib.contextmanager
-    def holding(self, remote: Location, info: ShardInfo) -> Iterator[Path]:
-        """:meth:`fetch`, keeping the shard's lock while the caller opens it (eviction waits)."""
+    def hold(self, remote: Location, info: ShardInfo, *, wait: bool = True) -> tuple[Path, Holder] | None:
+        """A verified local copy of shard ``info``, held (never evicted) until the holder is closed.
+
+        The entry is checked first (size and stamp; the full SHA-256 when the stamp does
+        not match); a bad one is removed and fetched again. A missing one is downloaded
+        once room is made within the limit.
+
+        Args:
+            wait: wait for room when every other shard in the cache is held; False
+                (fetching ahead) returns None instead.
+
+        Raises:
+            ShardError: the object is missing, too large, or its bytes do not match the
+                manifest after every retry; or no room came within ``lock_timeout_s``.
+            NetworkError: the store cannot be reached (after the network layer's retries).
+        """
         path = self.path_of(info)
-        with self._lock(info, f"shard {info.name}"):
-            if path.is_file():
-                with contextlib.suppress(OSError):
-                    os.utime(path)  # least recently used goes first
-            else:
-                self._download(remote, info, path)
-                if self.limit is not None:
-                    self.evict()
-            yield path
+        holder = Holder(self._lock_path(info.sha256, "use"), self.lock_timeout_s, f"shard {info.name}")
+        try:
+            if not stamp_matches(path, info.bytes):
+                fd = flock_wait(self._lock_path(info.sha256, "fetch"), fcntl.LOCK_EX, self.lock_timeout_s, f"shard {info.name}")
+                try:
+                    if not self.check_entry(info) and not self._download(remote, info, path, wait):
+                        holder.close()
+                        return None
+                finally:
+                    os.close(fd)  # closing the only descriptor of the fetch lock releases it
+            with contextlib.suppress(OSError):
+                os.utime(f"{path}{STAMP_SUFFIX}")  # least recently used goes first (the entry's own times stay)
+        except BaseException:
+            holder.close()
+            raise
+        return path, holder
 
-    def _download(self, remote: Location, info: ShardInfo, dest: Path) -> None:
-        self._folder(dest.parent)
-        tmp = dest.with_name(f"{dest.name}.{os.getpid()}-{threading.get_ident()}.tmp")
+    def mark_done(self, info: ShardInfo) -> None:
+        """A reader has read the last it needs of ``info``: it is evicted before the shards still being read."""
+        with contextlib.suppress(OSError):
+            os.utime(f"{self.path_of(info)}{STAMP_SUFFIX}", (0, 0))  # the oldest use there is; a reader's hold touches it again
+
+    def check_entry(self, info: ShardInfo) -> bool:
+        """True when the cache holds a good copy of ``info``; a bad one is removed (and said so once).
+
+        Good: the size is the manifest's and the recorded stamp matches, or, when it
+        does not (changed, restored, planted, or never stamped), the full SHA-256 is the
+        manifest's (the stamp is then recorded again).
+        """
+        path = self.path_of(info)
+        try:
+            size = path.stat().st_size
+        except FileNotFoundError:
+            return False
+        if stamp_matches(path, info.bytes):
+            return True
+        if size == info.bytes and sha256_of(path) == info.sha256:
+            write_stamp(path)
+            return True
+        problem = f"{size} bytes, the manifest says {info.bytes}" if size != info.bytes else "its SHA-256 does not match"
+        log.warning("shard %s: the cached copy %s was changed or damaged (%s); it is removed and fetched again",
+                    info.name, path, problem)
+        self._remove_entry(path)
+        return False
+
+    def _remove_entry(self, path: Path) -> None:
+        path.unlink(missing_ok=True)
+        Path(f"{path}{STAMP_SUFFIX}").unlink(missing_ok=True)
+
+    def _download(self, remote: Location, info: ShardInfo, dest: Path, wait: bool) -> bool:
+        """Download, check and put ``info`` in place at ``dest``; False when ``wait`` is False and there is no room."""
         url = remote.url_of(info.name)
+        self._folder(dest.parent)
         problem = ""
         for _attempt in range(self.retries + 1):
-            digest = hashlib.sha256()
-            size = 0
+            tmp = self._reserve(info, wait)
+            if tmp is None:
+                return False
             try:
-                with remote.open(info.name) as src, open(tmp, "wb") as out:
-                    while size <= info.bytes and (chunk := src.read(_CHUNK)):
-                        digest.update(chunk)
-                        out.write(chunk)
-                        size += len(chunk)
-                    out.flush()
-                    os.fsync(out.fileno())
-            except FileNotFoundError:
+                digest, size = self._copy(remote, info, url, tmp)
+            except NetworkError:  # the network layer has retried it already
                 tmp.unlink(missing_ok=True)
-                raise ShardError(f"shard {info.name}: {url} is missing; run `stoker verify {remote.url}`") from None
-            except OSError as exc:  # a dropped connection: try again
+                raise
+            except OSError as exc:  # a dropped connection (a NetworkError was re-raised): try again
                 problem = f"the download failed ({exc})"
                 tmp.unlink(missing_ok=True)
                 continue
+            except BaseException:
+                tmp.unlink(missing_ok=True)
+                raise
             if size != info.bytes:
                 problem = f"downloaded {size}{'+' if size > info.bytes else ''} bytes, the manifest says {info.bytes}"
-            elif digest.hexdigest() != info.sha256:
+            elif digest != info.sha256:
                 problem = "its SHA-256 does not match the manifest"
             else:
                 os.replace(tmp, dest)
+                write_stamp(dest)
                 with self._count_lock:
                     self.downloads += 1
                     self.downloaded_bytes += size
-                return
+                return True
             tmp.unlink(missing_ok=True)
         raise ShardError(
             f"shard {info.name}: {url}: {problem} (tried {self.retries + 1} times); the object is damaged "
             f"or was changed after packing, so it is not used; run `stoker verify {remote.url}`, or re-pack"
         )
 
-    # -- size limit ---------------------------------------------------------------------
+    def _copy(self, remote: Location, info: ShardInfo, url: str, tmp: Path) -> tuple[str, int]:
+        """Stream the object into ``tmp`` (at most the manifest's bytes + 1); its SHA-256 and size."""
+        digest = hashlib.sha256()
+        size = 0
+        try:
+            with remote.open(info.name) as src:
+                claimed = getattr(src, "size", None)  # Content-Length / the object's size, before the first byte
+                if isinstance(claimed, int) and not isinstance(claimed, bool) and claimed > info.bytes:
+                    raise ShardError(
+                        f"shard {info.name}: {url} claims {claimed:,} bytes, the manifest says {info.bytes:,}; "
+                        f"it is not downloaded; run `stoker verify {remote.url}`, or re-pack"
+                    )
+                with open(tmp, "r+b") as out:
+                    while size <= info.bytes and (chunk := src.read(min(_CHUNK, info.bytes + 1 - size))):
+                        digest.update(chunk)
+                        out.write(chunk)
+                        size += len(chunk)
+        except FileNotFoundError:
+            raise ShardError(f"shard {info.name}: {url} is missing; run `stoker verify {remote.url}`") from None
+        return digest.hexdigest(), size
+
+    # -- room: the limit, free space, partial downloads ---------------------------------
+    def _reserve(self, info: ShardInfo, wait: bool) -> Path | None:
+        """A new empty partial-download file for ``info``, made once there is room for the whole shard.
+
+        Room means: within the limit (least recently used shards that no reader holds
+        are evicted to make it) and free on the disk. Its name reserves the shard's
+        bytes, so other processes count them before they are written.
+        """
+        need = entry_cost(info.bytes)
+        where = f"shard {info.name}"
+        if self.limit is not None and need > self.limit:
+            raise ShardError(
+                f"{where}: {info.bytes:,} bytes do not fit in the cache limit of {self.limit:,} bytes; "
+                f"raise --cache-limit (STOKER_CACHE_LIMIT, cache_limit=) to at least {need:,}"
+            )
+        tmp_folder = self._folder(self.root / "tmp")
+        deadline = time.monotonic() + self.lock_timeout_s
+        pause = 0.01
+        while True:
+            with _Exclusive(self.root / "cache.lock", self.lock_timeout_s, "the cache's size count"):
+                used = self.sweep()
+                if self.limit is not None and used + need > self.limit:
+                    used -= self._evict_locked(used + need - self.limit)
+                if self.limit is None or used + need <= self.limit:
+                    free = shutil.disk_usage(tmp_folder).free
+                    if free < need:
+                        raise ShardError(
+                            f"{where}: needs {info.bytes:,} bytes in the cache folder {self.root}, only {free:,} are "
+                            "free on its disk; free some space, or choose another folder with --cache-dir (STOKER_CACHE)"
+                        )
+                    tmp = tmp_folder / tmp_name(info.sha256, info.bytes, threading.get_ident())
+                    os.close(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644))
+                    return tmp
+            if not wait:
+                return None
+            if time.monotonic() > deadline:
+                raise ShardError(
+                    f"{where}: no room in the cache {self.root} within its limit of {self.limit:,} bytes for "
+                    f"{self.lock_timeout_s:.0f} s: the readers of this machine hold more shards than it keeps; "
+                    "raise --cache-limit (STOKER_CACHE_LIMIT), or read with fewer workers"
+                )
+            time.sleep(pause)
+            pause = min(pause * 2, 0.2)
+
+    def sweep(self) -> int:
+        """Remove the partial downloads of dead processes (or older than the lock timeout); the cache's disk bytes.
+
+        The count takes every file in the folder as the disk holds it, and each live
+        partial download as the whole shard it will be.
+        """
+        used = 0
+        now = time.time()
+        for folder in (self.root / "sha256").glob("*"):
+            used += _folder_bytes(folder)
+        try:
+            entries = list(os.scandir(self.root / "tmp"))
+        except FileNotFoundError:
+            entries = []
+        for entry in entries:
+            try:
+                st = entry.stat(follow_symlinks=False)
+            except FileNotFoundError:
+                continue
+            reserved = tmp_reservation(entry.name)
+            stale = now - st.st_mtime > self.lock_timeout_s
+            if reserved is None or not pid_alive(reserved[0]) or stale:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(entry.path)
+                if reserved is not None:
+                    log.info("removed %s, the partial download of a process that is gone", entry.path)
+                continue
+            used += max(allocated(st), entry_cost(reserved[1]))
+        return used
+
     def size_bytes(self) -> int:
-        """Bytes of the shards in the cache."""
-        return sum(size for _, size, _ in self._entries())
+        """Disk bytes of the cache folder: shards, their stamps and downloads in progress."""
+        if not self.root.is_dir():
+            return 0
+        with _Exclusive(self._folder(self.root) / "cache.lock", self.lock_timeout_s, "the cache's size count"):
+            return self.sweep()
 
     def _entries(self) -> list[tuple[float, int, Path]]:
+        """(last used, disk bytes, path) of every shard in the cache, least recently used first."""
         found = []
         for path in (self.root / "sha256").glob("*/*.arrow"):
             try:
-                stat = path.stat()
+                st = path.stat()
             except FileNotFoundError:
                 continue
-            found.append((stat.st_mtime, stat.st_size, path))
+            cost = allocated(st)
+            try:
+                side = os.stat(f"{path}{STAMP_SUFFIX}")
+                used, cost = side.st_mtime, cost + allocated(side)
+            except FileNotFoundError:
+                used = st.st_mtime
+            found.append((used, cost, path))
         return sorted(found)
 
     def evict(self) -> int:
-        """Delete least recently used shards until the cache is within its limit; returns bytes freed.
-
-        A shard another thread or process is downloading or opening is skipped.
-        """
-        if self.limit is None:
+        """Delete least recently used shards no reader holds until the cache is within its limit; bytes freed."""
+        if self.limit is None or not self.root.is_dir():
             return 0
-        self._folder(self.root)
+        with _Exclusive(self.root / "cache.lock", self.lock_timeout_s, "cache eviction"):
+            over = self.sweep() - self.limit
+            return self._evict_locked(over) if over > 0 else 0
+
+    def _evict_locked(self, wanted: int) -> int:
+        """Free at least ``wanted`` bytes if shards no reader holds allow (the caller holds ``cache.lock``)."""
         freed = 0
-        with _FileLock(self.root / "evict.lock", self.lock_timeout_s, "cache eviction"):
-            entries = self._entries()
-            total = sum(size for _, size, _ in entries)
-            for _, size, path in entries:
-                if total <= self.limit:
-                    break
-                lock = _FileLock(self.root / "locks" / f"{path.stem}.lock", 0, "cache eviction")
-                if not lock.acquire(blocking=False):
-                    continue  # in use right now
-                try:
-                    path.unlink(missing_ok=True)
-                finally:
-                    lock.release()
-                total -= size
-                freed += size
+        for _, cost, path in self._entries():
+            if freed >= wanted:
+                break
+            fd = flock(self._lock_path(path.stem, "use"), fcntl.LOCK_EX, 0, "cache eviction")
+            if fd is None:
+                continue  # a reader holds it
+            try:
+                self._remove_entry(path)
+            finally:
+                os.close(fd)
+            freed += cost
         return freed
 
     def __getstate__(self) -> dict[str, Any]:
@@ -306,53 +448,33 @@ class ShardCache:
         return f"ShardCache({str(self.root)!r}{limit})"
 
 
-def read_ahead(shards: ShardSet, rows: np.ndarray, read_rows: int, ahead: int) -> Iterator[np.ndarray]:
-    """Cut ``rows`` into reads of ``read_rows``; for a remote set, fetch the next shards while one is read.
+class _Exclusive:
+    """``with _Exclusive(path, timeout_s, what):`` an exclusive ``flock`` on ``path`` for the block."""
 
-    The shards are fetched in the order the reads first need them, ``ahead`` beyond the
-    ones the current read needs (so downloads overlap reading), and each shard is closed
-    after the last read that needs it (so a set larger than the cache streams through it).
-    A local set is simply cut into reads.
-    """
-    starts = range(0, len(rows), read_rows)
-    if shards.remote is None or ahead < 1 or len(rows) == 0:
-        for start in starts:
-            yield rows[start : start + read_rows]
-        return
-    shard_of = shards.locate(rows)[0]
-    read_of = np.arange(len(rows)) // read_rows
-    first_read: dict[int, int] = {}
-    last_read: dict[int, int] = {}
-    for s, r in zip(shard_of.tolist(), read_of.tolist(), strict=True):
-        first_read.setdefault(s, r)
-        last_read[s] = r
-    sequence = list(first_read)  # shards in the order they are first needed
-    ends: dict[int, list[int]] = {}
-    for s, r in last_read.items():
-        ends.setdefault(r, []).append(s)
-    pool = ThreadPoolExecutor(max_workers=ahead, thread_name_prefix="stoker-fetch")
-    pending: dict[int, Future[Path]] = {}
-    submitted = 0
-    fetch: Callable[[int], Path] = shards.fetch
+    def __init__(self, path: Path, timeout_s: float, what: str) -> None:
+        self.path, self.timeout_s, self.what = path, timeout_s, what
+        self._fd: int | None = None
+
+    def __enter__(self) -> _Exclusive:
+        self._fd = flock_wait(self.path, fcntl.LOCK_EX, self.timeout_s, self.what)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+
+def _folder_bytes(folder: Path) -> int:
+    total = 0
     try:
-        for read, start in enumerate(starts):
-            while submitted < len(sequence):
-                s = sequence[submitted]
-                waiting = sum(1 for t in pending if first_read[t] > read)
-                if first_read[s] > read and waiting >= ahead:
-                    break
-                pending[s] = pool.submit(fetch, s)
-                submitted += 1
-            for s in np.unique(shard_of[start : start + read_rows]).tolist():
-                if s in pending:
-                    pending.pop(s).result()
-            yield rows[start : start + read_rows]
-            for s in ends.get(read, ()):
-                shards.release(s)
-    finally:
-        for future in pending.values():
-            future.cancel()
-        pool.shutdown(wait=True)
+        entries = list(os.scandir(folder))
+    except (FileNotFoundError, NotADirectoryError):
+        return 0
+    for entry in entries:
+        with contextlib.suppress(FileNotFoundError):
+            total += allocated(entry.stat(follow_symlinks=False))
+    return total
 
 
 def download_note(root: str, cache_dir: str | os.PathLike[str] | None = None) -> str | None:

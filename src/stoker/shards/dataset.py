@@ -327,6 +327,39 @@ class ShardDataset(Dataset, MapReader, SupportsEpoch, SupportsCollate, SupportsL
         idx = np.asarray(indices, dtype=np.int64).reshape(-1)
         if self._rows is not None:
             idx = self._rows[idx]
+        if self.shards.tight:  # a remote split larger than its cache: a shard at a time (see ShardSet.done_with)
+            return self._gather_by_shard(idx)
+        return self._gather(idx)
+
+    def _gather_by_shard(self, idx: np.ndarray) -> ShardBatch:
+        """:meth:`_gather` of each shard's samples in turn, letting go of each shard after its part; in ``idx`` order."""
+        shard_ids = self.shards.locate(idx)[0]
+        order = np.argsort(shard_ids, kind="stable")
+        parts: list[ShardBatch] = []
+        for s in dict.fromkeys(shard_ids[order].tolist()):
+            try:
+                parts.append(self._gather(idx[shard_ids == s]))
+            finally:
+                self.shards.done_with(s)
+        if len(parts) == 1:
+            return parts[0]
+        # numpy, not torch: torch's thread pool can hang in a forked worker (see _decode_batch)
+        labels = np.concatenate([p.labels.numpy() for p in parts])
+        skipped = [k for p in parts for k in p.skipped]
+        tensors = [p.images for p in parts if isinstance(p.images, torch.Tensor) and p.images.device.type == "cpu"]
+        if len(tensors) == len(parts) and len(labels) == len(idx):
+            out = _empty_uint8((len(idx), *tensors[0].shape[1:]))
+            out_array, in_order = out.numpy(), np.empty(len(idx), dtype=np.int64)
+            at = 0
+            for part in tensors:  # the parts hold idx[order], a shard after the other
+                out_array[order[at : at + len(part)]] = part.numpy()
+                at += len(part)
+            in_order[order] = labels
+            return ShardBatch(out, torch.from_numpy(in_order), skipped)
+        images: list[Any] = [image for p in parts for image in p.images]  # skips or per-sample results: by shard
+        return ShardBatch(images, torch.from_numpy(labels), skipped)
+
+    def _gather(self, idx: np.ndarray) -> ShardBatch:
         labels = self.shards.read_labels(idx)
         if self.shards.row_bytes:
             height, width = self.image_size  # type: ignore[misc]

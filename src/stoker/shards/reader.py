@@ -13,6 +13,7 @@ pickled, so a reader can be handed to DataLoader worker processes.
 from __future__ import annotations
 
 import bisect
+import logging
 import os
 import stat
 import threading
@@ -31,12 +32,15 @@ from stoker.errors import ConfigError, DecodeError, ShardError
 from stoker.fs import Location, PathOrURL, where
 from stoker.jpeg import decode_stored
 from stoker.shards.cache import ShardCache
+from stoker.shards.cache_entries import Holder, entry_cost
 from stoker.shards.format import COLUMN_INDEX, MANIFEST_NAME, image_row_bytes, shard_schema
 from stoker.shards.gather import BatchBuffers, RowSpan, copy_rows, split_copy, take_rows
 from stoker.shards.manifest import Manifest, ShardInfo
 from stoker.shards.manifest_cache import offline_since, require_cached
 
 __all__ = ["ShardFile", "ShardSet", "repair_hint"]
+
+log = logging.getLogger("stoker")
 
 # Column positions in the schema (see stoker.shards.format.COLUMNS).
 _LABEL, _CRC32, _IMAGE = COLUMN_INDEX["label"], COLUMN_INDEX["crc32"], COLUMN_INDEX["image"]
@@ -61,9 +65,17 @@ class ShardFile:
     """
 
     def __init__(
-        self, root: Path | str, info: ShardInfo, schema: pa.Schema, num_classes: int, path: Path | None = None
+        self,
+        root: Path | str,
+        info: ShardInfo,
+        schema: pa.Schema,
+        num_classes: int,
+        path: Path | None = None,
+        holder: Holder | None = None,
     ) -> None:
         self.info = info
+        # holder: a remote set's hold on its cache entry (eviction skips it), let go by close().
+        self.holder = holder
         # path: where the bytes are when not root/name (a remote set's verified cache copy).
         self.path = path if path is not None else Path(root) / info.name
         where = f"shard {info.name}"
@@ -214,9 +226,11 @@ class ShardFile:
         return self._batches[int(chunk[0])].column(name)[int(local[0])].as_py()
 
     def close(self) -> None:
-        """Drop the views and unmap the file."""
+        """Drop the views, unmap the file and let go of its cache entry."""
         self._pixels, self._encoded, self._batches, self._span = [], [], [], None
         self._mmap.close()
+        if self.holder is not None:
+            self.holder.close()
 
 
 def _gather_span(
@@ -283,8 +297,10 @@ class ShardSet:
         split: which split to read.
         cache_dir: the cache folder of a remote set (default: ``STOKER_CACHE``, else
             ``~/.cache/stoker``).
-        cache_limit: the most bytes the cache keeps (``"50GB"``); least recently used
-            shards are evicted.
+        cache_limit: the most disk bytes the cache folder takes (``"50GB"``; default
+            ``$STOKER_CACHE_LIMIT``); least recently used shards no reader holds are
+            evicted. Random reads over a split larger than it let go of each shard after
+            the read that needed it (and fetch it again when it is needed again).
         storage_options: passed to the fsspec filesystem (credentials, endpoint).
 
     Raises:
@@ -325,11 +341,31 @@ class ShardSet:
         # machine has been measured (benchmarks/bench_peers.py --only pixels).
         self.gather_threads = 1
         self.reduced_jpeg = True  # decode JPEGs at a reduced scale where the output allows (stoker.jpeg)
+        # Set by a reader that lets go of each shard by its own plan (ShardStream): reads
+        # then keep what they open, even when the split is larger than the cache.
+        self.streaming = False
+        self.keep: set[int] = set()  # shards a read of a split larger than its cache keeps open (see done_with)
+        self._warned_tight = False
+        self._tight: bool | None = None
+        self._waiting = 0  # reads of this set waiting for room in the cache
         self._lock = threading.Lock()
         self._reset()
         self.check_sizes()
 
+    @property
+    def cache_bytes(self) -> int:
+        """Disk bytes every shard of the split takes in the cache (its stamps included)."""
+        return sum(entry_cost(info.bytes) for info in {i.sha256: i for i in self.infos}.values())
+
+    @property
+    def tight(self) -> bool:
+        """True for a remote split that does not fit in its cache's limit at once."""
+        if self._tight is None:
+            self._tight = self.cache is not None and self.cache.limit is not None and self.cache_bytes > self.cache.limit
+        return self._tight
+
     def _reset(self) -> None:
+        self._pins: dict[int, Holder] = {}
         self._files: list[ShardFile | None] = [None] * len(self.infos)
         self._segment_starts: np.ndarray | None = None
         self._segment_views: list[np.ndarray] = []
@@ -376,6 +412,15 @@ class ShardSet:
     def file(self, shard: int) -> ShardFile:
         """Shard number ``shard`` of this split, opened (and checked) on first use."""
         opened = self._files[shard]
+        if opened is None and self.remote is not None:
+            fresh = self._open(shard)  # may download: outside the lock, so the fetches ahead go on meanwhile
+            with self._lock:
+                opened = self._files[shard]
+                if opened is None:
+                    self._files[shard] = opened = fresh
+                    return opened
+            fresh.close()  # another thread opened it first
+            return opened
         if opened is None:
             with self._lock:
                 opened = self._files[shard]
@@ -415,23 +460,92 @@ class ShardSet:
         info = self.infos[shard]
         if self.remote is None or self.cache is None:
             return ShardFile(self.root, info, self.schema, len(self.manifest.classes))
-        with self.cache.holding(self.remote, info) as path:  # downloaded and verified first
-            return ShardFile(self.root, info, self.schema, len(self.manifest.classes), path=path)
+        holder = self._pins.pop(shard, None)
+        if holder is not None and not self.cache.has(info):  # changed since it was pinned: check it again
+            holder.close()
+            holder = None
+        if holder is None:
+            held = self.cache.hold(self.remote, info, wait=False)  # checked, or downloaded and verified, and held
+            if held is None:  # no room: let go of what this reader holds for later first, then wait for room
+                self._waiting += 1  # and pin nothing ahead meanwhile (fetch)
+                try:
+                    self._let_go_but(shard)
+                    held = self.cache.hold(self.remote, info)
+                finally:
+                    self._waiting -= 1
+            if held is None:  # only a hold that does not wait gives None
+                raise ShardError(f"shard {info.name}: no room in the cache {self.cache.root}")
+            holder = held[1]
+        try:
+            return ShardFile(self.root, info, self.schema, len(self.manifest.classes), path=self.cache.path_of(info), holder=holder)
+        except BaseException:
+            holder.close()
+            raise
 
-    def fetch(self, shard: int) -> Path:
-        """Make sure shard number ``shard`` is on local disk (a remote set: in the cache, verified); its path."""
+    def is_open(self, shard: int) -> bool:
+        """True when shard number ``shard`` is open (memory-mapped) in this process."""
+        return self._files[shard] is not None
+
+    def _let_go_but(self, shard: int) -> None:
+        """Let go of every pinned shard and (a split larger than its cache, read a shard at a time) every open one but ``shard``.
+
+        What a read does before it waits for room, so that readers waiting for each
+        other never hold the room they wait for.
+        """
+        with self._lock:
+            pins, self._pins = self._pins, {}
+            others = [s for s, f in enumerate(self._files) if f is not None and s != shard] if self.tight else []
+        for pin in pins.values():
+            pin.close()
+        for s in others:
+            self.release(s)
+
+    def fetch(self, shard: int, wait: bool = True, pin: bool = True) -> bool:
+        """Make sure shard number ``shard`` is on local disk, and (a remote set) held in the cache until read.
+
+        A remote shard is checked or downloaded into the cache and pinned there: no
+        reader evicts it until this set opens it or lets go of it (:meth:`release`).
+
+        Args:
+            wait: wait for room in the cache's limit; False returns False instead.
+            pin: hold it until read; False only downloads it (evictable, least recently used last).
+
+        Returns:
+            True when the shard is there (and pinned); False when ``wait`` is False and
+            the cache has no room for it now.
+        """
         info = self.infos[shard]
         if self.remote is None or self.cache is None:
-            return Path(self.root) / info.name
-        return self.cache.fetch(self.remote, info)
+            return True
+        with self._lock:
+            if self._files[shard] is not None or shard in self._pins:
+                return True
+        if not wait and self._waiting:  # a read of this set waits for room: it pins nothing meanwhile
+            return False
+        held = self.cache.hold(self.remote, info, wait=wait)
+        if held is None:
+            return False
+        if not pin:
+            held[1].close()
+            return True
+        with self._lock:
+            if self._files[shard] is None and shard not in self._pins:
+                self._pins[shard] = held[1]
+                return True
+        held[1].close()  # another thread got there first
+        return True
 
     def prefetch(self, shards: list[int] | None = None, workers: int = 4) -> None:
-        """Fetch several shards of a remote set into the cache at once (all of the split by default)."""
+        """Fetch several shards of a remote set into the cache at once (all of the split by default), pinned there.
+
+        Nothing is fetched when they do not fit in the cache's limit together (each is
+        fetched when first read instead).
+        """
         if self.remote is None or self.cache is None:
             return
         todo = list(range(len(self.infos))) if shards is None else shards
-        if self.cache.limit is not None and sum(self.infos[s].bytes for s in todo) > self.cache.limit:
-            return  # they would evict each other: each is fetched when first opened instead
+        if self.cache.limit is not None and sum(entry_cost(self.infos[s].bytes) for s in todo) > self.cache.limit:
+            return  # they would evict each other
         if workers <= 1 or len(todo) <= 1:
             for s in todo:
                 self.fetch(s)
@@ -440,14 +554,46 @@ class ShardSet:
             for _ in pool.map(self.fetch, todo):
                 pass
 
-    def release(self, shard: int) -> None:
-        """Close shard number ``shard`` if it is open and not laid out for random reads (reopened on next use)."""
+    def release(self, shard: int, done: bool = False) -> None:
+        """Close shard number ``shard`` (and let go of its cache entry) if it is not laid out for random reads.
+
+        ``done``: this reader will not read it again (a remote set's cache evicts it first).
+        """
+        if done and self.cache is not None and self.tight:
+            self.cache.mark_done(self.infos[shard])
         with self._lock:
+            pin = self._pins.pop(shard, None)
             opened = self._files[shard]
-            if opened is None or self._segment_starts is not None:
-                return
-            self._files[shard] = None
-        opened.close()
+            if opened is not None and self._segment_starts is None:
+                self._files[shard] = None
+            else:
+                opened = None
+        if pin is not None:
+            pin.close()
+        if opened is not None:
+            opened.close()
+
+    def done_with(self, shard: int) -> None:
+        """After a read of a remote split larger than its cache took what it needs of ``shard``: let go of it, unless kept.
+
+        A split larger than its cache is read a shard at a time (so a read never holds
+        more than one shard), and each shard is let go after its part of the read unless
+        it is in :attr:`keep` (a stream keeps the shards it reads again soon). So random
+        reads hold the cache's limit too; the first time, a warning says which limit
+        would hold the whole split.
+        """
+        if not self.tight:
+            return
+        if not self.streaming and not self._warned_tight and self.cache is not None and self.cache.limit is not None:
+            self._warned_tight = True
+            log.warning(
+                "%s: the split %r takes %s bytes in the cache, more than its limit of %s: random reads fetch "
+                "shards again each time they come back; the smallest limit that fetches each shard once is %s "
+                "(--cache-limit, STOKER_CACHE_LIMIT), or read it with ShardStream",
+                self.root, self.split, f"{self.cache_bytes:,}", f"{self.cache.limit:,}", f"{self.cache_bytes:,}",
+            )
+        if shard not in self.keep:
+            self.release(shard)
 
     def download_bytes(self) -> int:
         """Bytes reading this split would download (0 for a local set)."""
@@ -500,7 +646,7 @@ class ShardSet:
             return self.file(one[0]).labels[one[1]]
         if len(indices) == 0:
             return np.zeros(0, dtype=np.int64)
-        if self.remote is not None and self._segment_starts is None:
+        if self._by_shard():
             shard, rows = self.locate(indices)  # a remote stream: open only the shards it reads
             out = np.empty(len(indices), dtype=np.int64)
             for s in np.unique(shard).tolist():
@@ -534,13 +680,11 @@ class ShardSet:
             opened = self.file(shard)
             split_copy(len(rows), threads, self.row_bytes, lambda lo, hi: opened.take_pixels(rows[lo:hi], out[lo:hi]))
             return
-        if self.remote is not None and self._segment_starts is None:
-            shard_ids, shard_rows = self.locate(indices)  # a remote stream: open only the shards it reads
-            for j, (s, r) in enumerate(zip(shard_ids.tolist(), shard_rows.tolist(), strict=True)):
-                out[j] = self.file(s).pixel_row(r)
-            return
-        segment, local = self._segments(indices)
-        views = self._segment_views
+        if self._by_shard():
+            views, segment, local = self._open_segments(indices)  # a remote set: open only the shards it reads
+        else:
+            segment, local = self._segments(indices)
+            views = self._segment_views
         split_copy(len(indices), threads, self.row_bytes, lambda lo, hi: copy_rows(views, segment[lo:hi], local[lo:hi], out[lo:hi]))
 
     def gather_pixels(self, indices: np.ndarray, threads: int | None = None) -> np.ndarray:
@@ -569,12 +713,44 @@ class ShardSet:
             return self._buffers.take((0, self.row_bytes))
         if one is not None:  # one shard (a sequential read): the indices already located
             return self.file(one[0]).gather_pixels(one[1], self._buffers.take, threads)
-        if self.remote is not None and self._segment_starts is None:
-            out = self._buffers.take((len(indices), self.row_bytes))
-            self.read_pixels(indices, out, threads=1)  # a remote stream: only the shards it reads
-            return out
+        if self._by_shard():  # a remote set: only the shards it reads
+            views, segment, local = self._open_segments(indices)
+            return RowSpan(views, self.row_bytes).gather(segment, local)
         segment, local = self._segments(indices)
         return _gather_span(cast(RowSpan, self._span), segment, local, self._buffers.take, threads)  # _open_all made it
+
+    def _by_shard(self) -> bool:
+        """True while a remote set is read only from the shards each read needs.
+
+        That is until every shard is open (a stream's first epoch), unless the split is
+        larger than its cache; then the shards are laid end to end, as a local set's are.
+        """
+        if self.remote is None or self._segment_starts is not None:
+            return False
+        if self.tight or any(f is None for f in self._files):
+            return True
+        self._open_all()
+        return False
+
+    def _open_segments(self, indices: np.ndarray) -> tuple[list[np.ndarray], np.ndarray, np.ndarray]:
+        """(record batch views, record batch of each sample, row within it) over only the shards the samples are in.
+
+        What a remote set reads with instead of laying every shard end to end (which
+        would hold every shard in the cache at once).
+        """
+        shard_ids, rows = self.locate(indices)
+        views: list[np.ndarray] = []
+        segment = np.empty(len(indices), dtype=np.int64)
+        local = np.empty(len(indices), dtype=np.int64)
+        for s in np.unique(shard_ids).tolist():
+            first_rows, pixels = self.file(s).pixel_segments
+            mask = shard_ids == s
+            r = rows[mask]
+            chunk = np.searchsorted(first_rows, r, side="right") - 1
+            segment[mask] = chunk + len(views)
+            local[mask] = r - first_rows[chunk]
+            views.extend(pixels)
+        return views, segment, local
 
     def _segments(self, indices: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(record batch, row within it) of each sample, every shard open and laid end to end."""
@@ -646,21 +822,29 @@ class ShardSet:
         }
 
     def all_labels(self) -> np.ndarray:
-        """Every sample's label, in order (opens every shard of the split)."""
+        """Every sample's label, in order (opens every shard of the split; a split larger than its cache one at a time)."""
+        if self.tight and self._segment_starts is None:
+            labels = []
+            for s in range(len(self.infos)):
+                labels.append(self.file(s).labels.copy())
+                self.release(s)
+            return np.concatenate(labels) if labels else np.zeros(0, dtype=np.int64)
         self._open_all()
         return self._labels  # type: ignore[return-value]
 
     def close(self) -> None:
-        """Unmap every open shard."""
-        files = self._files
+        """Unmap every open shard (and let go of every shard held in the cache)."""
+        files, pins = self._files, self._pins
         self._reset()
+        for pin in pins.values():
+            pin.close()
         for opened in files:
             if opened is not None:
                 opened.close()
 
     def __getstate__(self) -> dict[str, Any]:
         # Memory maps do not cross processes: the copy reopens the files where it runs.
-        state = {k: v for k, v in self.__dict__.items() if k not in ("_lock", "_files", "_segment_starts", "_segment_views", "_span", "_labels", "_buffers")}
+        state = {k: v for k, v in self.__dict__.items() if k not in ("_lock", "_files", "_pins", "_segment_starts", "_segment_views", "_span", "_labels", "_buffers")}
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:

@@ -22,9 +22,11 @@ read exactly once per epoch; nothing is trimmed. Each reader then shuffles its r
 through a buffer of ``shuffle_buffer`` rows (:func:`stoker.order.buffer_shuffle`, drawn
 from ``(BUFFER, rank, worker)`` of the epoch). Its reads stay within one group of files
 at a time (good for a page cache, or a disk larger than memory): for a set at a URL,
-each shard of the group is a file in the local cache, so a reader holds at most
-``shards_at_once + fetch_ahead`` shards there (the cache's ``cache_limit`` lowers
-``shards_at_once`` to fit, see :func:`shards_at_once_for`).
+each shard of the group is a file in the local cache, fetched ahead while the one
+before is read and let go after its last read (:mod:`stoker.shards.fetch_ahead`). When
+the split is larger than the cache's ``cache_limit``, ``shards_at_once`` and
+``fetch_ahead`` are lowered to fit (:func:`cache_plan`), and a reader holds no shard
+between its reads.
 
 ``len(stream)`` is what this rank reads per epoch, all its workers together, as for
 every stoker reader. How well a stream's batches are mixed, as a DataLoader with
@@ -48,14 +50,16 @@ from stoker.loading.contract import StreamReader
 from stoker.loading.placement import distributed_placement
 from stoker.loading.skips import OnError, Skipped
 from stoker.order import BUFFER, INTERLEAVE, buffer_shuffle, check_placement, epoch_rng, permutation, share, share_size
-from stoker.shards.cache import read_ahead
+from stoker.shards.cache_entries import entry_cost
 from stoker.shards.dataset import ShardDataset
+from stoker.shards.fetch_ahead import read_ahead
 
 __all__ = [
     "BLOCK_ROWS",
     "REMOTE_SHARDS_AT_ONCE",
     "SHARDS_AT_ONCE",
     "ShardStream",
+    "cache_plan",
     "shard_groups",
     "shards_at_once_for",
     "stream_order",
@@ -163,24 +167,53 @@ def stream_order(
     return np.fromiter(buffer_shuffle(mine.tolist(), shuffle_buffer, rng), dtype=np.int64, count=len(mine))
 
 
+def cache_plan(shard_bytes: list[int], cache_limit: int, fetch_ahead: int) -> tuple[int, int]:
+    """``(most shards at once, shards fetched ahead)`` that a stream's readers on one machine keep within ``cache_limit``.
+
+    The readers of a machine (workers, ranks) read the same group of shards at the
+    same time, and at a group's end some have moved on to the next group while others
+    finish this one: together they hold up to two groups, plus the shards fetched
+    ahead. So a limit that holds ``n`` of the largest shards (each with its stamp,
+    :func:`~stoker.shards.cache_entries.entry_cost`) gives ``fetch_ahead`` (at most
+    ``n - 2``) and groups of ``(n - fetch_ahead) // 2`` shards.
+
+    Raises:
+        ConfigError: the limit holds fewer than two shards; the message gives the smallest limit that works.
+
+    Example:
+        >>> cache_plan([2**20] * 20, 10 * 2**20, 2)
+        (3, 2)
+    """
+    largest = entry_cost(max(shard_bytes))
+    room = int(cache_limit) // largest
+    if room < 2:
+        raise ConfigError(
+            f"cache_limit {int(cache_limit):,} bytes holds {room} of the largest shard ({max(shard_bytes):,} bytes, "
+            f"{largest:,} in the cache), and a stream reads 2 at once at a group's edge; the smallest limit that "
+            f"works is {2 * largest:,} bytes (--cache-limit, STOKER_CACHE_LIMIT)"
+        )
+    ahead = max(0, min(fetch_ahead, room - 2))
+    return max(1, (room - ahead) // 2), ahead
+
+
 def shards_at_once_for(
     shard_bytes: list[int], wanted: int = SHARDS_AT_ONCE, cache_limit: int | None = None, fetch_ahead: int = 0
 ) -> int:
     """Shards a stream merges at once: ``wanted``, at most the shards there are, and what a cache limit holds.
 
-    A remote set keeps every shard of the group being read in its local cache, and
-    ``fetch_ahead`` more on the way: with ``cache_limit`` bytes that is at most
-    ``cache_limit // largest shard - fetch_ahead`` shards (at least 1).
+    A remote set keeps every shard being read in its local cache, and ``fetch_ahead``
+    more on the way; with ``cache_limit`` bytes, see :func:`cache_plan` (a split that
+    fits in the limit whole is not limited by it).
 
     Example:
-        >>> shards_at_once_for([100] * 20), shards_at_once_for([100] * 3), shards_at_once_for([100] * 20, 8, 500, 2)
+        >>> shards_at_once_for([100] * 20), shards_at_once_for([100] * 3), shards_at_once_for([2**20] * 20, 8, 10 * 2**20, 2)
         (20, 3, 3)
     """
     if isinstance(wanted, bool) or not isinstance(wanted, (int, np.integer)) or wanted < 1:
         raise ConfigError(f"shards_at_once must be a positive integer, got {wanted!r}")
     fits = int(wanted)
-    if cache_limit is not None and shard_bytes:
-        fits = min(fits, max(1, int(cache_limit) // max(max(shard_bytes), 1) - max(fetch_ahead, 0)))
+    if cache_limit is not None and shard_bytes and sum(entry_cost(b) for b in shard_bytes) > cache_limit:
+        fits = min(fits, cache_plan(shard_bytes, cache_limit, fetch_ahead)[0])
     return max(1, min(fits, len(shard_bytes)))
 
 
@@ -249,13 +282,16 @@ class ShardStream(IterableDataset, StreamReader):
             root, split, transform, on_error,
             cache_dir=cache_dir, cache_limit=cache_limit, storage_options=storage_options,
         )
+        shards = self.dataset.shards
+        shards.streaming = True  # this stream lets go of each shard after its last read (read_ahead)
+        infos = shards.infos
+        cache = shards.cache
+        limit = cache.limit if cache is not None and shards.tight else None  # a split that fits whole is not limited
+        if limit is not None and infos:
+            fetch_ahead = cache_plan([info.bytes for info in infos], limit, fetch_ahead)[1]
         self.fetch_ahead = fetch_ahead
-        infos = self.dataset.shards.infos
-        cache = self.dataset.shards.cache
         wanted = shards_at_once if shards_at_once is not None else SHARDS_AT_ONCE if cache is None else REMOTE_SHARDS_AT_ONCE
-        self.shards_at_once = shards_at_once_for(
-            [info.bytes for info in infos], wanted, cache.limit if cache is not None else None, fetch_ahead
-        )
+        self.shards_at_once = shards_at_once_for([info.bytes for info in infos], wanted, limit, fetch_ahead)
         self.shuffle = shuffle
         self.shuffle_buffer = shuffle_buffer
         self.seed = seed

@@ -52,6 +52,7 @@ from typing import Any
 
 from stoker import _tomllib as tomllib
 from stoker.errors import ConfigError, MissingFileError, NetworkError
+from stoker.fs import join
 from stoker.loading.backends import BACKENDS as LOADER_BACKENDS
 from stoker.loading.workers import FALLBACK_WORKERS
 from stoker.train.keys import (
@@ -373,8 +374,7 @@ def _with_the_runs_config(given: dict[str, Any], config: TrainConfig, source: st
     Raises:
         ConfigError: given keys differ from the run's own config (names each, both values).
     """
-    record_path = (f"{config.run.log_dir.rstrip('/')}/{config.run.name}/run.json" if "://" in config.run.log_dir
-                   else str(Path(config.run.log_dir) / str(config.run.name) / "run.json"))
+    record_path = join(config.run.log_dir, str(config.run.name), "run.json")  # a path or a URL
     try:
         text = records(config) if records is not None else Path(record_path).read_text(encoding="utf-8")
         if text is None:
