@@ -96,8 +96,8 @@ class BucketLock:
         self.url = f"{place.url}/{LOCK_NAME}"
         self.token = uuid.uuid4().hex
         self.host = socket.gethostname()
-        self._path = place.path.rstrip("/") + "/" + LOCK_NAME
-        protocols = place.fs.protocol
+        self._path = self.place.path.rstrip("/") + "/" + LOCK_NAME
+        protocols = self.place.fs.protocol
         self._conditional = "s3" in (protocols if isinstance(protocols, (tuple, list)) else (protocols,))
         self._etag: str | None = None  # of our last write (S3)
         self._renewed = 0.0  # local monotonic time of our last successful write
