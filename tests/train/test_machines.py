@@ -40,6 +40,13 @@ _spec.loader.exec_module(_remote)
 s3_server = _remote.s3_server
 
 
+@pytest.fixture(autouse=True)
+def _fresh_s3_clients() -> None:
+    """s3fs keeps one filesystem per set of arguments, made with the endpoint of its time: this module's server is another."""
+    s3fs = pytest.importorskip("s3fs")
+    s3fs.S3FileSystem.clear_instance_cache()
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -124,6 +131,7 @@ def runs(tmp_path_factory: pytest.TempPathFactory, folders: Path, s3_server: str
     import s3fs
 
     root = tmp_path_factory.mktemp("machines")
+    s3fs.S3FileSystem.clear_instance_cache()  # an earlier module's filesystem would still point at its own server
     s3fs.S3FileSystem(skip_instance_cache=True).mkdir("stoker-machines")
     log_url = "s3://stoker-machines/runs"
     first = _finish({

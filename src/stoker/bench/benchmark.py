@@ -311,7 +311,7 @@ def _packed_reads(limits: Limits, roots: list[str | Path], time_s: float) -> Lim
         rate = fetch_all(shards)[1]
         if rate is not None:
             download_rates.append(rate)
-        paths += [str(shards.shards.fetch(s)) for s in range(len(shards.shards.infos))]
+        paths += [str(shards.shards.local_path(s)) for s in range(len(shards.shards.infos))]
         shards.shards.close()
     disk, cached = measure_sequential_reads(paths, time_s, cold=not download_rates)
     return replace(limits, sequential_read_bytes_per_s=min(download_rates) if download_rates else disk,

@@ -107,7 +107,7 @@ def measure_shard_limits(
         seed: which samples are picked.
     """
     shards = dataset.shards
-    paths = [str(shards.fetch(s)) for s in range(len(shards.infos))]
+    paths = [str(shards.local_path(s)) for s in range(len(shards.infos))]
     disk, cached = measure_sequential_reads(paths, time_s, cold=download_bytes_per_s is None)
     read = download_bytes_per_s if download_bytes_per_s is not None else disk
     rows = np.random.default_rng(seed).permutation(len(dataset))[:max_samples]

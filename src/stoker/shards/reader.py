@@ -500,6 +500,17 @@ class ShardSet:
         for s in others:
             self.release(s)
 
+    def local_path(self, shard: int) -> Path:
+        """Where shard ``shard``'s bytes are on this machine: its file, or (a remote set) its verified cache copy, fetched if need be.
+
+        The copy is not pinned: a reader that must keep it opens the shard instead.
+        """
+        info = self.infos[shard]
+        if self.remote is None or self.cache is None:
+            return Path(self.root) / info.name
+        self.fetch(shard, pin=False)
+        return self.cache.path_of(info)
+
     def fetch(self, shard: int, wait: bool = True, pin: bool = True) -> bool:
         """Make sure shard number ``shard`` is on local disk, and (a remote set) held in the cache until read.
 
