@@ -146,6 +146,19 @@ class ShardCache:
         """True when a verified copy of the shard is in the cache (its stamp matches)."""
         return stamp_matches(self.path_of(info), info.bytes)
 
+    @property
+    def shard_room(self) -> int | None:
+        """Bytes the limit leaves for shards: the limit less what the cache's own manifests take; None: no limit.
+
+        What a reader plans with (how many shards at once, whether a split fits): the
+        size count (:meth:`sweep`) takes every file of the folder, the cached manifests
+        (:mod:`stoker.shards.manifest_cache`) too, so planning with the bare limit would
+        plan one shard more than fits and fetch shards again.
+        """
+        if self.limit is None:
+            return None
+        return max(0, self.limit - _folder_bytes(self.root / "manifests"))
+
     def missing_bytes(self, infos: list[ShardInfo] | tuple[ShardInfo, ...]) -> int:
         """Bytes that reading these shards would download (those not in the cache)."""
         return sum(info.bytes for info in {i.sha256: i for i in infos}.values() if not self.has(info))
@@ -366,6 +379,7 @@ class ShardCache:
         now = time.time()
         for folder in (self.root / "sha256").glob("*"):
             used += _folder_bytes(folder)
+        used += _folder_bytes(self.root / "manifests")  # the cached manifests (stoker.shards.manifest_cache)
         try:
             entries = list(os.scandir(self.root / "tmp"))
         except FileNotFoundError:

@@ -105,12 +105,12 @@ def _room_ahead(shards: ShardSet, first_read: dict[int, int], last_read: dict[in
     """
     cache = shards.cache
     largest = max(entry_cost(info.bytes) for info in shards.infos)
-    if cache is None or cache.limit is None or not first_read:
+    if cache is None or cache.shard_room is None or not first_read:
         return ahead
     starts = sorted(first_read.values())
     ends = sorted(last_read.values())
     peak = max(bisect.bisect_right(starts, r) - bisect.bisect_left(ends, r) for r in starts)  # in use at read r
-    room = cache.limit // largest
+    room = (cache.shard_room or 0) // largest
     if peak > room and not getattr(shards, "_warned_keep", False):
         shards._warned_keep = True  # type: ignore[attr-defined]
         log.warning(

@@ -350,7 +350,7 @@ def check_stream(stream: ShardStream, batch_size: int, num_workers: int, world_s
     ranks = world_size if world_size is not None else stream.placement()[1]
     cache = shards.cache
     most = shards_at_once_for([info.bytes for info in shards.infos], len(shards.infos),
-                              cache.limit if cache is not None else None, stream.fetch_ahead)
+                              cache.shard_room if cache is not None else None, stream.fetch_ahead)
     try:
         labels = np.array(shards.all_labels())
     finally:

@@ -361,7 +361,8 @@ class ShardSet:
     def tight(self) -> bool:
         """True for a remote split that does not fit in its cache's limit at once."""
         if self._tight is None:
-            self._tight = self.cache is not None and self.cache.limit is not None and self.cache_bytes > self.cache.limit
+            room = self.cache.shard_room if self.cache is not None else None
+            self._tight = room is not None and self.cache_bytes > room
         return self._tight
 
     def _reset(self) -> None:
@@ -555,7 +556,8 @@ class ShardSet:
         if self.remote is None or self.cache is None:
             return
         todo = list(range(len(self.infos))) if shards is None else shards
-        if self.cache.limit is not None and sum(entry_cost(self.infos[s].bytes) for s in todo) > self.cache.limit:
+        room = self.cache.shard_room
+        if room is not None and sum(entry_cost(self.infos[s].bytes) for s in todo) > room:
             return  # they would evict each other
         if workers <= 1 or len(todo) <= 1:
             for s in todo:

@@ -167,7 +167,7 @@ def stream_order(
     return np.fromiter(buffer_shuffle(mine.tolist(), shuffle_buffer, rng), dtype=np.int64, count=len(mine))
 
 
-def cache_plan(shard_bytes: list[int], cache_limit: int, fetch_ahead: int) -> tuple[int, int]:
+def cache_plan(shard_bytes: list[int], cache_limit: int, fetch_ahead: int, overhead: int = 0) -> tuple[int, int]:
     """``(most shards at once, shards fetched ahead)`` that a stream's readers on one machine keep within ``cache_limit``.
 
     The readers of a machine (workers, ranks) read the same group of shards at the
@@ -175,7 +175,9 @@ def cache_plan(shard_bytes: list[int], cache_limit: int, fetch_ahead: int) -> tu
     finish this one: together they hold up to two groups, plus the shards fetched
     ahead. So a limit that holds ``n`` of the largest shards (each with its stamp,
     :func:`~stoker.shards.cache_entries.entry_cost`) gives ``fetch_ahead`` (at most
-    ``n - 2``) and groups of ``(n - fetch_ahead) // 2`` shards.
+    ``n - 2``) and groups of ``(n - fetch_ahead) // 2`` shards. ``cache_limit`` is the room
+    for shards (:attr:`~stoker.shards.cache.ShardCache.shard_room`); ``overhead``, what
+    the cache's own files take besides, goes into the message.
 
     Raises:
         ConfigError: the limit holds fewer than two shards; the message gives the smallest limit that works.
@@ -188,9 +190,10 @@ def cache_plan(shard_bytes: list[int], cache_limit: int, fetch_ahead: int) -> tu
     room = int(cache_limit) // largest
     if room < 2:
         raise ConfigError(
-            f"cache_limit {int(cache_limit):,} bytes holds {room} of the largest shard ({max(shard_bytes):,} bytes, "
-            f"{largest:,} in the cache), and a stream reads 2 at once at a group's edge; the smallest limit that "
-            f"works is {2 * largest:,} bytes (--cache-limit, STOKER_CACHE_LIMIT)"
+            f"cache_limit {int(cache_limit) + overhead:,} bytes"
+            f"{f' ({overhead:,} of them for the cached manifests)' if overhead else ''} holds {room} of the largest "
+            f"shard ({max(shard_bytes):,} bytes, {largest:,} in the cache), and a stream reads 2 at once at a group's "
+            f"edge; the smallest limit that works is {2 * largest + overhead:,} bytes (--cache-limit, STOKER_CACHE_LIMIT)"
         )
     ahead = max(0, min(fetch_ahead, room - 2))
     return max(1, (room - ahead) // 2), ahead
@@ -286,9 +289,9 @@ class ShardStream(IterableDataset, StreamReader):
         shards.streaming = True  # this stream lets go of each shard after its last read (read_ahead)
         infos = shards.infos
         cache = shards.cache
-        limit = cache.limit if cache is not None and shards.tight else None  # a split that fits whole is not limited
-        if limit is not None and infos:
-            fetch_ahead = cache_plan([info.bytes for info in infos], limit, fetch_ahead)[1]
+        limit = cache.shard_room if cache is not None and shards.tight else None  # a split that fits whole is not limited
+        if limit is not None and cache is not None and cache.limit is not None and infos:
+            fetch_ahead = cache_plan([info.bytes for info in infos], limit, fetch_ahead, cache.limit - limit)[1]
         self.fetch_ahead = fetch_ahead
         wanted = shards_at_once if shards_at_once is not None else SHARDS_AT_ONCE if cache is None else REMOTE_SHARDS_AT_ONCE
         self.shards_at_once = shards_at_once_for([info.bytes for info in infos], wanted, limit, fetch_ahead)
