@@ -84,8 +84,11 @@ def test_a_config_or_settings_file_that_is_not_utf8_is_one_line(tmp_path: Path) 
 
 
 def test_an_unusable_cache_folder_is_one_line_naming_it() -> None:
+    from stoker.fs import where
     from stoker.shards.cache import ShardCache
+    from stoker.shards.manifest import ShardInfo
 
     cache = ShardCache("/proc/stoker-cache", limit="1MB")  # /proc takes no new folders
+    shard = ShardInfo(name="train-00000.arrow", split="train", samples=1, bytes=10, sha256="0" * 64)
     with pytest.raises(ConfigError, match=r"/proc/stoker-cache: the shard cache folder cannot be used .*--cache-dir"):
-        cache.evict()
+        cache.fetch(where("memory://stoker-unusable-cache/packed"), shard)  # before a byte is asked for
