@@ -50,10 +50,11 @@ def _torch_openmp() -> ctypes.CDLL | None:
         _gomp = None
         if "OpenMP" in torch.__config__.parallel_info():
             path = os.path.join(os.path.dirname(torch.__file__), "lib", "libgomp.so.1")
-            try:
-                _gomp = ctypes.CDLL(path if os.path.exists(path) else "libgomp.so.1")
-            except OSError:
-                _gomp = None
+            if os.path.exists(path):  # only torch's own: another OpenMP runtime would be a second one in the process
+                try:
+                    _gomp = ctypes.CDLL(path)
+                except OSError:
+                    _gomp = None
     return _gomp if isinstance(_gomp, ctypes.CDLL) else None
 
 
