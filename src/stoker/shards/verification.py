@@ -24,7 +24,7 @@ from stoker.shards.cache import ShardCache
 from stoker.shards.format import MANIFEST_NAME, shard_schema
 from stoker.shards.manifest import Manifest, ShardInfo
 from stoker.shards.manifest_cache import offline_since, require_cached
-from stoker.shards.reader import ShardFile
+from stoker.shards.shard_file import ShardFile
 
 __all__ = ["Fault", "VerifyReport", "verify"]
 
