@@ -49,8 +49,11 @@ def pid_alive(pid: int) -> bool:
     """Whether process ``pid`` runs on this machine (one we may not signal counts as running).
 
     A zombie (killed, not yet reaped by its parent: a ``kill -9`` under a parent that
-    never waits, such as a container's first process) does not run.
+    never waits, such as a container's first process) does not run. No pid below 1 runs
+    (``kill(0, ...)`` would ask about this process's group).
     """
+    if pid <= 0:
+        return False
     try:
         os.kill(pid, 0)
     except ProcessLookupError:

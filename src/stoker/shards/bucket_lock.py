@@ -48,6 +48,7 @@ from typing import Any, cast
 
 from stoker.errors import ConfigError, NetworkError, ShardError
 from stoker.fs import Location, RemoteLocation
+from stoker.lifetime import pid_alive
 from stoker.shards.replace import LOCK_NAME
 
 __all__ = ["LEASE_S", "BucketLock"]
@@ -61,16 +62,6 @@ _MAX_LOCK_BYTES = 1 << 16
 
 def _utc(epoch_s: float) -> str:
     return datetime.fromtimestamp(epoch_s, timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except (PermissionError, OSError):
-        return True  # someone else's process, or we cannot tell: presume it runs
-    return True
 
 
 class BucketLock:
@@ -210,7 +201,7 @@ class BucketLock:
         if time.time() > expires:
             return f"its lease ran out at {_utc(expires)}: that pack is no longer running"
         pid = int(body["pid"])
-        if body["host"] == self.host and pid != os.getpid() and not _alive(pid):
+        if body["host"] == self.host and pid != os.getpid() and not pid_alive(pid):
             return f"pid {pid} no longer runs on this host"
         return None
 

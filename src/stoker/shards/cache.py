@@ -46,6 +46,7 @@ from typing import TYPE_CHECKING, Any
 
 from stoker.errors import ConfigError, NetworkError, ShardError
 from stoker.fs import Location
+from stoker.lifetime import pid_alive
 from stoker.shards.cache_entries import (
     STAMP_SUFFIX,
     Holder,
@@ -53,7 +54,6 @@ from stoker.shards.cache_entries import (
     entry_cost,
     flock,
     flock_wait,
-    pid_alive,
     sha256_of,
     stamp_matches,
     tmp_name,

@@ -40,7 +40,6 @@ __all__ = [
     "entry_cost",
     "flock",
     "flock_wait",
-    "pid_alive",
     "read_stamp",
     "sha256_of",
     "stamp_matches",
@@ -130,19 +129,6 @@ def tmp_reservation(name: str) -> tuple[int, int] | None:
     """``(pid, bytes reserved)`` of a partial download's file name; None for another name."""
     match = _TMP_RE.match(name)
     return (int(match.group(2)), int(match.group(4))) if match else None
-
-
-def pid_alive(pid: int) -> bool:
-    """True while a process of that id runs on this machine."""
-    if pid <= 0:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 # -- locks -------------------------------------------------------------------------------
