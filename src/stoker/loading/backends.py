@@ -8,9 +8,9 @@ A loader thread runs torch's operators (the batched resize of :mod:`stoker.jpeg`
 an intra-op thread count of its own (:func:`init_loader_thread`): torch's default, the
 cores this process may use, whatever the training process set with
 ``torch.set_num_threads``. ``fit`` lowers the process's count to max(1, cores - workers)
-for the model's sake; loader threads that read it resized on one thread each and lost
-(JPEG loader threads with their own 2 against 1, fit's setting, 2 cores: 1.08x median of
-8 A B B A rounds, the machine under load): a resize spread over the cores fills the time
+for the model's sake; loader threads that read it resized on one thread each, so the
+loader read slower inside ``fit`` than outside it (``benchmarks/bench_peers.py``, its
+"JPEG, process threads 1 vs 2" row): a resize spread over the cores fills the time
 another loader thread leaves a core idle (holding the GIL, waiting for the consumer).
 """
 
