@@ -143,7 +143,8 @@ def test_a_stream_four_times_the_cache_holds_its_limit(
 
     GETs <= shards x epochs is asserted for one reader. Several readers that are not in
     step (ranks without a collective between them, workers ahead of each other) read
-    from more shards at once than this limit holds, so shards come back after eviction.
+    from more shards at once than this limit holds, so shards come back after eviction;
+    the stream says so at start (see the test below).
     """
     url = upload_folder(pack16, f"{bucket}/packed")
     local = ShardDataset(pack16)
@@ -202,3 +203,28 @@ def test_random_reads_of_a_split_larger_than_the_cache_hold_it_and_read_like_loc
             assert got.images.equal(want.images) and got.labels.equal(want.labels)  # type: ignore[union-attr]
             assert _disk(tmp_path / "c") <= limit
     assert any("smallest limit that fetches each shard once" in r.getMessage() for r in caplog.records)
+
+
+@pytest.mark.parametrize(("local_world", "local_rank", "says"), [("2", "0", True), ("2", "1", False), ("1", "0", False)])
+def test_readers_sharing_a_tight_cache_are_told_the_limit_that_downloads_once(
+    pack16: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch,
+    local_world: str, local_rank: str, says: bool,
+) -> None:
+    """Several readers on one machine cannot promise one download per shard under a tight limit: one of them says so.
+
+    The limit it names holds the whole split, so a stream given it is no longer tight.
+    """
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", local_world)
+    monkeypatch.setenv("LOCAL_RANK", local_rank)
+    url = upload_folder(pack16, f"memory://stoker-share-test/{local_world}-{local_rank}")
+    limit = 4 * entry_cost(max(i.bytes for i in ShardDataset(pack16).manifest.shards))
+    stream = ShardStream(url, cache_dir=tmp_path / "c", cache_limit=limit, shuffle_buffer=4, read_rows=16)
+    with caplog.at_level("WARNING", logger="stoker"):
+        assert len(list(stream)) == len(stream)
+    told = [r.getMessage() for r in caplog.records if "readers on this machine" in r.getMessage()]
+    assert len(told) == (1 if says else 0)
+    if says:
+        assert f"{local_world} readers" in told[0]
+        whole = int(re.search(r"once per epoch is ([0-9,]+) bytes", told[0]).group(1).replace(",", ""))  # type: ignore[union-attr]
+        assert not ShardStream(url, cache_dir=tmp_path / "c2", cache_limit=whole).dataset.shards.tight
+        assert ShardStream(url, cache_dir=tmp_path / "c3", cache_limit=whole - 4096).dataset.shards.tight

@@ -1,14 +1,18 @@
 """Where this process sits among torch.distributed ranks: the one place every reader asks.
 
 The Pipe's ``shard()`` and ``ShardStream`` both split an epoch by rank; both read the
-placement here, so they cannot disagree about it.
+placement here, so they cannot disagree about it. How many ranks share this host
+(:func:`local_ranks`) is read here too: the CPU thread rule and the stream's cache
+planning both count the readers of one machine.
 """
 
 from __future__ import annotations
 
+import os
+
 import torch.distributed as dist
 
-__all__ = ["distributed_placement"]
+__all__ = ["distributed_placement", "local_rank", "local_ranks"]
 
 
 def distributed_placement() -> tuple[int, int] | None:
@@ -25,3 +29,15 @@ def distributed_placement() -> tuple[int, int] | None:
     if dist.is_available() and dist.is_initialized():
         return dist.get_rank(), dist.get_world_size()
     return None
+
+
+def local_ranks() -> int:
+    """The ranks sharing this host: ``LOCAL_WORLD_SIZE`` (set by ``torchrun``), else 1."""
+    text = (os.environ.get("LOCAL_WORLD_SIZE") or "").strip()
+    return int(text) if text.isdigit() and int(text) > 0 else 1
+
+
+def local_rank() -> int:
+    """This process's rank among those of its host: ``LOCAL_RANK`` (set by ``torchrun``), else 0."""
+    text = (os.environ.get("LOCAL_RANK") or "").strip()
+    return int(text) if text.isdigit() else 0

@@ -26,7 +26,9 @@ log = logging.getLogger("stoker")
 FETCH_THREADS = 4  # downloads at once while a split the cache holds whole is read for the first time
 
 
-def read_ahead(shards: ShardSet, rows: np.ndarray, read_rows: int, ahead: int) -> Iterator[np.ndarray]:
+def read_ahead(
+    shards: ShardSet, rows: np.ndarray, read_rows: int, ahead: int, *, readers: int = 1, speaks: bool = True
+) -> Iterator[np.ndarray]:
     """Cut ``rows`` into reads of ``read_rows``; for a remote set, fetch the next shards while one is read.
 
     The shards are fetched in the order the reads first need them, those of the current
@@ -42,6 +44,10 @@ def read_ahead(shards: ShardSet, rows: np.ndarray, read_rows: int, ahead: int) -
     pinned. So no reader, even one blocked while its batches wait to be taken, holds
     room that another waits for; the least recently used shards are evicted first, so
     those about to be read stay.
+
+    ``readers`` is how many readers of this set share the machine's cache (workers x
+    ranks of the host) and ``speaks`` whether this one says what the plan cannot promise
+    (one reader per machine does): see :func:`_room_ahead`.
     """
     starts = range(0, len(rows), read_rows)
     if shards.remote is None or len(rows) == 0:
@@ -58,6 +64,8 @@ def read_ahead(shards: ShardSet, rows: np.ndarray, read_rows: int, ahead: int) -
     tight = shards.tight
     if tight:  # fetch ahead only into the room this reader's own reads leave
         ahead = min(ahead, _room_ahead(shards, first_read, last_read, ahead))
+        if readers > 1 and speaks:
+            _say_readers_share(shards, readers)
     sequence = list(first_read)  # shards in the order they are first needed
     if not tight and all(shards.is_open(s) for s in sequence):  # a warm epoch: nothing to fetch or let go
         for start in starts:
@@ -121,3 +129,28 @@ def _room_ahead(shards: ShardSet, first_read: dict[int, int], last_read: dict[in
             shards.root, f"{cache.limit:,}", room, peak, f"{peak * largest:,}",
         )
     return max(0, room - peak)
+
+
+def _say_readers_share(shards: ShardSet, readers: int) -> None:
+    """Once per process: several readers of a split larger than the cache may fetch a shard more than once an epoch.
+
+    Every reader of a stream reads rows of every shard of a group (see
+    :mod:`stoker.shards.stream`), and readers are not in step (ranks have no collective
+    between their reads; DataLoader workers run ahead of each other by their prefetch).
+    The cache holds its limit and never evicts a shard a reader holds, but a shard that
+    one reader is done with can be evicted before a slower reader reaches it, and is then
+    downloaded again. Only a limit that holds the whole split promises one download per
+    shard and epoch, so that is what this says, rather than a fetch count it cannot keep.
+    """
+    cache = shards.cache
+    if cache is None or cache.limit is None or cache.shard_room is None or getattr(shards, "_warned_share", False):
+        return
+    shards._warned_share = True  # type: ignore[attr-defined]
+    whole = sum(entry_cost(info.bytes) for info in shards.infos) + (cache.limit - cache.shard_room)
+    log.warning(
+        "%s: %d readers on this machine (workers x ranks of the host) share a cache limit of %s bytes, smaller than "
+        "this split; a reader that falls behind the others can find a shard evicted before it reads it, and that shard "
+        "is downloaded again (the limit still holds); the limit that downloads each shard once per epoch is %s bytes "
+        "(--cache-limit, STOKER_CACHE_LIMIT)",
+        shards.root, readers, f"{cache.limit:,}", f"{whole:,}",
+    )

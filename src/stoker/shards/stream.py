@@ -26,7 +26,10 @@ each shard of the group is a file in the local cache, fetched ahead while the on
 before is read and let go after its last read (:mod:`stoker.shards.fetch_ahead`). When
 the split is larger than the cache's ``cache_limit``, ``shards_at_once`` and
 ``fetch_ahead`` are lowered to fit (:func:`cache_plan`), and a reader holds no shard
-between its reads.
+between its reads. The limit then holds, but several readers on one machine (workers,
+ranks of the host) are not in step, so one that falls behind may download a shard again
+that the others are done with: one of them says so at start, with the limit that
+downloads each shard once per epoch (the whole split).
 
 ``len(stream)`` is what this rank reads per epoch, all its workers together, as for
 every stoker reader. How well a stream's batches are mixed, as a DataLoader with
@@ -47,7 +50,7 @@ from torch.utils.data import IterableDataset, get_worker_info
 from stoker.errors import ConfigError
 from stoker.loading.collate import collate
 from stoker.loading.contract import StreamReader
-from stoker.loading.placement import distributed_placement
+from stoker.loading.placement import distributed_placement, local_rank, local_ranks
 from stoker.loading.skips import OnError, Skipped
 from stoker.order import BUFFER, INTERLEAVE, buffer_shuffle, check_placement, epoch_rng, permutation, share, share_size
 from stoker.shards.cache_entries import entry_cost
@@ -361,7 +364,10 @@ class ShardStream(IterableDataset, StreamReader):
 
     def _reads(self, rows: np.ndarray) -> Iterator[np.ndarray]:
         """``rows`` cut into reads of ``read_rows``; a remote set's next shards are fetched ahead meanwhile."""
-        return read_ahead(self.dataset.shards, rows, self.read_rows, self.fetch_ahead)
+        _, _, worker, num_workers = self.placement()
+        readers = num_workers * local_ranks()
+        speaks = worker == 0 and local_rank() == 0
+        return read_ahead(self.dataset.shards, rows, self.read_rows, self.fetch_ahead, readers=readers, speaks=speaks)
 
     def __len__(self) -> int:
         """Samples this rank reads per epoch (all its workers together), as for every stoker reader."""

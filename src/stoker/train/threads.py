@@ -34,6 +34,7 @@ from typing import Any
 import torch
 
 from stoker.errors import ConfigError
+from stoker.loading.placement import local_ranks
 
 __all__ = ["ComputeThreads", "loader_workers", "local_ranks", "usable_cores"]
 
@@ -43,12 +44,6 @@ def usable_cores() -> int:
     if hasattr(os, "sched_getaffinity"):
         return len(os.sched_getaffinity(0))
     return os.cpu_count() or 1
-
-
-def local_ranks() -> int:
-    """The ranks sharing this host: ``LOCAL_WORLD_SIZE`` (set by ``torchrun``), else 1."""
-    text = (os.environ.get("LOCAL_WORLD_SIZE") or "").strip()
-    return int(text) if text.isdigit() and int(text) > 0 else 1
 
 
 def loader_workers(loader: Any) -> tuple[int, str]:
