@@ -205,26 +205,37 @@ def test_random_reads_of_a_split_larger_than_the_cache_hold_it_and_read_like_loc
     assert any("smallest limit that fetches each shard once" in r.getMessage() for r in caplog.records)
 
 
-@pytest.mark.parametrize(("local_world", "local_rank", "says"), [("2", "0", True), ("2", "1", False), ("1", "0", False)])
+@pytest.mark.parametrize(
+    ("local_world", "local_rank", "placement", "says"),
+    [
+        ("2", "0", None, True), ("2", "1", None, False), ("1", "0", None, False),
+        (None, None, (0, 2), True), (None, None, (1, 2), False),  # no torchrun count: every rank may be on this host
+    ],
+)
 def test_readers_sharing_a_tight_cache_are_told_the_limit_that_downloads_once(
     pack16: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch,
-    local_world: str, local_rank: str, says: bool,
+    local_world: str | None, local_rank: str | None, placement: tuple[int, int] | None, says: bool,
 ) -> None:
     """Several readers on one machine cannot promise one download per shard under a tight limit: one of them says so.
 
     The limit it names holds the whole split, so a stream given it is no longer tight.
     """
-    monkeypatch.setenv("LOCAL_WORLD_SIZE", local_world)
-    monkeypatch.setenv("LOCAL_RANK", local_rank)
-    url = upload_folder(pack16, f"memory://stoker-share-test/{local_world}-{local_rank}")
+    for name, value in (("LOCAL_WORLD_SIZE", local_world), ("LOCAL_RANK", local_rank)):
+        if value is None:
+            monkeypatch.delenv(name, raising=False)
+        else:
+            monkeypatch.setenv(name, value)
+    rank, world_size = placement or (None, None)
+    url = upload_folder(pack16, f"memory://stoker-share-test/{local_world}-{local_rank}-{rank}")
     limit = 4 * entry_cost(max(i.bytes for i in ShardDataset(pack16).manifest.shards))
-    stream = ShardStream(url, cache_dir=tmp_path / "c", cache_limit=limit, shuffle_buffer=4, read_rows=16)
+    stream = ShardStream(url, cache_dir=tmp_path / "c", cache_limit=limit, shuffle_buffer=4, read_rows=16,
+                         rank=rank, world_size=world_size)
     with caplog.at_level("WARNING", logger="stoker"):
         assert len(list(stream)) == len(stream)
     told = [r.getMessage() for r in caplog.records if "readers on this machine" in r.getMessage()]
     assert len(told) == (1 if says else 0)
     if says:
-        assert f"{local_world} readers" in told[0]
+        assert f"{local_world or world_size} readers" in told[0]
         whole = int(re.search(r"once per epoch is ([0-9,]+) bytes", told[0]).group(1).replace(",", ""))  # type: ignore[union-attr]
         assert not ShardStream(url, cache_dir=tmp_path / "c2", cache_limit=whole).dataset.shards.tight
         assert ShardStream(url, cache_dir=tmp_path / "c3", cache_limit=whole - 4096).dataset.shards.tight

@@ -31,13 +31,18 @@ def distributed_placement() -> tuple[int, int] | None:
     return None
 
 
-def local_ranks() -> int:
-    """The ranks sharing this host: ``LOCAL_WORLD_SIZE`` (set by ``torchrun``), else 1."""
+def local_ranks(unknown: int = 1) -> int:
+    """The ranks sharing this host: ``LOCAL_WORLD_SIZE`` (set by ``torchrun``), else ``unknown``.
+
+    ``unknown`` is what a caller assumes without it: 1 for the CPU thread rule (a
+    process alone), the world size where assuming fewer would hide a problem (every
+    rank may be on this host).
+    """
     text = (os.environ.get("LOCAL_WORLD_SIZE") or "").strip()
-    return int(text) if text.isdigit() and int(text) > 0 else 1
+    return int(text) if text.isdigit() and int(text) > 0 else unknown
 
 
-def local_rank() -> int:
-    """This process's rank among those of its host: ``LOCAL_RANK`` (set by ``torchrun``), else 0."""
+def local_rank(unknown: int = 0) -> int:
+    """This process's rank among those of its host: ``LOCAL_RANK`` (set by ``torchrun``), else ``unknown``."""
     text = (os.environ.get("LOCAL_RANK") or "").strip()
-    return int(text) if text.isdigit() else 0
+    return int(text) if text.isdigit() else unknown

@@ -47,7 +47,7 @@ def read_ahead(
 
     ``readers`` is how many readers of this set share the machine's cache (workers x
     ranks of the host) and ``speaks`` whether this one says what the plan cannot promise
-    (one reader per machine does): see :func:`_room_ahead`.
+    (one reader per machine does): see :func:`_say_readers_share`.
     """
     starts = range(0, len(rows), read_rows)
     if shards.remote is None or len(rows) == 0:

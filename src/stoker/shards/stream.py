@@ -364,9 +364,9 @@ class ShardStream(IterableDataset, StreamReader):
 
     def _reads(self, rows: np.ndarray) -> Iterator[np.ndarray]:
         """``rows`` cut into reads of ``read_rows``; a remote set's next shards are fetched ahead meanwhile."""
-        _, _, worker, num_workers = self.placement()
-        readers = num_workers * local_ranks()
-        speaks = worker == 0 and local_rank() == 0
+        rank, world_size, worker, num_workers = self.placement()
+        readers = num_workers * local_ranks(unknown=world_size)  # without torchrun's count, every rank may be here
+        speaks = worker == 0 and local_rank(unknown=rank) == 0
         return read_ahead(self.dataset.shards, rows, self.read_rows, self.fetch_ahead, readers=readers, speaks=speaks)
 
     def __len__(self) -> int:

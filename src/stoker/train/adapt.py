@@ -56,7 +56,8 @@ import torch
 from torch.utils.data import IterableDataset
 
 from stoker.loading import Loader
-from stoker.train.threads import local_ranks, usable_cores
+from stoker.loading.placement import local_ranks
+from stoker.train.threads import usable_cores
 
 if TYPE_CHECKING:
     from stoker.train.run import Run

@@ -24,6 +24,7 @@ import torch.distributed as dist
 from torch import nn
 
 from stoker.errors import ConfigError
+from stoker.loading.placement import local_ranks
 
 __all__ = ["Ranks", "join_launch", "launched", "unwrap"]
 
@@ -239,7 +240,7 @@ def join_launch(device: str | torch.device = "auto", timeout_s: float = DEFAULT_
         if not torch.cuda.is_available():
             raise ConfigError("NCCL needs CUDA GPUs and none is visible here; use gloo (leave STOKER_DIST_BACKEND unset) on CPUs")
         gpus = torch.cuda.device_count()
-        local_world = int(os.environ.get("LOCAL_WORLD_SIZE", world))
+        local_world = local_ranks(unknown=world)
         if local_world > gpus or local >= gpus:
             raise ConfigError(
                 f"{local_world} ranks on this machine but {gpus} GPU(s): give --nproc-per-node {gpus} or fewer "

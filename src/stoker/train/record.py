@@ -21,6 +21,7 @@ import torch
 from stoker.errors import ConfigError, DataError
 from stoker.fs import local_path
 from stoker.lifetime import pid_alive
+from stoker.loading.placement import local_ranks
 from stoker.train import staging
 from stoker.train.history import History
 
@@ -209,7 +210,7 @@ def resume_command(log_dir: str | os.PathLike[str], name: str) -> str:
     """
     args = f"train --log-dir {shlex.quote(str(log_dir))} --name {shlex.quote(name)} --resume"
     world = int(os.environ.get("WORLD_SIZE") or 1)
-    local = int(os.environ.get("LOCAL_WORLD_SIZE") or world)
+    local = local_ranks(unknown=world)
     if world <= 1:
         return f"stoker {args}"
     if local == world:

@@ -36,7 +36,7 @@ import torch
 from stoker.errors import ConfigError
 from stoker.loading.placement import local_ranks
 
-__all__ = ["ComputeThreads", "loader_workers", "local_ranks", "usable_cores"]
+__all__ = ["ComputeThreads", "loader_workers", "usable_cores"]
 
 
 def usable_cores() -> int:
