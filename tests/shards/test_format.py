@@ -129,3 +129,21 @@ def test_names() -> None:
         shard_schema("pickle", None)
     with pytest.raises(ConfigError):
         shard_schema("pixels", None)
+
+
+def test_an_interrupted_json_write_keeps_the_old_file_and_leaves_no_tmp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A write cancelled between the temporary file and the rename (a Ray task interrupted) cleans up after itself."""
+    import os
+
+    from stoker.shards.manifest import write_json_atomic
+
+    path = write_json_atomic(tmp_path / "record.json", b'{"old": 1}')
+
+    def interrupted(fd: int) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(os, "fsync", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        write_json_atomic(path, b'{"new": 2}')
+    assert path.read_bytes() == b'{"old": 1}'
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["record.json"]

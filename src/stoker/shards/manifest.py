@@ -269,13 +269,17 @@ def _read(place: Location) -> bytes:
 
 
 def write_json_atomic(path: Path, data: bytes) -> Path:
-    """Write ``data`` to ``path`` through a temporary file, fsync and rename."""
+    """Write ``data`` to ``path`` through a temporary file, fsync and rename; an interrupted write leaves no ``.tmp``."""
     tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:  # an interrupt (a cancelled Ray task) included
+        tmp.unlink(missing_ok=True)
+        raise
     return path
 
 

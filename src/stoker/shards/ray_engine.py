@@ -139,7 +139,8 @@ def write_on_ray(
                 bar.update(info.samples)
     except BaseException:
         _stop(ray, list(pending))
-        for plan in todo:  # what a killed task left; finished shards stay, to resume from
-            (job.out / (plan.name + TMP_SUFFIX)).unlink(missing_ok=True)
+        for plan in todo:  # what a killed task left (its shard's .tmp, its upload record's); finished shards stay
+            for tmp in job.out.glob(plan.name + "*" + TMP_SUFFIX):
+                tmp.unlink(missing_ok=True)
         raise
     return done
