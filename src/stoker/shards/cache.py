@@ -61,6 +61,7 @@ from stoker.shards.cache_entries import (
     write_stamp,
 )
 from stoker.shards.cache_folder import default_cache_dir  # its own module: the manifest cache needs it too
+from stoker.shards.cache_readers import spared
 
 if TYPE_CHECKING:
     from stoker.shards.manifest import ShardInfo
@@ -69,6 +70,10 @@ __all__ = ["ShardCache", "default_cache_dir", "download_note", "parse_bytes"]
 
 log = logging.getLogger("stoker")
 _CHUNK = 4 << 20
+# How long a reader waits for room that shards other readers of the machine still need take
+# (stoker.shards.cache_readers) before it evicts them anyway: readers in step move on within it.
+SPARE_WAIT_S = 15.0
+SAY_WAIT_S = 5.0  # a wait for room longer than this is said (once per process)
 _UNITS = {"": 1, "b": 1, "k": 2**10, "kb": 2**10, "kib": 2**10, "m": 2**20, "mb": 2**20, "mib": 2**20,
           "g": 2**30, "gb": 2**30, "gib": 2**30, "t": 2**40, "tb": 2**40, "tib": 2**40}
 
@@ -135,6 +140,9 @@ class ShardCache:
         self.lock_timeout_s = lock_timeout_s
         self.downloads = 0
         self.downloaded_bytes = 0
+        self.spare_wait_s = SPARE_WAIT_S
+        self._spare_off = False  # set once a wait for the shards other readers need ran out
+        self._said_wait = False
         self._count_lock = threading.Lock()
 
     # -- where things are ---------------------------------------------------------------
@@ -341,13 +349,14 @@ class ShardCache:
                 f"raise --cache-limit (STOKER_CACHE_LIMIT, cache_limit=) to at least {need:,}"
             )
         tmp_folder = self._folder(self.root / "tmp")
-        deadline = time.monotonic() + self.lock_timeout_s
+        start = time.monotonic()
+        deadline = start + self.lock_timeout_s
         pause = 0.01
         while True:
             with _Exclusive(self.root / "cache.lock", self.lock_timeout_s, "the cache's size count"):
                 used = self.sweep()
                 if self.limit is not None and used + need > self.limit:
-                    used -= self._evict_locked(used + need - self.limit)
+                    used -= self._make_room(used + need - self.limit, where, time.monotonic() - start)
                 if self.limit is None or used + need <= self.limit:
                     free = shutil.disk_usage(tmp_folder).free
                     if free < need:
@@ -357,6 +366,12 @@ class ShardCache:
                         )
                     tmp = tmp_folder / tmp_name(info.sha256, info.bytes, threading.get_ident())
                     os.close(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644))
+                    waited_s = time.monotonic() - start
+                    if waited_s > SAY_WAIT_S and not self._said_wait:
+                        self._said_wait = True
+                        log.warning("%s: waited %.0f s for room in the cache %s while other readers of this machine "
+                                    "still needed the shards it holds (limit %s bytes)", where, waited_s, self.root,
+                                    f"{self.limit:,}")
                     return tmp
             if not wait:
                 return None
@@ -368,6 +383,32 @@ class ShardCache:
                 )
             time.sleep(pause)
             pause = min(pause * 2, 0.2)
+
+    def _make_room(self, wanted: int, where: str, waited_s: float) -> int:
+        """Evict to free ``wanted`` bytes (the caller holds ``cache.lock``), sparing what readers need soon; bytes freed.
+
+        Shards that a reader of this machine needs soon (:func:`~stoker.shards.cache_readers.spared`)
+        are spared, so a reader ahead waits for the slower ones rather than evicting what
+        they are about to read. After :attr:`spare_wait_s` of waiting, this process
+        stops sparing them (said once): they are evicted and will be downloaded again.
+        """
+        if self._spare_off:
+            return self._evict_locked(wanted)
+        freed = self._evict_locked(wanted, spared(self.root))
+        if freed >= wanted or waited_s < self.spare_wait_s:
+            return freed
+        more = self._evict_locked(wanted - freed)
+        if not more:  # what fills it is held, not spared: waiting is all there is
+            return freed
+        self._spare_off = True
+        log.warning(
+            "%s: waited %.0f s for room in the cache %s that shards other readers of this machine still need take; "
+            "this reader no longer waits for them, so they may be downloaded again: the readers are further apart "
+            "than the cache limit of %s bytes holds (a rank or worker much slower than the others, or fewer readers "
+            "than LOCAL_WORLD_SIZE x workers); a larger --cache-limit (STOKER_CACHE_LIMIT) avoids it",
+            where, waited_s, self.root, f"{self.limit:,}",
+        )
+        return freed + more
 
     def sweep(self) -> int:
         """Remove the partial downloads of dead processes (or older than the lock timeout); the cache's disk bytes.
@@ -432,12 +473,14 @@ class ShardCache:
             over = self.sweep() - self.limit
             return self._evict_locked(over) if over > 0 else 0
 
-    def _evict_locked(self, wanted: int) -> int:
-        """Free at least ``wanted`` bytes if shards no reader holds allow (the caller holds ``cache.lock``)."""
+    def _evict_locked(self, wanted: int, spare: set[str] | frozenset[str] = frozenset()) -> int:
+        """Free at least ``wanted`` bytes if shards no reader holds (and none in ``spare``) allow; the caller holds ``cache.lock``."""
         freed = 0
         for _, cost, path in self._entries():
             if freed >= wanted:
                 break
+            if path.stem in spare:
+                continue
             fd = flock(self._lock_path(path.stem, "use"), fcntl.LOCK_EX, 0, "cache eviction")
             if fd is None:
                 continue  # a reader holds it

@@ -7,7 +7,6 @@ fetch ahead, what to pin in the cache until it is read, and when to let go.
 
 from __future__ import annotations
 
-import bisect
 import logging
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -16,18 +15,19 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from stoker.shards.cache_entries import entry_cost
+from stoker.shards.cache_readers import PassReader
 
 if TYPE_CHECKING:
     from stoker.shards.reader import ShardSet
 
-__all__ = ["read_ahead"]
+__all__ = ["disk_peak", "read_ahead", "shard_room"]
 
 log = logging.getLogger("stoker")
 FETCH_THREADS = 4  # downloads at once while a split the cache holds whole is read for the first time
 
 
 def read_ahead(
-    shards: ShardSet, rows: np.ndarray, read_rows: int, ahead: int, *, readers: int = 1, speaks: bool = True
+    shards: ShardSet, rows: np.ndarray, read_rows: int, ahead: int, *, readers: int = 1, tag: str | None = None
 ) -> Iterator[np.ndarray]:
     """Cut ``rows`` into reads of ``read_rows``; for a remote set, fetch the next shards while one is read.
 
@@ -45,9 +45,13 @@ def read_ahead(
     room that another waits for; the least recently used shards are evicted first, so
     those about to be read stay.
 
-    ``readers`` is how many readers of this set share the machine's cache (workers x
-    ranks of the host) and ``speaks`` whether this one says what the plan cannot promise
-    (one reader per machine does): see :func:`_say_readers_share`.
+    Several readers on one machine (workers, the ranks of a host) are not in step, so
+    under such a limit a shard one of them is done with could be evicted before a slower
+    one reads it. So each reader of the pass ``tag`` (one epoch of one stream; ``readers``
+    of them on this machine) records the shards it reads now and the next ones its plan
+    fetches (:class:`~stoker.shards.cache_readers.PassReader`), and the cache spares them:
+    a reader ahead waits for the others to move on, and each shard is downloaded once per
+    epoch and machine (see :meth:`ShardCache._make_room` for a reader left far behind).
     """
     starts = range(0, len(rows), read_rows)
     if shards.remote is None or len(rows) == 0:
@@ -55,18 +59,17 @@ def read_ahead(
             yield rows[start : start + read_rows]
         return
     shard_of = shards.locate(rows)[0]
-    read_of = np.arange(len(rows)) // read_rows
-    first_read: dict[int, int] = {}
-    last_read: dict[int, int] = {}
-    for s, r in zip(shard_of.tolist(), read_of.tolist(), strict=True):
-        first_read.setdefault(s, r)
-        last_read[s] = r
+    first_read, last_read = _read_span(shard_of, read_rows)
     tight = shards.tight
-    if tight:  # fetch ahead only into the room this reader's own reads leave
-        ahead = min(ahead, _room_ahead(shards, first_read, last_read, ahead))
-        if readers > 1 and speaks:
-            _say_readers_share(shards, readers)
     sequence = list(first_read)  # shards in the order they are first needed
+    room = 0  # shards the limit holds: what this reader records as needed at a time
+    record = None
+    if tight:  # fetch ahead only into the room this reader's own reads leave
+        room = shard_room(shards)
+        ahead = min(ahead, _room_ahead(shards, first_read, last_read, room))
+        if tag is not None and shards.cache is not None:
+            first = [shards.infos[s].sha256 for s in sequence[:room]]
+            record = PassReader(shards.cache.root, tag, readers, first)
     if not tight and all(shards.is_open(s) for s in sequence):  # a warm epoch: nothing to fetch or let go
         for start in starts:
             yield rows[start : start + read_rows]
@@ -80,8 +83,16 @@ def read_ahead(
     pending: dict[int, Future[bool]] = {}
     submitted = 0
     pin: Callable[[int], bool] = lambda s: shards.fetch(s, wait=False, pin=not tight)  # noqa: E731
+    carried: set[int] = set()  # shards this reader has begun and not finished
+    begun = 0  # shards of ``sequence`` begun
     try:
         for read, start in enumerate(starts):
+            if record is not None:  # what it needs next: the shards it carries on, then the next it begins
+                upcoming = sequence[begun : begun + max(0, room - len(carried))]
+                record.need(shards.infos[s].sha256 for s in [*carried, *upcoming])
+                while begun < len(sequence) and first_read[sequence[begun]] <= read:
+                    carried.add(sequence[begun])
+                    begun += 1
             while pool is not None and submitted < len(sequence):
                 s = sequence[submitted]
                 waiting = sum(1 for t in pending if first_read[t] > read)
@@ -96,7 +107,10 @@ def read_ahead(
             yield rows[start : start + read_rows]
             for s in ends.get(read, ()) if tight else ():  # a split the cache holds whole stays open
                 shards.release(s, done=True)
+                carried.discard(s)
     finally:
+        if record is not None:
+            record.close()
         for future in pending.values():
             future.cancel()
         if pool is not None:
@@ -105,52 +119,67 @@ def read_ahead(
             shards.release(s)
 
 
-def _room_ahead(shards: ShardSet, first_read: dict[int, int], last_read: dict[int, int], ahead: int) -> int:
+def _read_span(shard_of: np.ndarray, read_rows: int) -> tuple[dict[int, int], dict[int, int]]:
+    """``({shard: its first read}, {shard: its last read})`` of rows in shards ``shard_of``, read ``read_rows`` at a time (in first-read order)."""
+    first_read: dict[int, int] = {}
+    last_read: dict[int, int] = {}
+    for s, r in zip(shard_of.tolist(), (np.arange(len(shard_of)) // read_rows).tolist(), strict=True):
+        first_read.setdefault(s, r)
+        last_read[s] = r
+    return first_read, last_read
+
+
+def disk_peak(shard_of: np.ndarray, read_rows: int) -> int:
+    """The most shards a reader of a split larger than its cache needs on disk at once, for rows in shards ``shard_of``.
+
+    A read takes its shards one at a time (:meth:`ShardSet.done_with`), so what must stay
+    on disk through read ``r`` is the shards read both in it and in another read (carried
+    into it or out of it), and the one being read: a shard read by ``r`` alone costs no
+    more than that one.
+    """
+    return _peak_of_spans(*_read_span(shard_of, read_rows)) if len(shard_of) else 0
+
+
+def _peak_of_spans(first_read: dict[int, int], last_read: dict[int, int]) -> int:
+    """:func:`disk_peak` from each shard's first and last read."""
+    reads = int(max(last_read.values())) + 1
+    change = np.zeros(reads + 1, dtype=np.int64)  # spans over read r (first_read <= r <= last_read), not within it
+    alone = np.zeros(reads, dtype=np.int64)  # 1 where a shard is read by read r alone
+    for s, first in first_read.items():
+        if last_read[s] > first:
+            change[first] += 1
+            change[last_read[s] + 1] -= 1
+        else:
+            alone[first] = 1
+    return int((np.cumsum(change)[:reads] + alone).max())
+
+
+def shard_room(shards: ShardSet) -> int:
+    """How many of the set's largest shards its cache's limit holds (shards' own room, without the cached manifests)."""
+    cache = shards.cache
+    if cache is None or cache.shard_room is None or not shards.infos:
+        return 0
+    return cache.shard_room // max(entry_cost(info.bytes) for info in shards.infos)
+
+
+def _room_ahead(shards: ShardSet, first_read: dict[int, int], last_read: dict[int, int], room: int) -> int:
     """Shards a reader of a split larger than its cache fetches ahead: what its limit holds beyond those it reads at once.
 
     Once per reader, a warning when its reads alone need more shards at once than the
     limit holds, with the smallest limit that fetches each shard once.
     """
     cache = shards.cache
+    if cache is None or cache.limit is None or cache.shard_room is None or not first_read:
+        return 0
+    peak = _peak_of_spans(first_read, last_read)
     largest = max(entry_cost(info.bytes) for info in shards.infos)
-    if cache is None or cache.shard_room is None or not first_read:
-        return ahead
-    starts = sorted(first_read.values())
-    ends = sorted(last_read.values())
-    peak = max(bisect.bisect_right(starts, r) - bisect.bisect_left(ends, r) for r in starts)  # in use at read r
-    room = (cache.shard_room or 0) // largest
     if peak > room and not getattr(shards, "_warned_keep", False):
         shards._warned_keep = True  # type: ignore[attr-defined]
         log.warning(
-            "%s: the cache limit of %s bytes holds %d shards, but this reader's order reads from %d at once (the "
+            "%s: the cache limit of %s bytes holds %d shards, but this reader's order needs %d at once (the "
             "shuffle buffer and the shards merged at once spread each shard's rows): shards evicted before their "
             "last read are fetched again; the smallest limit that fetches each shard once per reader is %s bytes "
             "(--cache-limit, STOKER_CACHE_LIMIT), or use a smaller shuffle_buffer",
-            shards.root, f"{cache.limit:,}", room, peak, f"{peak * largest:,}",
+            shards.root, f"{cache.limit:,}", room, peak, f"{peak * largest + cache.limit - cache.shard_room:,}",
         )
     return max(0, room - peak)
-
-
-def _say_readers_share(shards: ShardSet, readers: int) -> None:
-    """Once per process: several readers of a split larger than the cache may fetch a shard more than once an epoch.
-
-    Every reader of a stream reads rows of every shard of a group (see
-    :mod:`stoker.shards.stream`), and readers are not in step (ranks have no collective
-    between their reads; DataLoader workers run ahead of each other by their prefetch).
-    The cache holds its limit and never evicts a shard a reader holds, but a shard that
-    one reader is done with can be evicted before a slower reader reaches it, and is then
-    downloaded again. Only a limit that holds the whole split promises one download per
-    shard and epoch, so that is what this says, rather than a fetch count it cannot keep.
-    """
-    cache = shards.cache
-    if cache is None or cache.limit is None or cache.shard_room is None or getattr(shards, "_warned_share", False):
-        return
-    shards._warned_share = True  # type: ignore[attr-defined]
-    whole = sum(entry_cost(info.bytes) for info in shards.infos) + (cache.limit - cache.shard_room)
-    log.warning(
-        "%s: %d readers on this machine (workers x ranks of the host) share a cache limit of %s bytes, smaller than "
-        "this split; a reader that falls behind the others can find a shard evicted before it reads it, and that shard "
-        "is downloaded again (the limit still holds); the limit that downloads each shard once per epoch is %s bytes "
-        "(--cache-limit, STOKER_CACHE_LIMIT)",
-        shards.root, readers, f"{cache.limit:,}", f"{whole:,}",
-    )

@@ -26,10 +26,10 @@ each shard of the group is a file in the local cache, fetched ahead while the on
 before is read and let go after its last read (:mod:`stoker.shards.fetch_ahead`). When
 the split is larger than the cache's ``cache_limit``, ``shards_at_once`` and
 ``fetch_ahead`` are lowered to fit (:func:`cache_plan`), and a reader holds no shard
-between its reads. The limit then holds, but several readers on one machine (workers,
-ranks of the host) are not in step, so one that falls behind may download a shard again
-that the others are done with: one of them says so at start, with the limit that
-downloads each shard once per epoch (the whole split).
+between its reads. Several readers on one machine (workers, ranks of the host) are not
+in step, so each records the shards it reads now and next, and the cache evicts none of
+those (:mod:`stoker.shards.cache_readers`): a reader ahead waits for the slower ones, and
+each shard is downloaded once per epoch and machine.
 
 ``len(stream)`` is what this rank reads per epoch, all its workers together, as for
 every stoker reader. How well a stream's batches are mixed, as a DataLoader with
@@ -39,6 +39,7 @@ by :func:`stoker.shards.quality.check_stream` (training runs it before the first
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -50,12 +51,13 @@ from torch.utils.data import IterableDataset, get_worker_info
 from stoker.errors import ConfigError
 from stoker.loading.collate import collate
 from stoker.loading.contract import StreamReader
-from stoker.loading.placement import distributed_placement, local_rank, local_ranks
+from stoker.loading.placement import distributed_placement, local_ranks
 from stoker.loading.skips import OnError, Skipped
 from stoker.order import BUFFER, INTERLEAVE, buffer_shuffle, check_placement, epoch_rng, permutation, share, share_size
 from stoker.shards.cache_entries import entry_cost
+from stoker.shards.cache_readers import pass_tag
 from stoker.shards.dataset import ShardDataset
-from stoker.shards.fetch_ahead import read_ahead
+from stoker.shards.fetch_ahead import disk_peak, read_ahead, shard_room
 
 __all__ = [
     "BLOCK_ROWS",
@@ -68,6 +70,7 @@ __all__ = [
     "stream_order",
 ]
 
+log = logging.getLogger("stoker")
 BLOCK_ROWS = 64  # rows a worker takes at a time: small enough to interleave, large enough to read in runs
 # Shards whose rows are merged into one stretch of the epoch: a batch mixes about this many
 # shards' classes. A local file open at once costs an address range and shorter runs per read
@@ -304,6 +307,7 @@ class ShardStream(IterableDataset, StreamReader):
         self.read_rows = read_rows
         self._placement = (rank, world_size) if rank is not None and world_size is not None else None
         self._epoch = torch.zeros((), dtype=torch.int64).share_memory_()
+        self._said_buffer = False
 
     @property
     def epoch(self) -> int:
@@ -321,19 +325,41 @@ class ShardStream(IterableDataset, StreamReader):
         return (rank, world_size, 0, 1) if info is None else (rank, world_size, info.id, info.num_workers)
 
     def order(self, rank: int = 0, world_size: int = 1, worker: int = 0, num_workers: int = 1) -> np.ndarray:
-        """The sample indices a (rank, worker) reads this epoch, in order (see :func:`stream_order`)."""
-        return stream_order(
-            [info.samples for info in self.dataset.shards.infos],
-            seed=self.seed,
-            epoch=self.epoch,
-            shuffle=self.shuffle,
-            shuffle_buffer=self.shuffle_buffer,
-            rank=rank,
-            world_size=world_size,
-            worker=worker,
-            num_workers=num_workers,
-            shards_at_once=self.shards_at_once,
-        )
+        """The sample indices a (rank, worker) reads this epoch, in order (see :func:`stream_order`).
+
+        A split larger than its cache is read with a smaller buffer where this reader's
+        order would otherwise need more shards on disk at once than the limit holds
+        (:func:`~stoker.shards.fetch_ahead.disk_peak`): halved until it fits, and said once.
+        """
+        shards = self.dataset.shards
+        buffer = self.shuffle_buffer
+        while True:
+            rows = stream_order(
+                [info.samples for info in shards.infos],
+                seed=self.seed,
+                epoch=self.epoch,
+                shuffle=self.shuffle,
+                shuffle_buffer=buffer,
+                rank=rank,
+                world_size=world_size,
+                worker=worker,
+                num_workers=num_workers,
+                shards_at_once=self.shards_at_once,
+            )
+            if not (self.shuffle and shards.tight) or buffer == 1:
+                break
+            peak, room = disk_peak(shards.locate(rows)[0], self.read_rows), shard_room(shards)
+            if peak <= room:
+                break
+            if not self._said_buffer:
+                self._said_buffer = True
+                log.warning(
+                    "%s: the shuffle buffer of %d rows is lowered for this reader (rank %d, worker %d) until its reads "
+                    "need at most the %d shards the cache limit holds at once (with %d rows they need %d); a larger "
+                    "--cache-limit keeps the buffer", shards.root, self.shuffle_buffer, rank, worker, room, buffer, peak,
+                )
+            buffer //= 2
+        return rows
 
     def __iter__(self) -> Iterator[tuple[Any, int] | Skipped]:
         return self.iter_from(0)
@@ -364,10 +390,14 @@ class ShardStream(IterableDataset, StreamReader):
 
     def _reads(self, rows: np.ndarray) -> Iterator[np.ndarray]:
         """``rows`` cut into reads of ``read_rows``; a remote set's next shards are fetched ahead meanwhile."""
-        rank, world_size, worker, num_workers = self.placement()
+        _, world_size, _, num_workers = self.placement()
         readers = num_workers * local_ranks(unknown=world_size)  # without torchrun's count, every rank may be here
-        speaks = worker == 0 and local_rank(unknown=rank) == 0
-        return read_ahead(self.dataset.shards, rows, self.read_rows, self.fetch_ahead, readers=readers, speaks=speaks)
+        shards = self.dataset.shards
+        tag = pass_tag(  # what fixes this epoch's order: every reader of it on this machine names it alike
+            shards.root, shards.split, [info.sha256 for info in shards.infos], self.seed, self.epoch, self.shuffle,
+            self.shuffle_buffer, self.shards_at_once, self.read_rows, world_size, num_workers,
+        )
+        return read_ahead(shards, rows, self.read_rows, self.fetch_ahead, readers=readers, tag=tag)
 
     def __len__(self) -> int:
         """Samples this rank reads per epoch (all its workers together), as for every stoker reader."""
