@@ -121,12 +121,11 @@ def read_ahead(
 
 def _read_span(shard_of: np.ndarray, read_rows: int) -> tuple[dict[int, int], dict[int, int]]:
     """``({shard: its first read}, {shard: its last read})`` of rows in shards ``shard_of``, read ``read_rows`` at a time (in first-read order)."""
-    first_read: dict[int, int] = {}
-    last_read: dict[int, int] = {}
-    for s, r in zip(shard_of.tolist(), (np.arange(len(shard_of)) // read_rows).tolist(), strict=True):
-        first_read.setdefault(s, r)
-        last_read[s] = r
-    return first_read, last_read
+    shards, first = np.unique(shard_of, return_index=True)
+    last = len(shard_of) - 1 - np.unique(shard_of[::-1], return_index=True)[1]
+    by_first = np.argsort(first, kind="stable")
+    shards, first, last = shards[by_first].tolist(), (first[by_first] // read_rows).tolist(), (last[by_first] // read_rows).tolist()
+    return dict(zip(shards, first, strict=True)), dict(zip(shards, last, strict=True))
 
 
 def disk_peak(shard_of: np.ndarray, read_rows: int) -> int:
