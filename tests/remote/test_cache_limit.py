@@ -12,6 +12,7 @@ import hashlib
 import json
 import os
 import re
+import shutil
 import threading
 import time
 from collections.abc import Callable
@@ -311,3 +312,23 @@ def test_a_tight_stream_lowers_a_buffer_that_would_spread_reads_over_more_shards
     assert not any("fetched again" in r.getMessage() for r in caplog.records)
     with_buffer = stream.order()
     assert disk_peak(stream.dataset.shards.locate(with_buffer)[0], 16) <= 3  # what the limit holds
+
+
+def test_a_registry_folder_open_to_others_is_not_used(tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A folder of the registry's name that others may write in (planted) is neither written nor trusted; said once."""
+    folder = cache_readers.registry_dir(tmp_path)
+    folder.mkdir(mode=0o700)
+    os.chmod(folder, 0o777)
+    (folder / "planted").mkdir()
+    (folder / "planted" / "pass.json").write_text(json.dumps({"readers": 9, "first": ["e" * 64]}))
+    monkeypatch.setattr(cache_readers, "_warned", False)
+    try:
+        with caplog.at_level("WARNING", logger="stoker"):
+            reader = cache_readers.PassReader(tmp_path, "pass-c", 1, ["a" * 64])
+            reader.need(["b" * 64])
+        assert cache_readers.spared(tmp_path) == set()
+        assert not list(folder.glob("pass-c*"))
+        assert sum("cannot be written" in r.getMessage() for r in caplog.records) == 1
+        reader.close()
+    finally:
+        shutil.rmtree(folder)

@@ -17,7 +17,9 @@ those are spared until every reader has come, or :data:`ARRIVAL_S` passed since 
 
 The records are a few hundred bytes per reader, belong to live processes, and live in
 shared memory (``/dev/shm``; else the temporary folder), under a folder named after the
-cache folder, so they take nothing of the cache's disk limit::
+user and the cache folder, so they take nothing of the cache's disk limit. That folder
+must be the user's own and closed to others (``0o700``): one planted by another user is
+not used (said once), and then readers out of step may download a shard again::
 
     <registry>/<pass tag>/pass.json           {"readers": 4, "first": ["ab12...", ...]}
     <registry>/<pass tag>/<pid>.<n>.reader    ["ab12...", ...]: what that reader needs soon; [] once done
@@ -29,12 +31,14 @@ reader has finished it, or no live reader is left and none is waited for.
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import itertools
 import json
 import logging
 import os
 import shutil
+import stat
 import tempfile
 import time
 from collections.abc import Iterable
@@ -59,6 +63,22 @@ def registry_dir(cache_root: Path) -> Path:
     if not (base.is_dir() and os.access(base, os.W_OK)):
         base = Path(tempfile.gettempdir())
     return base / f"stoker-readers-{os.getuid()}-{key}"
+
+
+def _own_folder(folder: Path) -> None:
+    """Make ``folder`` (``0o700``) if need be, and check it is this user's own, not a link or another's.
+
+    The registry lives in a folder anyone may write in (``/dev/shm``): a folder of that name
+    planted by another user could make this one write where they choose, or spare what
+    they name.
+
+    Raises:
+        OSError: it is not a folder of this user's, closed to others.
+    """
+    folder.mkdir(mode=0o700, exist_ok=True)
+    st = os.lstat(folder)
+    if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid() or st.st_mode & 0o077:
+        raise PermissionError(errno.EPERM, "not a folder of this user's alone", str(folder))
 
 
 def pass_tag(*parts: object) -> str:
@@ -104,7 +124,8 @@ class PassReader:
         self._needs: list[str] | None = None
         self._usable = True
         try:
-            self.folder.mkdir(parents=True, exist_ok=True)
+            _own_folder(self.folder.parent)
+            self.folder.mkdir(exist_ok=True)
             if not (self.folder / _PASS).exists():
                 _write(self.folder / _PASS, {"readers": int(readers), "first": list(first)})
         except OSError as exc:
@@ -117,7 +138,7 @@ class PassReader:
         if not self._usable or needs == self._needs:
             return
         try:
-            self.folder.mkdir(parents=True, exist_ok=True)  # a finished pass of the same tag may have removed it
+            self.folder.mkdir(exist_ok=True)  # a finished pass of the same tag may have removed it
             _write(self.path, needs)
             self._needs = needs
         except OSError as exc:
@@ -153,7 +174,10 @@ def spared(cache_root: Path) -> set[str]:
     keep: set[str] = set()
     root = registry_dir(cache_root)
     try:
-        passes = [p for p in root.iterdir() if p.is_dir()]
+        st = os.lstat(root)
+        if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid() or st.st_mode & 0o077:
+            return keep  # not this user's own (see _own_folder): nothing in it is trusted
+        passes = [p for p in root.iterdir() if p.is_dir() and not p.is_symlink()]
     except OSError:
         return keep
     now = time.time()
