@@ -11,8 +11,11 @@ machine whose cores go to the loaders (max(1, cores - workers)). Generated data,
 - **jpeg**: CelebA-like JPEGs (178x218, crop ``(40, 20, 138, 138)``, resized to 112):
   encoded JPEG shards through ``make_loader`` with the settings the data set picks,
   against a hand-written torchvision Dataset + DataLoader (2 workers) on the same files,
-  and against FFCV where ``import ffcv`` works (``pip install ffcv`` needs OpenCV and
-  libturbojpeg development files to build). Also the same stoker loader with torch's
+  and against FFCV where ``import ffcv`` works (its Loader, 2 threads, over the same
+  whole JPEGs, the same centred box cut and resized; ``pip install ffcv`` builds against
+  OpenCV and libturbojpeg:
+  ``apt-get install libopencv-dev libturbojpeg0-dev pkg-config`` first, then run this
+  script with the python it was installed in). Also the same stoker loader with torch's
   default intra-op threads against 1 (its resize must not depend on it);
 - **png**: DigiFace-like PNGs (112x112 RGBA): encoded PNG shards (stoker's pick) against
   the torchvision Dataset (2 workers) and against LitData (0 workers, where ``import
@@ -240,6 +243,63 @@ def litdata_timer(folder: Path, root: Path, cores: int) -> Timer | str:
     return timer_of(make)
 
 
+class _RGBImages(torch.utils.data.Dataset):
+    """What FFCV's writer stores: each image as PIL RGB (which its writer re-encodes as JPEG), and its label."""
+
+    def __init__(self, files: list[Path], labels: list[int]) -> None:
+        self.files, self.labels = files, labels
+
+    def __len__(self) -> int:
+        return len(self.files)
+
+    def __getitem__(self, i: int) -> tuple[Any, int]:
+        from PIL import Image
+
+        with Image.open(self.files[i]) as image:
+            return image.convert("RGB"), self.labels[i]
+
+
+def ffcv_timer(folder: Path, root: Path, cores: int) -> Timer | str:
+    """FFCV's Loader over the same JPEGs, 2 threads, the crop box cut and resized to 112; or why not.
+
+    The whole image is stored (FFCV's writer re-encodes it as JPEG), as stoker's encoded
+    shards keep the whole file: both decode the whole image, cut the box and resize it.
+    The box of this layout is centred, so FFCV's ``CenterCropRGBImageDecoder`` cuts it:
+    its side is ``ratio`` times the image's shorter side. FFCV decodes with libjpeg-turbo
+    and resizes with OpenCV on its own threads (``num_workers``).
+    """
+    try:
+        from ffcv.fields import IntField, RGBImageField
+        from ffcv.fields.decoders import CenterCropRGBImageDecoder, IntDecoder
+        from ffcv.loader import Loader, OrderOption
+        from ffcv.transforms import Squeeze, ToTensor, ToTorchImage
+        from ffcv.writer import DatasetWriter
+        from PIL import Image
+    except ImportError:
+        return ("not importable here; it builds with `apt-get install libopencv-dev libturbojpeg0-dev pkg-config` "
+                "then `pip install ffcv` (in a venv with --system-site-packages), then run this script with that python")
+    files, labels = files_of(folder)
+    with Image.open(files[0]) as first:
+        width, height = first.size
+    top, left, box_h, box_w = CROP
+    if (top, left, box_h) != ((height - box_h) // 2, (width - box_w) // 2, box_w):
+        return f"the crop box {CROP} is not a centred square of the {width}x{height} images, which FFCV's decoder cuts"
+    out = root / "ffcv-jpeg.beton"
+    if not out.exists():
+        tmp = out.with_suffix(".tmp")
+        writer = DatasetWriter(str(tmp), {"image": RGBImageField(write_mode="jpg"), "label": IntField()}, num_workers=cores)
+        writer.from_indexed_dataset(_RGBImages(files, labels))
+        tmp.rename(out)
+
+    def make() -> Iterable[Any]:
+        pipelines = {"image": [CenterCropRGBImageDecoder(SIZE, ratio=box_w / min(width, height)), ToTensor(), ToTorchImage()],
+                     "label": [IntDecoder(), ToTensor(), Squeeze()]}
+        return Loader(str(out), batch_size=BATCH, num_workers=min(2, cores), order=OrderOption.RANDOM,
+                      pipelines=pipelines, os_cache=True)
+
+    return timer_of(make)
+
+
 def _litdata_item(item: tuple[str, int]) -> dict[str, Any]:
     return {"image": Path(item[0]).read_bytes(), "label": item[1]}
 
@@ -277,12 +337,12 @@ def comparisons(p: dict[str, Path], root: Path, cores: int) -> tuple[list[tuple[
     picked, timers["jpeg:stoker"] = stoker_loader(p["jpeg"])
     timers["jpeg:torchvision"] = torchvision_loader(p["celeba"], CROP)
     rows.append(("jpeg", f"encoded JPEG shards ({picked})", "torchvision Dataset + DataLoader, 2 workers", 1.3))
-    try:
-        import ffcv  # noqa: F401
-        notes.append("FFCV is importable but its writer/loader pair is not wired into this script yet")
-    except ImportError:
-        notes.append("FFCV: not importable here (`pip install ffcv` fails to build: no opencv4 / libturbojpeg "
-                     "pkg-config files); the torchvision Dataset stands in, as issue 20 allows")
+    ffcv = ffcv_timer(p["celeba"], root, cores)
+    if isinstance(ffcv, str):
+        notes.append(f"FFCV: {ffcv}")
+    else:
+        timers["jpeg:ffcv"] = ffcv
+        rows.append(("jpeg", f"encoded JPEG shards ({picked})", "FFCV Loader (JPEG), 2 threads", 1.3))
     timers["jpeg:stoker, torch default threads"] = with_torch_threads(cores, timers["jpeg:stoker"])
     rows.append(("jpeg", "encoded JPEG shards, torch threads 1", f"the same, torch threads {cores}", 0.95))
     # PNG
@@ -315,6 +375,7 @@ def comparisons(p: dict[str, Path], root: Path, cores: int) -> tuple[list[tuple[
 KEYS = {
     "torchvision Dataset + DataLoader, 2 workers": "torchvision",
     "LitData StreamingDataset, 0 workers": "litdata",
+    "FFCV Loader (JPEG), 2 threads": "ffcv",
     "numpy memmap fancy index in a DataLoader": "memmap",
     "2-thread mapped copy (limit)": "limit",
     "its __getitems__ alone, no loader": "getitems",
