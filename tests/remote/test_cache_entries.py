@@ -96,6 +96,22 @@ def test_partial_downloads_of_dead_processes_are_removed_and_live_ones_count(sma
     assert not list(folder.iterdir())  # nothing left behind
 
 
+def test_a_cache_without_a_limit_still_removes_the_partial_downloads_of_dead_processes(
+    small_pack: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("STOKER_CACHE_LIMIT", raising=False)
+    url = _copy(small_pack, "tmp-unlimited")
+    info = ShardDataset(small_pack).manifest.shards[0]
+    folder = tmp_path / "c" / "tmp"
+    folder.mkdir(parents=True)
+    dead = folder / f"{info.sha256}.{_dead_pid()}.1.{info.bytes}.tmp"
+    dead.write_bytes(b"x" * 100_000)
+    ds = ShardDataset(url, cache_dir=tmp_path / "c")
+    assert ds.shards.cache is not None and ds.shards.cache.limit is None  # no size count per download
+    assert _every(ds).equal(_every(ShardDataset(small_pack)))
+    assert not list(folder.iterdir())  # the dead one is gone, and nothing is left behind
+
+
 class _Claims(MemoryFileSystem):
     """A memory filesystem whose objects claim 10 TB (a lying Content-Length) and read as many bytes as asked."""
 

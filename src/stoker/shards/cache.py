@@ -74,6 +74,7 @@ _CHUNK = 4 << 20
 # (stoker.shards.cache_readers) before it evicts them anyway: readers in step move on within it.
 SPARE_WAIT_S = 15.0
 SAY_WAIT_S = 5.0  # a wait for room longer than this is said (once per process)
+_UNLIMITED_SWEEP_S = 60.0  # how often a cache without a limit removes the partial downloads of dead processes
 _UNITS = {"": 1, "b": 1, "k": 2**10, "kb": 2**10, "kib": 2**10, "m": 2**20, "mb": 2**20, "mib": 2**20,
           "g": 2**30, "gb": 2**30, "gib": 2**30, "t": 2**40, "tb": 2**40, "tib": 2**40}
 
@@ -144,6 +145,7 @@ class ShardCache:
         self._spare_off = False  # set once a wait for the shards other readers need ran out
         self._said_wait = False
         self._count_lock = threading.Lock()
+        self._swept_at: float | None = None  # a cache without a limit: when this object last swept (_reserve_unlimited)
 
     # -- where things are ---------------------------------------------------------------
     def path_of(self, info: ShardInfo) -> Path:
@@ -280,7 +282,7 @@ class ShardCache:
         self._folder(dest.parent)
         problem = ""
         for _attempt in range(self.retries + 1):
-            tmp = self._reserve(info, wait)
+            tmp = self._reserve(info, wait) if self.limit is not None else self._reserve_unlimited(info)
             if tmp is None:
                 return False
             try:
@@ -358,14 +360,7 @@ class ShardCache:
                 if self.limit is not None and used + need > self.limit:
                     used -= self._make_room(used + need - self.limit, where, time.monotonic() - start)
                 if self.limit is None or used + need <= self.limit:
-                    free = shutil.disk_usage(tmp_folder).free
-                    if free < need:
-                        raise ShardError(
-                            f"{where}: needs {info.bytes:,} bytes in the cache folder {self.root}, only {free:,} are "
-                            "free on its disk; free some space, or choose another folder with --cache-dir (STOKER_CACHE)"
-                        )
-                    tmp = tmp_folder / tmp_name(info.sha256, info.bytes, threading.get_ident())
-                    os.close(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644))
+                    tmp = self._new_partial(info, tmp_folder)
                     waited_s = time.monotonic() - start
                     if waited_s > SAY_WAIT_S and not self._said_wait:
                         self._said_wait = True
@@ -409,6 +404,39 @@ class ShardCache:
             where, waited_s, self.root, f"{self.limit:,}",
         )
         return freed + more
+
+    def _reserve_unlimited(self, info: ShardInfo) -> Path:
+        """:meth:`_reserve` for a cache without a limit: there is no size count, so no ``cache.lock`` and no sweep per download.
+
+        (Each download took the lock and listed the whole folder; the threads fetching side
+        by side waited for each other's sweeps, on a lock polled with growing pauses.) The
+        partial downloads of dead processes are still removed: by a sweep at most every
+        :data:`_UNLIMITED_SWEEP_S` seconds, the first download of each cache object's included.
+        """
+        tmp_folder = self._folder(self.root / "tmp")
+        now = time.monotonic()
+        if self._swept_at is None or now - self._swept_at > _UNLIMITED_SWEEP_S:
+            self._swept_at = now
+            with _Exclusive(self.root / "cache.lock", self.lock_timeout_s, "the cache's size count"):
+                self.sweep()
+        return self._new_partial(info, tmp_folder)
+
+    def _new_partial(self, info: ShardInfo, tmp_folder: Path) -> Path:
+        """A new empty partial-download file for ``info``, once the disk has room for the whole shard (its name reserves the bytes).
+
+        Raises:
+            ShardError: the disk has not that much free.
+        """
+        need = entry_cost(info.bytes)
+        free = shutil.disk_usage(tmp_folder).free
+        if free < need:
+            raise ShardError(
+                f"shard {info.name}: needs {info.bytes:,} bytes in the cache folder {self.root}, only {free:,} are "
+                "free on its disk; free some space, or choose another folder with --cache-dir (STOKER_CACHE)"
+            )
+        tmp = tmp_folder / tmp_name(info.sha256, info.bytes, threading.get_ident())
+        os.close(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644))
+        return tmp
 
     def sweep(self) -> int:
         """Remove the partial downloads of dead processes (or older than the lock timeout); the cache's disk bytes.

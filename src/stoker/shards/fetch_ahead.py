@@ -34,7 +34,8 @@ def read_ahead(
     The shards are fetched in the order the reads first need them, those of the current
     read and ``ahead`` beyond, side by side on ``ahead`` threads (so downloads overlap
     each other and the reading). A shard fetched ahead is held (pinned) until it is read,
-    so no other reader evicts it first. A split the cache holds whole stays open after
+    so no other reader evicts it first; without a cache limit it is opened (mapped and
+    checked) by the thread that fetched it. A split the cache holds whole stays open after
     its reads (the next epoch reads it as a local set is read). A local set is simply
     cut into reads.
 
@@ -83,6 +84,10 @@ def read_ahead(
     pending: dict[int, Future[bool]] = {}
     submitted = 0
     pin: Callable[[int], bool] = lambda s: shards.fetch(s, wait=False, pin=not tight)  # noqa: E731
+    if shards.cache is not None and shards.cache.limit is None:
+        # No limit, so no room to wait for: a shard is opened (mapped and checked) on the thread that fetched it,
+        # rather than by the read that first needs it, one shard after another while the fetches wait.
+        pin = lambda s: shards.file(s) is not None  # noqa: E731
     carried: set[int] = set()  # shards this reader has begun and not finished
     begun = 0  # shards of ``sequence`` begun
     try:

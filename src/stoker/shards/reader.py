@@ -16,7 +16,7 @@ import logging
 import os
 import threading
 import zlib
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, cast
 
@@ -47,6 +47,21 @@ def _manifest_stamp(root: Path) -> tuple[int, int, int, int] | None:
     except OSError:
         return None
     return st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns
+
+
+def _list_early(remote: Location | None) -> Future[dict[str, int]] | None:
+    """A remote set's listing (the sizes of its files), asked for on a thread of its own; None for a local set or offline.
+
+    Opening a remote set reads its manifest, then compares every shard's size with a
+    listing: asked for side by side, the two round trips to the store take about as long as one.
+    """
+    if remote is None or offline_since(remote.url) is not None:  # offline, check_sizes lists nothing
+        return None
+    pool = ThreadPoolExecutor(1, thread_name_prefix="stoker-list")
+    try:
+        return pool.submit(remote.sizes)
+    finally:
+        pool.shutdown(wait=False)  # the thread ends with its one call
 
 
 class ShardSet:
@@ -95,6 +110,7 @@ class ShardSet:
         # Before loading: a change in between is caught later. (A remote set is read through
         # the verified cache: a re-packed shard fails its SHA-256 there.)
         self._stamp = _manifest_stamp(local) if local is not None else None
+        listing = _list_early(self.remote)  # check_sizes' listing, asked for while the manifest is read
         self.manifest = Manifest.load(place, cache_dir=cache_dir)  # offline: the cached copy (stoker.shards.manifest_cache)
         self.infos = self.manifest.shards_of(split)
         self.schema = shard_schema(self.manifest.store, self.manifest.image_size, self.manifest.channels)
@@ -119,7 +135,7 @@ class ShardSet:
         self._waiting = 0  # reads of this set waiting for room in the cache
         self._lock = threading.Lock()
         self._reset()
-        self.check_sizes()
+        self.check_sizes(listing)
 
     @property
     def cache_bytes(self) -> int:
@@ -143,13 +159,16 @@ class ShardSet:
         self._labels: np.ndarray | None = None
         self._buffers = BatchBuffers()  # gather_pixels' batches, reused once nothing holds them
 
-    def check_sizes(self) -> None:
-        """Compare every shard's size on disk (or in the bucket: one listing) with the manifest (no data is read)."""
+    def check_sizes(self, listing: Future[dict[str, int]] | None = None) -> None:
+        """Compare every shard's size on disk (or in the bucket: one listing) with the manifest (no data is read).
+
+        ``listing``: a remote set's listing (:meth:`Location.sizes`) asked for already.
+        """
         if self.remote is not None:
             if offline_since(self.remote.url) is not None and self.cache is not None:  # the store is unreachable
                 require_cached(self.remote.url, self.split, self.infos, self.cache.has)
                 return
-            sizes = self.remote.sizes()
+            sizes = listing.result() if listing is not None else self.remote.sizes()
             for info in self.infos:
                 if info.name not in sizes:  # not listed (an HTTP server may not list): ask for it alone
                     size = self.remote.size(info.name)
@@ -328,6 +347,7 @@ class ShardSet:
         room = self.cache.shard_room
         if room is not None and sum(entry_cost(self.infos[s].bytes) for s in todo) > room:
             return  # they would evict each other
+        todo = [s for s in todo if not self.is_open(s)]  # an open shard is held already (a stream's fetch threads open them)
         if workers <= 1 or len(todo) <= 1:
             for s in todo:
                 self.fetch(s)
