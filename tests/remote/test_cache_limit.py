@@ -26,6 +26,7 @@ from torch.utils.data import DataLoader
 
 from stoker import pack
 from stoker.errors import ConfigError
+from stoker.loading import make_loader
 from stoker.shards import ShardDataset, ShardStream, cache, cache_readers
 from stoker.shards.cache_entries import entry_cost
 from stoker.shards.fetch_ahead import disk_peak
@@ -332,3 +333,30 @@ def test_a_registry_folder_open_to_others_is_not_used(tmp_path: Path, caplog: py
         reader.close()
     finally:
         shutil.rmtree(folder)
+
+
+def test_a_mid_epoch_resume_under_another_cache_plan_is_refused(pack16: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The limit plans a tight stream's order: the same limit resumes exactly, another one is refused mid-epoch, not at an epoch's end."""
+    monkeypatch.delenv("LOCAL_WORLD_SIZE", raising=False)
+    url = upload_folder(pack16, "memory://stoker-share-test/plan")
+    cost = entry_cost(max(i.bytes for i in ShardDataset(pack16).manifest.shards))
+
+    def loader(limit: int) -> Any:
+        stream = ShardStream(url, cache_dir=tmp_path / f"c{limit}", cache_limit=limit, shuffle_buffer=256, read_rows=16)
+        return make_loader(stream, batch_size=16, num_workers=0, device="cpu", collate_fn=_keys)
+
+    whole = [key for batch in loader(4 * cost) for key in batch]
+    first = loader(4 * cost)
+    taken = []
+    for batch in first:
+        taken += batch
+        if len(taken) >= 96:
+            break
+    state = first.state_dict()
+    again = loader(4 * cost)
+    again.load_state_dict(state)
+    assert taken + [key for batch in again for key in batch] == whole  # the same plan: exactly the rest
+    with pytest.raises(ConfigError, match="cache_room"):
+        loader(6 * cost).load_state_dict(state)
+    done = again.state_dict()  # at the epoch's end
+    loader(6 * cost).load_state_dict(done)

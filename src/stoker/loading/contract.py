@@ -38,6 +38,7 @@ __all__ = [
     "SupportsIterFrom",
     "SupportsLoaderDefaults",
     "SupportsOnError",
+    "SupportsOrderPlan",
 ]
 
 
@@ -104,6 +105,20 @@ class SupportsLoaderDefaults(Protocol):
     @property
     def loader_defaults(self) -> Mapping[str, Any]:
         """``make_loader`` keyword arguments (``num_workers``, ``backend``) used where the caller gave none."""
+        ...
+
+
+@runtime_checkable
+class SupportsOrderPlan(Protocol):
+    """A reader whose order depends on settings besides the seed, the epoch and the placement.
+
+    The loader records the plan in its state and refuses a state taken under another
+    (:meth:`~stoker.Loader.load_state_dict`): resumed mid-epoch under another plan, the
+    rest of that epoch would read some samples twice and others not at all.
+    """
+
+    def order_plan(self) -> Mapping[str, Any]:
+        """What fixes this reader's order beyond seed, epoch and placement: plain values, compared on resume."""
         ...
 
 

@@ -32,6 +32,7 @@ from stoker.loading.contract import (
     SupportsGetItems,
     SupportsIterFrom,
     SupportsLoaderDefaults,
+    SupportsOrderPlan,
 )
 from stoker.loading.samplers import EpochSampler, RankSlice
 from stoker.loading.skips import Skipped
@@ -428,6 +429,7 @@ class Loader:
             "worker_batches": list(self._worker_batches) if self._iterable else [],
             "next_worker": self._next_worker,
             "skipped": [[s.key, s.reason] for s in self.skipped] if self._batches_done else [],
+            **({"order_plan": dict(self.dataset.order_plan())} if isinstance(self.dataset, SupportsOrderPlan) else {}),
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -442,7 +444,8 @@ class Loader:
 
         Raises:
             ConfigError: the state is not a loader state, or was taken from a loader
-                with another seed, batch size or (iterable data sets) worker count.
+                with another seed, batch size or (iterable data sets) worker count, or
+                mid-epoch under another order plan of the data set (:class:`~stoker.loading.contract.SupportsOrderPlan`).
         """
         keys = ("format", "epoch", "seed", "batch_size", "batches", "worker_batches", "next_worker", "skipped")
         if isinstance(state, dict) and state.get("format") == "stoker-loader/1":
@@ -459,6 +462,17 @@ class Loader:
                 raise ConfigError(
                     f"the loader state was taken with {key}={state[key]!r} but this loader has {key}={mine!r}; "
                     "resume with the same loader settings"
+                )
+        if isinstance(self.dataset, SupportsOrderPlan) and isinstance(state.get("order_plan"), dict):
+            mine_plan = dict(self.dataset.order_plan())
+            differ = [k for k in sorted(set(mine_plan) | set(state["order_plan"])) if state["order_plan"].get(k) != mine_plan.get(k)]
+            if differ and int(state["batches"]) > 0:  # at an epoch's start, the new plan simply reads the next epoch
+                said = ", ".join(f"{k}={state['order_plan'].get(k)!r} (now {mine_plan.get(k)!r})" for k in differ)
+                raise ConfigError(
+                    f"the loader state was taken mid-epoch when the data set's order was planned with {said}; "
+                    "under another plan the rest of the epoch would read some samples twice and others not at all. "
+                    "Resume with the same settings (a shard stream's cache limit, --cache-limit, plans it too), or "
+                    "from a checkpoint taken at an epoch's end"
                 )
         workers = list(state["worker_batches"])
         if self._iterable and len(workers) != self._slots:

@@ -50,7 +50,7 @@ from torch.utils.data import IterableDataset, get_worker_info
 
 from stoker.errors import ConfigError
 from stoker.loading.collate import collate
-from stoker.loading.contract import StreamReader
+from stoker.loading.contract import StreamReader, SupportsOrderPlan
 from stoker.loading.placement import distributed_placement, local_ranks
 from stoker.loading.skips import OnError, Skipped
 from stoker.order import BUFFER, INTERLEAVE, buffer_shuffle, check_placement, epoch_rng, permutation, share, share_size
@@ -226,7 +226,7 @@ def shards_at_once_for(
     return max(1, min(fits, len(shard_bytes)))
 
 
-class ShardStream(IterableDataset, StreamReader):
+class ShardStream(IterableDataset, StreamReader, SupportsOrderPlan):
     """An iterable torch Dataset over one split of a shard set: every sample once per epoch.
 
     Use it where an iterable data set is wanted (streaming-style training, several
@@ -360,6 +360,21 @@ class ShardStream(IterableDataset, StreamReader):
                 )
             buffer //= 2
         return rows
+
+    def order_plan(self) -> dict[str, Any]:
+        """What fixes the order besides seed, epoch and placement; the loader refuses a mid-epoch resume under another.
+
+        ``cache_room`` (the shards a limit smaller than the split holds, else None) plans
+        each reader's buffer (:meth:`order`), as ``shards_at_once`` may be lowered by it.
+        """
+        shards = self.dataset.shards
+        return {
+            "shuffle": self.shuffle,
+            "shuffle_buffer": self.shuffle_buffer,
+            "shards_at_once": self.shards_at_once,
+            "read_rows": self.read_rows,
+            "cache_room": shard_room(shards) if self.shuffle and shards.tight else None,
+        }
 
     def __iter__(self) -> Iterator[tuple[Any, int] | Skipped]:
         return self.iter_from(0)
