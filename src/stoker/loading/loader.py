@@ -429,8 +429,12 @@ class Loader:
             "worker_batches": list(self._worker_batches) if self._iterable else [],
             "next_worker": self._next_worker,
             "skipped": [[s.key, s.reason] for s in self.skipped] if self._batches_done else [],
-            **({"order_plan": dict(self.dataset.order_plan())} if isinstance(self.dataset, SupportsOrderPlan) else {}),
+            **self._order_plan(),
         }
+
+    def _order_plan(self) -> dict[str, Any]:
+        """``{"order_plan": ...}`` of a data set that has one (:class:`SupportsOrderPlan`), else nothing."""
+        return {"order_plan": dict(self.dataset.order_plan())} if isinstance(self.dataset, SupportsOrderPlan) else {}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Continue from a :meth:`state_dict`: the next iteration resumes its epoch at its next batch.
@@ -488,7 +492,7 @@ class Loader:
         self._pending = {
             "format": LOADER_STATE_FORMAT, "epoch": epoch, "seed": self.seed, "batch_size": self.batch_size,
             "batches": batches, "worker_batches": [int(b) for b in workers] if self._iterable else [],
-            "next_worker": turn, "skipped": [[str(k), str(r)] for k, r in state["skipped"]],
+            "next_worker": turn, "skipped": [[str(k), str(r)] for k, r in state["skipped"]], **self._order_plan(),
         }
 
     def _restart_epoch(self) -> None:
