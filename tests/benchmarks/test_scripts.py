@@ -18,7 +18,8 @@ def _run(script: str, *args: str, cwd: Path) -> str:
         [sys.executable, str(BENCHMARKS / script), *args],
         cwd=cwd, capture_output=True, text=True, timeout=240, env=env,
     )
-    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-4000:]
+    said = [line for line in (done.stdout + done.stderr).splitlines() if "error" in line.lower() and "File " not in line]
+    assert done.returncode == 0, "\n".join(said[-20:]) + "\n---\n" + done.stdout[-2000:] + done.stderr[-4000:]  # a rank's error line, not only the tail
     return done.stdout
 
 
