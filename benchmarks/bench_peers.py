@@ -333,28 +333,26 @@ def comparisons(p: dict[str, Path], root: Path, cores: int) -> tuple[list[tuple[
         name = f"{picked['backend']} x{picked['num_workers']}"
         return name, timer_of(lambda: make_loader(dataset, batch_size=BATCH, shuffle=True, device=None))
 
+    def peer(part: str, key: str, name: str, timer: Timer | str, method: str, target: float) -> None:
+        """A peer that may not be installed: its row and timer, or a note on why it is left out."""
+        if isinstance(timer, str):
+            notes.append(f"{name}: {timer}")
+            return
+        timers[f"{part}:{key}"] = timer
+        rows.append((part, method, next(label for label, k in KEYS.items() if k == key), target))
+
     # JPEG
     picked, timers["jpeg:stoker"] = stoker_loader(p["jpeg"])
     timers["jpeg:torchvision"] = torchvision_loader(p["celeba"], CROP)
     rows.append(("jpeg", f"encoded JPEG shards ({picked})", "torchvision Dataset + DataLoader, 2 workers", 1.3))
-    ffcv = ffcv_timer(p["celeba"], root, cores)
-    if isinstance(ffcv, str):
-        notes.append(f"FFCV: {ffcv}")
-    else:
-        timers["jpeg:ffcv"] = ffcv
-        rows.append(("jpeg", f"encoded JPEG shards ({picked})", "FFCV Loader (JPEG), 2 threads", 1.3))
+    peer("jpeg", "ffcv", "FFCV", ffcv_timer(p["celeba"], root, cores), f"encoded JPEG shards ({picked})", 1.3)
     timers["jpeg:stoker, torch default threads"] = with_torch_threads(cores, timers["jpeg:stoker"])
     rows.append(("jpeg", "encoded JPEG shards, torch threads 1", f"the same, torch threads {cores}", 0.95))
     # PNG
     picked, timers["png:stoker"] = stoker_loader(p["png"])
     timers["png:torchvision"] = torchvision_loader(p["digiface"], None)
     rows.append(("png", f"encoded PNG shards ({picked})", "torchvision Dataset + DataLoader, 2 workers", 1.2))
-    lit = litdata_timer(p["digiface"], root, cores)
-    if isinstance(lit, str):
-        notes.append(f"LitData: {lit}")
-    else:
-        timers["png:litdata"] = lit
-        rows.append(("png", f"encoded PNG shards ({picked})", "LitData StreamingDataset, 0 workers", 1.2))
+    peer("png", "litdata", "LitData", litdata_timer(p["digiface"], root, cores), f"encoded PNG shards ({picked})", 1.2)
     # pixels
     for layout in ("png", "jpeg"):
         name = f"pixels-{layout}"

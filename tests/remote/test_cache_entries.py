@@ -78,13 +78,19 @@ def _dead_pid() -> int:
     return child.pid
 
 
+def _dead_partial(folder: Path, info: Any) -> Path:
+    """A partial download of ``info`` in ``folder`` left by a process that is gone."""
+    folder.mkdir(parents=True)
+    dead = folder / f"{info.sha256}.{_dead_pid()}.1.{info.bytes}.tmp"
+    dead.write_bytes(b"x" * 100_000)
+    return dead
+
+
 def test_partial_downloads_of_dead_processes_are_removed_and_live_ones_count(small_pack: Path, tmp_path: Path) -> None:
     url = _copy(small_pack, "tmp")
     info = ShardDataset(small_pack).manifest.shards[0]
     folder = tmp_path / "c" / "tmp"
-    folder.mkdir(parents=True)
-    dead = folder / f"{info.sha256}.{_dead_pid()}.1.{info.bytes}.tmp"
-    dead.write_bytes(b"x" * 100_000)
+    dead = _dead_partial(folder, info)
     live = folder / f"{info.sha256}.{os.getpid()}.1.{info.bytes}.tmp"
     live.write_bytes(b"")
     cache = ShardCache(tmp_path / "c")
@@ -103,9 +109,7 @@ def test_a_cache_without_a_limit_still_removes_the_partial_downloads_of_dead_pro
     url = _copy(small_pack, "tmp-unlimited")
     info = ShardDataset(small_pack).manifest.shards[0]
     folder = tmp_path / "c" / "tmp"
-    folder.mkdir(parents=True)
-    dead = folder / f"{info.sha256}.{_dead_pid()}.1.{info.bytes}.tmp"
-    dead.write_bytes(b"x" * 100_000)
+    _dead_partial(folder, info)
     ds = ShardDataset(url, cache_dir=tmp_path / "c")
     assert ds.shards.cache is not None and ds.shards.cache.limit is None  # no size count per download
     assert _every(ds).equal(_every(ShardDataset(small_pack)))

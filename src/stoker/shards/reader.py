@@ -57,11 +57,19 @@ def _list_early(remote: Location | None) -> Future[dict[str, int]] | None:
     """
     if remote is None or offline_since(remote.url) is not None:  # offline, check_sizes lists nothing
         return None
-    pool = ThreadPoolExecutor(1, thread_name_prefix="stoker-list")
-    try:
-        return pool.submit(remote.sizes)
-    finally:
-        pool.shutdown(wait=False)  # the thread ends with its one call
+    listing: Future[dict[str, int]] = Future()
+
+    def run() -> None:
+        if listing.set_running_or_notify_cancel():
+            try:
+                listing.set_result(remote.sizes())
+            except BaseException as exc:  # raised where check_sizes takes the result
+                listing.set_exception(exc)
+
+    # A daemon thread: found offline meanwhile, check_sizes never takes the result, and the
+    # process must not wait at exit for the network layer's retries (a pool's thread is joined).
+    threading.Thread(target=run, name="stoker-list", daemon=True).start()
+    return listing
 
 
 class ShardSet:

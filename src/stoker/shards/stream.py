@@ -409,8 +409,8 @@ class ShardStream(IterableDataset, StreamReader, SupportsOrderPlan):
         readers = num_workers * local_ranks(unknown=world_size)  # without torchrun's count, every rank may be here
         shards = self.dataset.shards
         tag = pass_tag(  # what fixes this epoch's order: every reader of it on this machine names it alike
-            shards.root, shards.split, [info.sha256 for info in shards.infos], self.seed, self.epoch, self.shuffle,
-            self.shuffle_buffer, self.shards_at_once, self.read_rows, world_size, num_workers,
+            shards.root, shards.split, [info.sha256 for info in shards.infos], self.seed, self.epoch, world_size,
+            num_workers, sorted(self.order_plan().items()),
         )
         return read_ahead(shards, rows, self.read_rows, self.fetch_ahead, readers=readers, tag=tag)
 
