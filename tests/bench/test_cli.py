@@ -49,3 +49,23 @@ def test_tune_writes_settings_the_loader_takes(tiny_root: Path, tmp_path: Path) 
 def test_bad_options_are_one_line_errors(tiny_root: Path, args: list[str], message: str) -> None:
     result = CliRunner().invoke(main, [a.format(data=tiny_root) for a in args])
     assert result.exit_code == 1 and message in result.output
+
+
+def test_tune_a_shard_set_as_it_is_on_its_own_storage(tiny_root: Path, tmp_path: Path) -> None:
+    from stoker.bench.settings import check_tuned_for
+    from stoker.packer import pack
+
+    packed = tmp_path / "packed"
+    pack([tiny_root], packed, store="pixels", size=(16, 16), seed=0, progress=False)
+    path = tmp_path / "loader.toml"
+    result = CliRunner().invoke(main, ["tune", str(packed), "--budget", "4s", "--max-workers", "0", "--batch-size", "8",
+                                       "--device", "cpu", "--out", str(path)])
+    assert result.exit_code == 0, result.output
+    assert "is a shard set" not in result.output and "Pack the data first" not in result.output
+    assert "tried" in result.output and "on 40 samples" in result.output and "chose:" in result.output
+    settings = load_settings(path)
+    assert (settings.method, settings.data, settings.workers) == ("shards-pixels", str(packed.resolve()), 0)
+    assert check_tuned_for(settings, [str(packed)], str(path)) == []  # what it was tuned on is what a run reads
+    wrong = CliRunner().invoke(main, ["tune", str(packed), "--storages", "files", "--budget", "4s", "--out", str(path)])
+    assert wrong.exit_code == 1 and "only shards-pixels can be tuned on it" in wrong.output
+    assert len(wrong.output.strip().splitlines()) == 1

@@ -332,7 +332,7 @@ def check_tuned_for(
                    f"{METHODS[settings.method].store}`)" if METHODS[settings.method].store else "")
                 + f"; to use the settings anyway, delete the [tuned_for] table from {where}"
             )
-        if settings.data is not None and not any(_inside(s, settings.data) for s in sources):
+        if settings.data is not None and not any(_inside(s, settings.data) for s in (str(path), *sources)):  # itself, or its source
             warnings.append(
                 f"{where}: tuned for {tuned}; {path} is other data of the same storage, for which other settings "
                 f"may be faster: re-tune with `stoker tune {sources[0] if sources else path} --out {where}`"

@@ -14,7 +14,10 @@ repeated samples like every benchmark run, and is measured after its first batch
 steady rate a training run keeps up). A setting within 3 % of the fastest that uses
 fewer workers wins, since it leaves cores and memory to the training. Shard storages
 are packed from the sample first; that time counts against the budget, and a storage
-whose packing would not fit is skipped (and said so).
+whose packing would not fit is skipped (and said so). A shard set given as it is
+(``stoker pack``'s output, a folder or a URL) is tuned on its own storage alone, on
+every sample it holds (its shards fetched into the cache once): workers, backend and
+prefetch depth for the data a run will read.
 
 Example:
     >>> settings = tune("digiface/", budget_s=60)  # doctest: +SKIP
@@ -29,17 +32,21 @@ import tempfile
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
+from functools import partial
 from pathlib import Path
 
 import numpy as np
 
 from stoker.bench.benchmark import _settle_size, open_data, pack_for_bench
 from stoker.bench.limits import Limits, evict_from_page_cache, measure_limits, measure_sequential_reads
-from stoker.bench.methods import METHODS, BenchData, method_names
+from stoker.bench.methods import METHODS, PACK_SPLIT, BenchData, method_names
 from stoker.bench.runner import Expected, RunResult, run_method
 from stoker.bench.settings import LoaderSettings
+from stoker.bench.shard_data import fetch_all, measure_shard_limits, open_shard_set
 from stoker.bench.shares import share_phrase
+from stoker.decode import resize
 from stoker.errors import ConfigError
+from stoker.shards.dataset import ShardDataset
 from stoker.sources.dataset import FileDataset
 
 __all__ = ["DEFAULT_STORAGES", "Trial", "TuneResult", "search_settings", "tune"]
@@ -149,7 +156,7 @@ class _Search:
             return None
         method = METHODS[settings.method]
         if self.cold:
-            evict_from_page_cache([str(p) for p in self.data.files().index.paths])
+            evict_from_page_cache(self._files_read())
         run: RunResult = run_method(
             lambda: method.build(self.data, settings),
             self.expected,
@@ -167,6 +174,13 @@ class _Search:
         self.echo(f"  [{phase}] {trial.describe()}")
         return trial
 
+    def _files_read(self) -> list[str]:
+        """The files the trials read: the sample's images, or a shard set's shards (its cached copies for a URL)."""
+        if self.data.dataset is not None:
+            return [str(p) for p in self.data.files().index.paths]
+        shards = [ShardDataset(place, PACK_SPLIT).shards for place in self.data.packed.values()]
+        return [str(s.local_path(k)) for s in shards for k in range(len(s.infos))]
+
     def best(self) -> Trial | None:
         valid = [t for t in self.trials if t.valid]
         if not valid:
@@ -183,6 +197,17 @@ def _worker_candidates(cores: int, max_workers: int | None) -> list[int]:
         out.append(w)
         w *= 2
     return out
+
+
+def _shard_storages(store: str, storages: Sequence[str], root: str) -> list[str]:
+    """The storage a shard set of ``store`` is tuned on: its own (the default storages), or a ConfigError."""
+    own = next(name for name in method_names(tunable=True) if METHODS[name].store == store)
+    if tuple(storages) == DEFAULT_STORAGES or own in storages:
+        return [own]
+    raise ConfigError(
+        f"{root}: is a shard set of {store} shards, so only {own} can be tuned on it (asked: {', '.join(storages)}); "
+        f"pass --storages {own}, or tune the folder it was packed from to compare every storage"
+    )
 
 
 def _sample(dataset: FileDataset, sample_size: int, seed: int) -> FileDataset:
@@ -222,7 +247,8 @@ def search_settings(
     """Search loader settings for ``data`` within ``budget_s`` seconds; see the module docs.
 
     Args:
-        data: a folder in any layout stoker reads, or a stoker data set.
+        data: a folder in any layout stoker reads, a shard set (tuned on its own
+            storage), or a stoker data set.
         budget_s: the time the whole search may take (limits, packing and trials).
         storages: the storages to consider (``files``, ``shards-encoded``, ``shards-pixels``).
         batch_size: the training batch size (kept as given: it is a training choice).
@@ -241,7 +267,8 @@ def search_settings(
         :func:`~stoker.bench.settings.check_tuned_for` when they are used).
 
     Raises:
-        ConfigError: a budget too small for one trial, or an unknown storage.
+        ConfigError: a budget too small for one trial, an unknown storage, or a shard
+            set with only other storages asked for.
     """
     start = time.perf_counter()
     say = echo or (lambda line: None)
@@ -251,24 +278,39 @@ def search_settings(
     unknown = [s for s in storages if s not in tunable]
     if unknown or not storages:
         raise ConfigError(f"tune: storages must be among {', '.join(tunable)}, got {list(storages)!r}")
-    dataset, description = open_data(data)
-    size = _settle_size(dataset, size)
-    sample = _sample(dataset, sample_size or max(8 * batch_size, 2048), seed)
+    shard_set = open_shard_set(data) if not isinstance(data, FileDataset) else None
     limit_s = min(1.0, budget_s / 30)
-    limits = measure_limits(sample, size=size, time_s=limit_s, seed=seed)
+    trial_s = float(np.clip(budget_s * 0.85 / _PLANNED_TRIALS, _MIN_TRIAL_S, _MAX_TRIAL_S))
+    if shard_set is None:
+        dataset, description = open_data(data)
+        size = _settle_size(dataset, size)
+        sample = _sample(dataset, sample_size or max(8 * batch_size, 2048), seed)
+        limits = measure_limits(sample, size=size, time_s=limit_s, seed=seed)
+        labels, num_classes, samples = np.asarray(sample.labels), sample.num_classes, len(sample)
+        bench_data = BenchData.of(
+            sample, size, batch_size=min(batch_size, samples), device=device, seed=seed, persistent_workers=True
+        )
+    else:  # a shard set as it is: its own storage alone, on every sample (trials stop on time)
+        storages = _shard_storages(shard_set.store, storages, shard_set.root)
+        description = shard_set.root
+        labels, download_rate = fetch_all(shard_set)
+        num_classes, samples = shard_set.num_classes, len(labels)
+        size = size if size is not None else shard_set.image_size
+        limits = measure_shard_limits(shard_set, size, limit_s, download_rate, seed=seed)
+        bench_data = BenchData(None, size, batch_size=min(batch_size, samples), device=device, seed=seed,
+                               persistent_workers=True)
+        if size != shard_set.image_size:
+            bench_data.shard_transform = partial(resize, size=size)
+        bench_data.packed[shard_set.store] = description
     say(f"tuning the loader for {description}: {limits.summary()}")
 
-    trial_s = float(np.clip(budget_s * 0.85 / _PLANNED_TRIALS, _MIN_TRIAL_S, _MAX_TRIAL_S))
-    bench_data = BenchData.of(
-        sample, size, batch_size=min(batch_size, len(sample)), device=device, seed=seed, persistent_workers=True
-    )
-    state = _Search(bench_data, Expected.of(sample.labels, sample.num_classes), budget_s - (time.perf_counter() - start), trial_s, cold, say)
+    state = _Search(bench_data, Expected.of(labels, num_classes), budget_s - (time.perf_counter() - start), trial_s, cold, say)
     workdir = Path(tempfile.mkdtemp(prefix="stoker-tune-"))
     try:
         # 1. storage and workers
         for storage in storages:
             store = METHODS[storage].store
-            if store is not None:
+            if store is not None and store not in bench_data.packed:
                 work_s = len(sample) / max(limits.decode_img_per_s, 1.0)
                 if work_s > 0.3 * state.left_s:
                     state.skipped.append(f"{storage}: packing {len(sample)} samples would take about {work_s:.0f} s of the budget")
@@ -324,9 +366,9 @@ def search_settings(
         method = METHODS[settings.method]
         bound, limit_name = limits.machine_limit(method.work, sequential=method.store is not None, cached=not cold)
         reason += f"; {share_phrase((chosen.img_per_s or 0.0) / bound, limit_name)} ({bound:,.0f} img/s)"
-        if method.store is not None:
+        if method.store is not None and shard_set is None:
             reason += f". Pack the data first: `stoker pack DATA OUT --store {method.store}`"
-    return TuneResult(settings, state.trials, reason, state.skipped, limits, len(sample), time.perf_counter() - start)
+    return TuneResult(settings, state.trials, reason, state.skipped, limits, samples, time.perf_counter() - start)
 
 
 def tune(data: str | os.PathLike[str] | FileDataset, budget_s: float = 60.0, **kwargs: object) -> LoaderSettings:

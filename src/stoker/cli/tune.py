@@ -51,7 +51,8 @@ def tune(
 
     DATA is a folder in any layout stoker reads, a label file, or a URL (s3://, gs://, ...
     through fsspec): trials on the files read them from the bucket; trials on shards
-    pack the sample into a local temporary folder first.
+    pack the sample into a local temporary folder first. A shard set made by `stoker
+    pack` (a folder or a URL) is tuned as it is, on its own storage.
 
     Every setting is measured, not guessed; the command prints each trial and why it
     chose, and writes the chosen settings as a [data] TOML table to --out.
