@@ -5,10 +5,8 @@ from __future__ import annotations
 import logging
 import random
 import signal
-from collections import deque
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
-from itertools import islice
 from typing import Any
 
 import numpy as np
@@ -20,7 +18,6 @@ from torch.utils.data import (
     IterableDataset,
     Sampler,
     SequentialSampler,
-    get_worker_info,
 )
 
 from stoker.errors import ConfigError, StokerError
@@ -30,10 +27,10 @@ from stoker.loading.contract import (
     SupportsCollate,
     SupportsEpoch,
     SupportsGetItems,
-    SupportsIterFrom,
     SupportsLoaderDefaults,
     SupportsOrderPlan,
 )
+from stoker.loading.position import FromWorker, Positioned, ResumeSampler, TagWorker, in_worker_order, iter_from
 from stoker.loading.samplers import EpochSampler, RankSlice
 from stoker.loading.skips import Skipped
 from stoker.loading.steps import EqualSteps, ranks_in_step, steps_are_certain
@@ -69,136 +66,6 @@ def _seed_worker(worker_id: int) -> None:
     random.seed(seed)
     np.random.seed(seed)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-
-
-def iter_from(dataset: Iterable[Any], start: int) -> Iterator[Any]:
-    """Iterate ``dataset`` from its item ``start`` on, as cheaply as it allows.
-
-    A data set with an ``iter_from(start)`` method
-    (:class:`~stoker.loading.contract.SupportsIterFrom`: ``Pipe``, ``ShardStream``) passes
-    over the first items without reading or decoding them; any other iterable is read
-    from the beginning and the first ``start`` items are thrown away (logged, since it
-    costs as much as reading them).
-
-    Args:
-        dataset: an iterable data set.
-        start: how many items to leave out.
-
-    Returns:
-        The iterator of the remaining items.
-
-    Example:
-        >>> list(iter_from(range(5), 3))
-        [3, 4]
-    """
-    if start <= 0:
-        return iter(dataset)
-    if isinstance(dataset, SupportsIterFrom):
-        return dataset.iter_from(start)
-    log.info("resuming %s: it has no iter_from(start), so its first %d items are read and discarded",
-             type(dataset).__name__, start)
-    return islice(iter(dataset), start, None)
-
-
-class _ResumeSampler(Sampler[int]):
-    """The loader's sampler; its next pass leaves out the first ``skip`` indices (read no data for them)."""
-
-    def __init__(self, base: Sampler[int]) -> None:
-        self.base = base
-        self.skip = 0
-
-    def __iter__(self) -> Iterator[int]:
-        skip, self.skip = self.skip, 0
-        return islice(iter(self.base), skip, None)
-
-    def __len__(self) -> int:
-        return len(self.base)  # type: ignore[arg-type]
-
-
-class _Positioned(IterableDataset):
-    """An iterable data set as the loader's workers run it: in the loader's epoch, from the loader's position.
-
-    The epoch and each worker's first item sit in a shared-memory tensor, so persistent
-    worker processes, which never see an attribute set in the main process after they
-    started, read the values of the epoch that is starting.
-    """
-
-    def __init__(self, dataset: IterableDataset, workers: int) -> None:
-        self.dataset = dataset
-        self.control = torch.zeros(1 + workers, dtype=torch.int64).share_memory_()  # [epoch, start of worker 0, ...]
-
-    def __iter__(self) -> Iterator[Any]:
-        info = get_worker_info()
-        worker = info.id if info is not None else 0
-        epoch, start = int(self.control[0]), int(self.control[1 + worker])
-        if isinstance(self.dataset, SupportsEpoch):
-            self.dataset.set_epoch(epoch)
-        return iter_from(self.dataset, start)
-
-    def __len__(self) -> int:
-        return len(self.dataset)  # type: ignore[arg-type]
-
-
-class _FromWorker:
-    """A batch and the id of the worker that made it (an iterable data set's batches come from one worker each)."""
-
-    __slots__ = ("batch", "worker")
-
-    def __init__(self, worker: int, batch: Any) -> None:
-        self.worker, self.batch = worker, batch
-
-    def pin_memory(self) -> _FromWorker:
-        """Called by the DataLoader's pin-memory thread when the device is CUDA."""
-        from torch.utils.data._utils.pin_memory import pin_memory
-
-        return _FromWorker(self.worker, pin_memory(self.batch))
-
-
-class _TagWorker:
-    """A collate function that also says which worker made the batch."""
-
-    def __init__(self, collate_fn: Callable[[Any], Any]) -> None:
-        self.collate_fn = collate_fn
-
-    def __call__(self, samples: Any) -> _FromWorker:
-        info = get_worker_info()
-        return _FromWorker(info.id if info is not None else 0, self.collate_fn(samples))
-
-
-def _in_worker_order(batches: Iterator[_FromWorker], workers: int, first: int) -> Iterator[_FromWorker]:
-    """Batches of an iterable data set in the order an uninterrupted epoch gives them.
-
-    A DataLoader takes the workers' batches round robin, starting at worker 0, and
-    leaves a worker out once its stream ends. A resumed epoch must continue the
-    round at ``first``, the worker after the one that gave the last batch: the batches
-    are held (at most one per worker) until it is their turn. A worker is known to be
-    done when the DataLoader passes it over, or when the DataLoader ends.
-    """
-    queues: list[deque[_FromWorker]] = [deque() for _ in range(workers)]
-    done = [False] * workers
-    expect, turn = first, 0  # our next worker; the DataLoader's next worker
-
-    def ready(final: bool) -> Iterator[_FromWorker]:
-        nonlocal expect
-        while True:
-            if queues[expect]:
-                yield queues[expect].popleft()
-                expect = (expect + 1) % workers
-            elif done[expect] or final:
-                if all(not q for q in queues):
-                    return
-                expect = (expect + 1) % workers
-            else:
-                return
-
-    for batch in batches:
-        while turn != batch.worker:  # the DataLoader passed these workers over: their streams ended
-            done[turn] = True
-            turn = (turn + 1) % workers
-        turn = (batch.worker + 1) % workers
-        queues[batch.worker].append(batch)
-        yield from ready(final=False)
-    yield from ready(final=True)
 
 
 class Loader:
@@ -299,8 +166,8 @@ class Loader:
         self._worker_batches = [0] * self._slots
         self._next_worker = 0
         self._pending: dict[str, Any] | None = None  # a loaded state, for the epoch it names
-        self._resume_sampler = _ResumeSampler(self._sampler) if self._sampler is not None else None
-        self._positioned = _Positioned(dataset, self._slots) if self._iterable else None  # type: ignore[arg-type]
+        self._resume_sampler = ResumeSampler(self._sampler) if self._sampler is not None else None
+        self._positioned = Positioned(dataset, self._slots) if self._iterable else None  # type: ignore[arg-type]
         self._pin = device.type == "cuda"
         self.drop_last = drop_last
         self.persistent_workers = persistent_workers
@@ -317,7 +184,7 @@ class Loader:
                 batch_size=self.batch_size,
                 sampler=self._resume_sampler,
                 num_workers=num_workers,
-                collate_fn=_TagWorker(self._collate) if self._iterable else self._collate,
+                collate_fn=TagWorker(self._collate) if self._iterable else self._collate,
                 pin_memory=self._pin,
                 drop_last=self.drop_last,
                 prefetch_factor=prefetch_factor if num_workers > 0 else None,
@@ -523,7 +390,7 @@ class Loader:
             self._resume_sampler.skip = self._batches_done * self.batch_size
         batches: Iterator[Any] = self._iter_process(self._dataloader) if self._dataloader is not None else self._iter_threads()
         if self._iterable and self._slots > 1:
-            batches = _in_worker_order(batches, self._slots, self._next_worker)
+            batches = in_worker_order(batches, self._slots, self._next_worker)
         # Every rank the same number of batches: known for an even map-style split that cannot
         # skip; agreed at every step for the rest (stoker.loading.steps).
         steps = EqualSteps(self._counted(batches)) if self._agrees() else None
@@ -563,7 +430,7 @@ class Loader:
         """The epoch's batches as they arrive, its position and skips counted; a batch left empty is not yielded."""
         for item in batches:
             self._batches_done += 1
-            if isinstance(item, _FromWorker):
+            if isinstance(item, FromWorker):
                 self._worker_batches[item.worker] += 1
                 self._next_worker = (item.worker + 1) % self._slots
                 item = item.batch
