@@ -14,11 +14,11 @@ from stoker.train.adapt import Adapter, Setting
 Times = dict[tuple[str, int, int], tuple[float, float]]  # (backend, workers, prefetch) -> (seconds, wait) a batch
 
 
-def _adapter(folders: Path, monkeypatch: pytest.MonkeyPatch) -> Adapter:
+def _adapter(folders: Path, monkeypatch: pytest.MonkeyPatch, workers: int = 0, device: str = "cpu") -> Adapter:
     monkeypatch.setattr(adapt_module, "usable_cores", lambda: 2)  # candidates 0, 1 and 2 workers on any machine
     data = open_data(folders, valid=0.25, image_size=16, seed=0)
-    loader = make_loader(data["train"], batch_size=2, num_workers=0, device="cpu")
-    return Adapter(loader, torch.device("cpu"), batches=100_000)
+    loader = make_loader(data["train"], batch_size=2, num_workers=workers, device="cpu")  # no batch is read here
+    return Adapter(loader, torch.device(device), batches=100_000)
 
 
 def _feed(adapter: Adapter, times: Times, batches: int, default: tuple[float, float]) -> None:
@@ -38,6 +38,25 @@ def test_a_step_that_hardly_waits_tries_no_loader_setting(folders: Path, monkeyp
     record = adapter.record()
     assert [t["workers"] for t in record["trials"]] == [0] and record["switches"] == 0
     assert record["chosen"] == record["given"] and "waits 5% for data" in record["reason"]
+
+
+def test_on_the_cpu_a_step_that_hardly_waits_tries_fewer_readers_only(folders: Path,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """On the CPU the readers share the cores with the model: fewer of them may win what no wait could."""
+    adapter = _adapter(folders, monkeypatch, workers=2)
+    _feed(adapter, {}, 300, default=(0.02, 0.001))
+    record = adapter.record()
+    tried = [(t["backend"], t["workers"], t["prefetch"]) for t in record["trials"]]
+    assert tried == [("process", 2, 2), ("process", 0, 2), ("process", 1, 2), ("thread", 1, 2)]  # no prefetch, no more
+    assert record["chosen"] == record["given"] and "only fewer readers" in record["reason"]
+
+
+def test_off_the_cpu_a_step_that_hardly_waits_tries_no_loader_setting(folders: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    adapter = _adapter(folders, monkeypatch, workers=2, device="meta")  # a device that is not the CPU
+    _feed(adapter, {}, 200, default=(0.02, 0.001))
+    record = adapter.record()
+    assert len(record["trials"]) == 1 and record["switches"] == 0 and "settings are kept" in record["reason"]
 
 
 def test_no_setting_is_timed_again_when_none_could_win(folders: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -33,12 +33,17 @@ What it may change, and why that changes no result:
 How it keeps the cost down (the trials train on real batches; what they cost is the
 time a slower setting and a change of workers take): the run's first batches are not
 timed (every setting is slow there); a trial times a few batches after a short warm-up;
-one that has already taken twice what the best one took stops; the two fastest are
-timed once more (a shared machine's load drifts); a round spends at most a quarter of
-the run's batches and, after its first trial, a twentieth of the run's time; and another
-setting replaces the one in force only when each of its trials was at least 10 % faster. A run too
-short for two trials tries none, nor does one the first trial projects under 20 s,
-and ``run.json`` says why.
+one that has already taken twice what the best one took stops; another setting replaces
+the one in force only when each of its trials was at least 10 % faster (the margin), so
+only the fastest that still could is timed once more, together with the one in force
+(a shared machine's load drifts), and none is when none could; a round spends at most a
+quarter of the run's batches and, after its first trial, a twentieth of the run's time.
+More readers or a deeper prefetch can shorten a step by at most the time the step waits
+for data: when that wait is under the margin in the first trial, they are not tried. Off
+the CPU no loader setting is then tried at all; on the CPU fewer readers still are, since
+they leave the model more of the cores (``benchmarks/bench_adapt.py --width 64``: with a
+step waiting 6 %, loading in the training process was the fastest fixed setting). A run too short for two trials tries none, nor does one the first trial projects
+under 20 s, and ``run.json`` says why.
 
 Where it does not help: on a machine whose load swings by more than the settings
 differ, a handful of batches cannot tell them apart; the margin then keeps the given
@@ -176,7 +181,8 @@ class Adapter:
         self._batches_total = 0  # training batches of the run
         self._settle = SETTLE_BATCHES
         self._short_s: float | None = None  # the projected seconds of a run too short to adapt
-        self._idle_wait: float | None = None  # the data-wait share of a round that tried no loader setting (under MARGIN)
+        self._idle_wait: float | None = None  # the data-wait share of a round's first trial, when under MARGIN
+        self._on_cpu = device.type == "cpu"  # there the loader's readers share the cores with the model
         self._recheck = True  # whether a rising data-wait share may start another round
         self._seen = 0  # batches read so far
         self._round_batches = 0  # batches the last round took
@@ -259,6 +265,8 @@ class Adapter:
             contenders = [setting for _, setting in self._contenders()[:1]]
             top = [start, *contenders] if contenders else []
             return sorted(top, key=lambda setting: setting != self._setting_now())  # the one in force first
+        if stage == 2 and self._idle_wait is not None:  # hardly any wait: a deeper prefetch has nothing to hide
+            return []
         if stage == 2:
             given = self.given.prefetch if self.given is not None else best.prefetch
             depths = sorted({given, 2 * given} - {best.prefetch})
@@ -302,10 +310,15 @@ class Adapter:
             self._queue, self._stage = [], 4
             self._short_s = run_s
         elif len(round_trials) == 1 and self._stage == 1 and round_trials[0].wait_share < MARGIN:
-            # A loader setting can shorten a step by at most the time it waits for data: under the margin,
-            # none can win it, so only the host threads (off the CPU) are left to try.
-            self._queue, self._stage = [], 3
+            # Less waiting for data than the margin: more readers or a deeper prefetch cannot win it. Off the CPU
+            # no loader setting can (only the host threads are left to try); on the CPU fewer readers may, since
+            # they leave the model more of the cores (measured: bench_adapt.py --width 64).
             self._idle_wait = round_trials[0].wait_share
+            if self._on_cpu:
+                fewer = _readers(round_trials[0].setting)
+                self._queue = [setting for setting in self._queue if _readers(setting) < fewer]
+            else:
+                self._queue, self._stage = [], 3
         if spent >= self._budget_batches or changes_s >= TIME_SHARE * run_s:  # keep the best so far
             self._queue, self._stage = [], 4
         if self._queue:
@@ -345,8 +358,9 @@ class Adapter:
         self.reason = (f"tried {tried} settings in {len(timed)} trials{early} over "
                        f"{sum(t.batches for t in timed)} timed batches; fastest: {why}")
         if self._idle_wait is not None:
-            bound = (f"a step waits {self._idle_wait:.0%} for data, and no loader setting can save more than that wait "
-                     f"(a change must win {MARGIN:.0%}): the loader's settings are kept")
+            bound = (f"a step waits {self._idle_wait:.0%} for data, under the {MARGIN:.0%} a change must win: "
+                     + ("only fewer readers were tried (they leave the model more cores)" if self._on_cpu else
+                        "no loader setting can save more than that wait, so the loader's settings are kept"))
             self.reason = bound + (f"; {self.reason}" if tried > 1 else "")
         self._round_batches = sum(t.batches + WARM_BATCHES for t in timed)
         self._close = {(setting.backend, setting.workers) for sec, setting in ranked if sec <= RECHECK_KEEP * best_s}
@@ -471,6 +485,11 @@ class _AdaptedPass:
                 yield batch
         finally:
             cast(Any, stream).close()  # the Loader's pass is a generator
+
+
+def _readers(setting: Setting) -> int:
+    """How many workers or threads read the data besides the training process (the thread backend has at least one)."""
+    return max(setting.workers, 1) if setting.backend == "thread" else setting.workers
 
 
 def make_adapter(run: Run) -> Adapter | None:
