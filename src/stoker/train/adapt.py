@@ -33,12 +33,17 @@ What it may change, and why that changes no result:
 How it keeps the cost down (the trials train on real batches; what they cost is the
 time a slower setting and a change of workers take): the run's first batches are not
 timed (every setting is slow there); a trial times a few batches after a short warm-up;
-one that has already taken twice what the best one took stops; the two fastest are
-timed once more (a shared machine's load drifts); a round spends at most a quarter of
-the run's batches and, after its first trial, a twentieth of the run's time; and another
-setting replaces the one in force only when each of its trials was at least 10 % faster. A run too
-short for two trials tries none, nor does one the first trial projects under 20 s,
-and ``run.json`` says why.
+one that has already taken twice what the best one took stops; another setting replaces
+the one in force only when each of its trials was at least 10 % faster (the margin), so
+only the fastest that still could is timed once more, together with the one in force
+(a shared machine's load drifts), and none is when none could; a round spends at most a
+quarter of the run's batches and, after its first trial, a twentieth of the run's time.
+More readers or a deeper prefetch can shorten a step by at most the time the step waits
+for data: when that wait is under the margin in the first trial, they are not tried. Off
+the CPU no loader setting is then tried at all; on the CPU fewer readers still are, since
+they leave the model more of the cores (``benchmarks/bench_adapt.py --width 64``: with a
+step waiting 6 %, loading in the training process was the fastest fixed setting). A run too short for two trials tries none, nor does one the first trial projects
+under 20 s, and ``run.json`` says why.
 
 Where it does not help: on a machine whose load swings by more than the settings
 differ, a handful of batches cannot tell them apart; the margin then keeps the given
@@ -176,6 +181,8 @@ class Adapter:
         self._batches_total = 0  # training batches of the run
         self._settle = SETTLE_BATCHES
         self._short_s: float | None = None  # the projected seconds of a run too short to adapt
+        self._idle_wait: float | None = None  # the data-wait share of a round's first trial, when under MARGIN
+        self._on_cpu = device.type == "cpu"  # there the loader's readers share the cores with the model
         self._recheck = True  # whether a rising data-wait share may start another round
         self._seen = 0  # batches read so far
         self._round_batches = 0  # batches the last round took
@@ -220,6 +227,28 @@ class Adapter:
                 seconds_batches[1] += t.batches
         return sorted(((sec / n, setting) for setting, (sec, n) in totals.items()), key=lambda pair: pair[0])
 
+    def _contenders(self) -> list[tuple[float, Setting]]:
+        """This round's settings that would replace the one in force when it began, fastest first: each of their
+        trials at least ``MARGIN`` faster than it (all its trials together)."""
+        ranked = self._ranked()
+        start = self.trials[self._round_start].setting
+        start_s = next((sec for sec, setting in ranked if setting == start), None)
+        if start_s is None:  # the start was not timed (stopped): the fastest is the only reading there is
+            return ranked[:1]
+        slowest: dict[Setting, float] = {}
+        for t in self.trials[self._round_start:]:
+            slowest[t.setting] = max(slowest.get(t.setting, 0.0), t.s_per_batch)
+        return [(sec, setting) for sec, setting in ranked
+                if setting != start and slowest[setting] <= (1 - MARGIN) * start_s]
+
+    def _keeper(self) -> tuple[float, Setting] | None:
+        """What the round would keep if it ended now: the fastest contender, else the setting it began with."""
+        contenders = self._contenders()
+        if contenders:
+            return contenders[0]
+        start = self.trials[self._round_start].setting
+        return next(((sec, setting) for sec, setting in self._ranked() if setting == start), None)
+
     def _candidates(self, stage: int, best: Setting) -> list[Setting]:
         """Stage 0: backends and worker counts; 1: the two fastest again (the load on a machine drifts);
         2: prefetch depth of the best; 3: host threads (off the CPU)."""
@@ -231,9 +260,13 @@ class Adapter:
             if self.rechecks:  # again: only what was close to the best last time
                 options = [o for o in options if o == best or (o.backend, o.workers) in self._close]
             return options[: max(self._budget, 2)]
-        if stage == 1:
-            top = [setting for _, setting in self._ranked()[:2]]
+        if stage == 1:  # only when one could still replace the start: else timing them again changes nothing
+            start = self.trials[self._round_start].setting
+            contenders = [setting for _, setting in self._contenders()[:1]]
+            top = [start, *contenders] if contenders else []
             return sorted(top, key=lambda setting: setting != self._setting_now())  # the one in force first
+        if stage == 2 and self._idle_wait is not None:  # hardly any wait: a deeper prefetch has nothing to hide
+            return []
         if stage == 2:
             given = self.given.prefetch if self.given is not None else best.prefetch
             depths = sorted({given, 2 * given} - {best.prefetch})
@@ -247,6 +280,7 @@ class Adapter:
         """Queue the settings of the first stage that has more than one."""
         self._stage = 0
         self._queue = []
+        self._idle_wait = None
         self._advance(self._setting_now())
 
     def _advance(self, best: Setting) -> None:
@@ -275,26 +309,32 @@ class Adapter:
         if len(round_trials) == 1 and run_s < MIN_RUN_S:
             self._queue, self._stage = [], 4
             self._short_s = run_s
+        elif len(round_trials) == 1 and self._stage == 1 and round_trials[0].wait_share < MARGIN:
+            # Less waiting for data than the margin: more readers or a deeper prefetch cannot win it. Off the CPU
+            # no loader setting can (only the host threads are left to try); on the CPU fewer readers may, since
+            # they leave the model more of the cores (measured: bench_adapt.py --width 64).
+            self._idle_wait = round_trials[0].wait_share
+            if self._on_cpu:
+                fewer = _readers(round_trials[0].setting)
+                self._queue = [setting for setting in self._queue if _readers(setting) < fewer]
+            else:
+                self._queue, self._stage = [], 3
         if spent >= self._budget_batches or changes_s >= TIME_SHARE * run_s:  # keep the best so far
             self._queue, self._stage = [], 4
         if self._queue:
             self._next_trial()
             return
-        ranked = self._ranked()
-        self._advance(ranked[0][1] if ranked else self._setting_now())
+        keeper = self._keeper()
+        self._advance(keeper[1] if keeper else self._setting_now())
 
     def _finish(self) -> None:
         """The round is over: keep the fastest setting of all its trials."""
         self._trial = None
         ranked = self._ranked()
-        if not ranked:
+        keeper = self._keeper()
+        if keeper is None:
             return
-        best_s, self.chosen = ranked[0]
-        start = self.trials[self._round_start].setting  # in force when the round began
-        start_s = next((sec for sec, setting in ranked if setting == start), None)
-        slowest = max(t.s_per_batch for t in self.trials[self._round_start:] if t.setting == self.chosen)
-        if start_s is not None and slowest > (1 - MARGIN) * start_s:  # every trial of it clearly faster, or no change
-            best_s, self.chosen = start_s, start
+        best_s, self.chosen = keeper  # another setting only when every trial of it was clearly faster
         if self.chosen != self._setting_now():
             self._change = self.chosen
         timed = [t for t in self.trials[self._round_start:] if t.batches]
@@ -314,8 +354,14 @@ class Adapter:
             self._round_batches, self._close, self._recent = sum(t.batches + WARM_BATCHES for t in timed), set(), []
             self._recheck = False  # nothing to re-check in a run this short
             return
-        self.reason = (f"tried {len({t.setting for t in timed})} settings in {len(timed)} trials{early} over "
+        tried = len({t.setting for t in timed})
+        self.reason = (f"tried {tried} settings in {len(timed)} trials{early} over "
                        f"{sum(t.batches for t in timed)} timed batches; fastest: {why}")
+        if self._idle_wait is not None:
+            bound = (f"a step waits {self._idle_wait:.0%} for data, under the {MARGIN:.0%} a change must win: "
+                     + ("only fewer readers were tried (they leave the model more cores)" if self._on_cpu else
+                        "no loader setting can save more than that wait, so the loader's settings are kept"))
+            self.reason = bound + (f"; {self.reason}" if tried > 1 else "")
         self._round_batches = sum(t.batches + WARM_BATCHES for t in timed)
         self._close = {(setting.backend, setting.workers) for sec, setting in ranked if sec <= RECHECK_KEEP * best_s}
         self._recent = []
@@ -439,6 +485,11 @@ class _AdaptedPass:
                 yield batch
         finally:
             cast(Any, stream).close()  # the Loader's pass is a generator
+
+
+def _readers(setting: Setting) -> int:
+    """How many workers or threads read the data besides the training process (the thread backend has at least one)."""
+    return max(setting.workers, 1) if setting.backend == "thread" else setting.workers
 
 
 def make_adapter(run: Run) -> Adapter | None:
