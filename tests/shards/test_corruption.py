@@ -181,7 +181,8 @@ def test_fuzzed_manifest_fields_with_a_valid_checksum_only_raise_stoker_error(
         _read_everything(out)
         summarize(out)
     except StokerError as exc:
-        assert obj != original, f"the unchanged manifest was refused: {exc}"
+        # compared as JSON text: True == 1 in Python, but a version of true is not the version 1
+        assert json.dumps(obj, sort_keys=True) != json.dumps(original, sort_keys=True), f"the unchanged manifest was refused: {exc}"
         assert "checksum" not in str(exc), f"the re-stamped checksum was refused, so no field check ran: {exc}"
         assert "manifest.json" in str(exc) or ".arrow" in str(exc), f"the error says neither manifest nor shard: {exc}"
 
