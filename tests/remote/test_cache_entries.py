@@ -187,3 +187,24 @@ def test_cache_limit_is_a_global_option(monkeypatch: pytest.MonkeyPatch, small_p
     ok = CliRunner().invoke(main, ["--cache-limit", "2MB", "inspect", str(small_pack)])
     assert ok.exit_code == 0, ok.output
     assert os.environ["STOKER_CACHE_LIMIT"] == str(2 * 2**20)
+
+
+def test_a_lock_held_too_long_names_who_to_ask_and_never_says_delete(tmp_path: Path) -> None:
+    import fcntl
+
+    from stoker.shards.cache_entries import flock
+
+    path = tmp_path / "shard.use"
+    held = os.open(path, os.O_RDWR | os.O_CREAT)
+    fcntl.flock(held, fcntl.LOCK_EX)  # a live holder: the only way a flock outlasts the timeout
+    try:
+        with pytest.raises(ShardError) as caught:
+            flock(path, fcntl.LOCK_EX, 0.05, "shard a.arrow")
+    finally:
+        os.close(held)
+    message = str(caught.value)
+    assert message.startswith("shard a.arrow:") and f"fuser {path}" in message and "lock_timeout_s" in message
+    assert "delete the lock" not in message  # deleting a held lock's file lets a second process in
+    again = flock(path, fcntl.LOCK_EX, 0.05, "shard a.arrow")  # released with its holder
+    assert again is not None
+    os.close(again)

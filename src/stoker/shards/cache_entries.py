@@ -155,8 +155,10 @@ def flock(path: Path, mode: int, timeout_s: float, what: str) -> int | None:
         if time.monotonic() > deadline:
             os.close(fd)
             raise ShardError(
-                f"{what}: another process has held the cache lock {path} for over {timeout_s:.0f} s; "
-                "if no other stoker process is running, delete the lock file"
+                f"{what}: another process has held the cache lock {path} for over {timeout_s:.0f} s; the kernel "
+                f"releases such a lock when its holder exits, so a live process holds it (`fuser {path}` names it): "
+                "let it finish or stop it, or raise the cache's lock_timeout_s (deleting the file would let two "
+                "processes in at once)"
             )
         time.sleep(pause)
         pause = min(pause * 2, 0.1)
