@@ -70,7 +70,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--epochs", type=int, default=3, help="epochs per run")
     parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds")
     parser.add_argument("--width", type=int, default=16,
-                        help="SmallCNN's width (64: a model whose step hardly waits for data, nothing for a loader to win)")
+                        help="SmallCNN's width (64: a model whose step hardly waits for data; fewer readers may still win cores)")
     parser.add_argument("--min-run-s", type=float, default=0.0,
                         help="adapt's MIN_RUN_S (fit's default 20: a shorter run keeps its settings); 0 makes these "
                              "short runs adapt, to measure what trying costs and wins")

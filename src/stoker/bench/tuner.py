@@ -39,14 +39,13 @@ import numpy as np
 
 from stoker.bench.benchmark import _settle_size, open_data, pack_for_bench
 from stoker.bench.limits import Limits, evict_from_page_cache, measure_limits, measure_sequential_reads
-from stoker.bench.methods import METHODS, PACK_SPLIT, BenchData, method_names
+from stoker.bench.methods import METHODS, BenchData, method_names
 from stoker.bench.runner import Expected, RunResult, run_method
 from stoker.bench.settings import LoaderSettings
 from stoker.bench.shard_data import fetch_all, measure_shard_limits, open_shard_set
 from stoker.bench.shares import share_phrase
 from stoker.decode import resize
 from stoker.errors import ConfigError
-from stoker.shards.dataset import ShardDataset
 from stoker.sources.dataset import FileDataset
 
 __all__ = ["DEFAULT_STORAGES", "Trial", "TuneResult", "search_settings", "tune"]
@@ -131,7 +130,8 @@ class TuneResult:
 class _Search:
     """The state of one search: the sample, the clock, the packed shards and the trials."""
 
-    def __init__(self, data: BenchData, expected: Expected, budget_s: float, trial_s: float, cold: bool, echo: Echo) -> None:
+    def __init__(self, data: BenchData, expected: Expected, budget_s: float, trial_s: float, cold: list[str] | None,
+                 echo: Echo) -> None:
         self.data = data
         self.expected = expected
         self.deadline = time.perf_counter() + budget_s
@@ -155,8 +155,8 @@ class _Search:
                                 f"prefetch {settings.prefetch_factor} (the budget was spent)")
             return None
         method = METHODS[settings.method]
-        if self.cold:
-            evict_from_page_cache(self._files_read())
+        if self.cold is not None:  # the files the trials read, dropped from the page cache
+            evict_from_page_cache(self.cold)
         run: RunResult = run_method(
             lambda: method.build(self.data, settings),
             self.expected,
@@ -173,13 +173,6 @@ class _Search:
         self.trials.append(trial)
         self.echo(f"  [{phase}] {trial.describe()}")
         return trial
-
-    def _files_read(self) -> list[str]:
-        """The files the trials read: the sample's images, or a shard set's shards (its cached copies for a URL)."""
-        if self.data.dataset is not None:
-            return [str(p) for p in self.data.files().index.paths]
-        shards = [ShardDataset(place, PACK_SPLIT).shards for place in self.data.packed.values()]
-        return [str(s.local_path(k)) for s in shards for k in range(len(s.infos))]
 
     def best(self) -> Trial | None:
         valid = [t for t in self.trials if t.valid]
@@ -290,6 +283,7 @@ def search_settings(
         bench_data = BenchData.of(
             sample, size, batch_size=min(batch_size, samples), device=device, seed=seed, persistent_workers=True
         )
+        read = [str(p) for p in sample.index.paths]
     else:  # a shard set as it is: its own storage alone, on every sample (trials stop on time)
         storages = _shard_storages(shard_set.store, storages, shard_set.root)
         description = shard_set.root
@@ -302,9 +296,11 @@ def search_settings(
         if size != shard_set.image_size:
             bench_data.shard_transform = partial(resize, size=size)
         bench_data.packed[shard_set.store] = description
+        read = [str(shard_set.shards.local_path(k)) for k in range(len(shard_set.shards.infos))]  # fetched: local
     say(f"tuning the loader for {description}: {limits.summary()}")
 
-    state = _Search(bench_data, Expected.of(labels, num_classes), budget_s - (time.perf_counter() - start), trial_s, cold, say)
+    state = _Search(bench_data, Expected.of(labels, num_classes), budget_s - (time.perf_counter() - start), trial_s,
+                    read if cold else None, say)
     workdir = Path(tempfile.mkdtemp(prefix="stoker-tune-"))
     try:
         # 1. storage and workers

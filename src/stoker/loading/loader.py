@@ -335,7 +335,7 @@ class Loader:
                     "resume with the same loader settings"
                 )
         if isinstance(self.dataset, SupportsOrderPlan) and isinstance(state.get("order_plan"), dict):
-            mine_plan = dict(self.dataset.order_plan())
+            mine_plan = self._order_plan()["order_plan"]
             differ = [k for k in sorted(set(mine_plan) | set(state["order_plan"])) if state["order_plan"].get(k) != mine_plan.get(k)]
             if differ and int(state["batches"]) > 0:  # at an epoch's start, the new plan simply reads the next epoch
                 said = ", ".join(f"{k}={state['order_plan'].get(k)!r} (now {mine_plan.get(k)!r})" for k in differ)

@@ -76,9 +76,14 @@ def _own_folder(folder: Path) -> None:
         OSError: it is not a folder of this user's, closed to others.
     """
     folder.mkdir(mode=0o700, exist_ok=True)
-    st = os.lstat(folder)
-    if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid() or st.st_mode & 0o077:
+    if not _is_own(folder):
         raise PermissionError(errno.EPERM, "not a folder of this user's alone", str(folder))
+
+
+def _is_own(folder: Path) -> bool:
+    """Whether ``folder`` is a folder (not a link) of this user's, closed to others (``os.lstat`` may raise OSError)."""
+    st = os.lstat(folder)
+    return stat.S_ISDIR(st.st_mode) and st.st_uid == os.getuid() and not st.st_mode & 0o077
 
 
 def pass_tag(*parts: object) -> str:
@@ -174,8 +179,7 @@ def spared(cache_root: Path) -> set[str]:
     keep: set[str] = set()
     root = registry_dir(cache_root)
     try:
-        st = os.lstat(root)
-        if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid() or st.st_mode & 0o077:
+        if not _is_own(root):
             return keep  # not this user's own (see _own_folder): nothing in it is trusted
         passes = [p for p in root.iterdir() if p.is_dir() and not p.is_symlink()]
     except OSError:

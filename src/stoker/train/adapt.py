@@ -42,8 +42,9 @@ More readers or a deeper prefetch can shorten a step by at most the time the ste
 for data: when that wait is under the margin in the first trial, they are not tried. Off
 the CPU no loader setting is then tried at all; on the CPU fewer readers still are, since
 they leave the model more of the cores (``benchmarks/bench_adapt.py --width 64``: with a
-step waiting 6 %, loading in the training process was the fastest fixed setting). A run too short for two trials tries none, nor does one the first trial projects
-under 20 s, and ``run.json`` says why.
+step waiting 6 %, loading in the training process was the fastest fixed setting). A run
+too short for two trials tries none, nor does one the first trial projects under 20 s,
+and ``run.json`` says why.
 
 Where it does not help: on a machine whose load swings by more than the settings
 differ, a handful of batches cannot tell them apart; the margin then keeps the given
@@ -250,7 +251,8 @@ class Adapter:
         return next(((sec, setting) for sec, setting in self._ranked() if setting == start), None)
 
     def _candidates(self, stage: int, best: Setting) -> list[Setting]:
-        """Stage 0: backends and worker counts; 1: the two fastest again (the load on a machine drifts);
+        """Stage 0: backends and worker counts; 1: the start and the fastest that could replace it, again (the
+        load on a machine drifts);
         2: prefetch depth of the best; 3: host threads (off the CPU)."""
         if stage == 0:
             counts = sorted({0, 1, max(1, self.cores // 2), self.cores, best.workers})
