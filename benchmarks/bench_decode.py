@@ -258,16 +258,20 @@ def methods(paths: dict[str, Path], seconds: float, cores: int) -> dict[str, tup
         indices = next_indices()
         return two_threads(lambda part: np.take(flat, indices[part], axis=0, out=dst[part], mode="clip"))
 
-    def gather_pixels() -> int:
-        shards.gather_pixels(next_indices())
-        return batch
+    def gather_pixels(threads: int) -> Callable[[], int]:
+        def step() -> int:
+            shards.gather_pixels(next_indices(), threads=threads)
+            return batch
+
+        return step
 
     found["numpy fancy-index, 1 thread (baseline)"] = ("gather", lambda: rate_of(numpy_gather, seconds))
     found["memory copy from the memory map, 2 threads (limit)"] = ("gather", lambda: rate_of(memcpy_mapped, seconds))
     found["memory copy of a cache-resident buffer, 2 threads"] = (
         "gather", lambda: rate_of(lambda: two_threads(lambda part: np.copyto(dst[part], src[part])), seconds))
     found["numpy take into a buffer, one array, 2 threads"] = ("gather", lambda: rate_of(numpy_take_two, seconds))
-    found["gather_pixels (one fancy index over every shard)"] = ("gather", lambda: rate_of(gather_pixels, seconds))
+    found["gather_pixels, 1 thread (one fancy index over every shard)"] = ("gather", lambda: rate_of(gather_pixels(1), seconds))
+    found["gather_pixels, 2 threads (into a reused buffer)"] = ("gather", lambda: rate_of(gather_pixels(2), seconds))
     found["read_pixels into a buffer, 1 thread"] = ("gather", lambda: rate_of(stoker_gather(1), seconds))
     found["read_pixels into a buffer, 2 threads"] = ("gather", lambda: rate_of(stoker_gather(2), seconds))
     defaults = pixels.loader_defaults
@@ -277,6 +281,10 @@ def methods(paths: dict[str, Path], seconds: float, cores: int) -> dict[str, tup
     one_thread.shards.gather_threads = 1
     found["make_loader pixels, in-process, 1 gather thread"] = ("gather", loader_rate(
         lambda: make_loader(one_thread, batch_size=BATCH, shuffle=True, device=None, num_workers=0), seconds))
+    two_threads_each = ShardDataset(paths["pixels"])
+    two_threads_each.shards.gather_threads = 2
+    found["make_loader pixels, in-process, 2 gather threads"] = ("gather", loader_rate(
+        lambda: make_loader(two_threads_each, batch_size=BATCH, shuffle=True, device=None, num_workers=0), seconds))
     found["make_loader pixels, loader threads x2, 1 gather thread each"] = ("gather", loader_rate(
         lambda: make_loader(one_thread, batch_size=BATCH, shuffle=True, device=None, backend="thread", num_workers=2),
         seconds))

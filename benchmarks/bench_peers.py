@@ -24,8 +24,9 @@ machine whose cores go to the loaders (max(1, cores - workers)). Generated data,
   against a numpy memory-map fancy index in a DataLoader (0 workers), on a PNG-like layout
   (many small shards) and a JPEG-like one (one shard of several record batches), and
   against the 2-thread copy of the mapped pixels that ``benchmarks/bench_decode.py``
-  calls the limit, and against the data set's own ``__getitems__`` with no loader (what
-  the loader's machinery costs per batch).
+  calls the limit, against the data set's own ``__getitems__`` with no loader (what
+  the loader's machinery costs per batch), and against itself with two gather threads
+  (``ShardSet.gather_threads = 2``, the default from 4 cores up).
 
 Each loader is made once (persistent workers stay up); a timing starts a new pass and
 counts the images after its first batch, whole passes until ``--seconds``.
@@ -364,9 +365,14 @@ def comparisons(p: dict[str, Path], root: Path, cores: int) -> tuple[list[tuple[
             m, batch_size=BATCH, shuffle=True, num_workers=0, collate_fn=_as_is))
         timers[f"{name}:limit"] = mapped_copy_limit(root / f"{name}.npy")
         timers[f"{name}:getitems"] = getitems_timer(dataset)
+        two_threads = ShardDataset(p[name])
+        two_threads.shards.gather_threads = 2
+        timers[f"{name}:two gather threads"] = timer_of(lambda d=two_threads: make_loader(d, batch_size=BATCH, shuffle=True, device=None))
         rows.append((name, f"pixel shards, {layout.upper()} layout (make_loader's pick)", "numpy memmap fancy index in a DataLoader", 1.0))
         rows.append((name, f"pixel shards, {layout.upper()} layout (make_loader's pick)", "2-thread mapped copy (limit)", 0.9))
         rows.append((name, f"pixel shards, {layout.upper()} layout (make_loader's pick)", "its __getitems__ alone, no loader", 0))
+        rows.append((name, f"pixel shards, {layout.upper()} layout (copying threads by load, the default)",
+                     "the same, 2 gather threads", 0))
     return rows, timers, notes
 
 
@@ -377,6 +383,7 @@ KEYS = {
     "numpy memmap fancy index in a DataLoader": "memmap",
     "2-thread mapped copy (limit)": "limit",
     "its __getitems__ alone, no loader": "getitems",
+    "the same, 2 gather threads": "two gather threads",
 }
 
 

@@ -68,14 +68,22 @@ def test_a_threaded_gather_equals_reading_row_by_row(
     ds.shards.read_pixels(np.zeros(0, dtype=np.int64), np.zeros((0, ds.shards.row_bytes), np.uint8), threads=threads)
 
 
-def test_one_fancy_index_over_every_shard_equals_reading_row_by_row(many_batches: Path) -> None:
+@pytest.mark.parametrize("threads", [1, 2])
+def test_one_fancy_index_over_every_shard_equals_reading_row_by_row(
+    many_batches: Path, threads: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(gather_module, "GATHER_SPLIT_BYTES", 3 * 8 * 8)  # two threads split even these tiny batches
     ds = ShardDataset(many_batches)
+    ds.shards.gather_threads = threads
     rng = np.random.default_rng(0)
     n = len(ds)
+    kept = []  # batches still held: a reused buffer must never be one of them
     for indices in [rng.permutation(n), rng.integers(0, n, 50), np.arange(n), np.arange(2, 6), np.asarray([n - 1, 0, n - 1]),
-                    np.asarray([3]), np.zeros(0, dtype=np.int64)]:
+                    np.asarray([3]), np.zeros(0, dtype=np.int64)] * 3:
         rows = ds.shards.gather_pixels(indices)
+        kept.append((indices, rows))
         assert rows.shape == (len(indices), ds.shards.row_bytes) and rows.flags.c_contiguous and rows.flags.writeable
+    for indices, rows in kept:
         if len(indices):
             assert np.array_equal(rows, _reference_rows(ds, indices))
     for bad in ([n], [-1], [0, n + 5]):
@@ -116,7 +124,8 @@ def test_a_gather_in_a_forked_worker_makes_its_own_threads(many_batches: Path, m
     assert sorted(seen) == sorted(ds.labels.tolist())
 
 
-@pytest.mark.parametrize(("backend", "workers", "threads"), [("process", 0, 1), ("process", 0, 2), ("thread", 2, 2)])
+@pytest.mark.parametrize(("backend", "workers", "threads"),
+                         [("process", 0, 1), ("process", 0, 2), ("thread", 2, 2), ("process", 2, 2)])
 def test_every_pixel_sample_once_per_epoch_whatever_the_gather(
     many_batches: Path, backend: str, workers: int, threads: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -140,7 +149,7 @@ def test_every_pixel_sample_once_per_epoch_whatever_the_gather(
 def test_pixel_shards_default_to_one_fancy_index_in_the_training_process(many_batches: Path) -> None:
     ds = ShardDataset(many_batches)
     assert ds.loader_defaults == {"backend": "process", "num_workers": 0}
-    assert ds.shards.gather_threads == 1
+    assert ds.shards.gather_threads is None  # 1 or 2 copying threads by the machine's load
     calls: list[str] = []
     for name in ("gather_pixels", "read_pixels"):
         method = getattr(ds.shards, name)
@@ -150,6 +159,19 @@ def test_pixel_shards_default_to_one_fancy_index_in_the_training_process(many_ba
     ds.shards.gather_threads = 2
     ds.__getitems__(np.arange(len(ds))[::-1].copy())
     assert calls[-1] == "gather_pixels"  # its threads copy into a reused buffer where the layout allows
+
+
+@pytest.mark.parametrize(("cores", "load", "threads"), [(2, 0.9, 2), (2, 1.5, 2), (2, 2.1, 1), (1, 0.0, 1), (8, 6.0, 2),
+                                                      (8, 7.6, 1)])
+def test_a_second_copying_thread_only_while_a_core_is_idle(
+    cores: int, load: float, threads: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(gather_module, "usable_cores", lambda: cores)
+    monkeypatch.setattr(gather_module.os, "getloadavg", lambda: (load, load, load))
+    monkeypatch.setattr(gather_module, "_load_seen", None)
+    assert gather_module.idle_copy_threads() == threads
+    monkeypatch.setattr(gather_module.os, "getloadavg", lambda: (0.0, 0.0, 0.0))
+    assert gather_module.idle_copy_threads() == threads  # read again only after LOAD_CHECK_S
 
 
 # -- encoded JPEG shards -----------------------------------------------------------------

@@ -28,6 +28,7 @@ import numpy as np
 import torch
 
 from stoker.bench.methods import Work  # decode it, or only read and copy its pixels
+from stoker.cores import usable_cores
 from stoker.decode import resize
 from stoker.errors import ConfigError
 from stoker.fs import local_path
@@ -292,7 +293,7 @@ def measure_limits(
     read_bps, read_cold, file_bytes, cached_bps = _read_rate(dataset, read_rows, time_s, cold)
     decode_ips, decoded_bytes = _decode_rate(dataset, decode_rows, size, time_s)
     return Limits(
-        cores=len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1),
+        cores=usable_cores(),
         decode_img_per_s=decode_ips,
         memcpy_bytes_per_s=_memcpy_rate(time_s / 2),
         read_bytes_per_s=read_bps,

@@ -20,7 +20,6 @@ Example:
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Sequence
 
@@ -29,6 +28,7 @@ import torch
 
 from stoker.bench.limits import Limits, _memcpy_rate, measure_sequential_reads
 from stoker.bench.methods import PACK_SPLIT, Method
+from stoker.cores import usable_cores
 from stoker.errors import ConfigError
 from stoker.fs import PathOrURL, where
 from stoker.shards.dataset import ShardDataset
@@ -133,7 +133,7 @@ def measure_shard_limits(
         torch.set_num_threads(threads)
     stored = sum(info.bytes for info in shards.infos) / max(len(shards), 1)
     return Limits(
-        cores=len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1),
+        cores=usable_cores(),
         decode_img_per_s=decode_ips,
         memcpy_bytes_per_s=_memcpy_rate(time_s / 2),
         read_bytes_per_s=read,

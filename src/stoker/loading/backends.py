@@ -21,6 +21,8 @@ import logging
 import os
 from typing import Literal
 
+from stoker.cores import usable_cores
+
 __all__ = [
     "BACKENDS",
     "LOADER_INTRA_OP_THREADS",
@@ -88,7 +90,7 @@ def loader_intra_op_threads() -> int:
     env = os.environ.get("OMP_NUM_THREADS", "")
     if env.isdigit() and int(env) > 0:
         return int(env)
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    return usable_cores()
 
 
 def init_loader_thread() -> None:

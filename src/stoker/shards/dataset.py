@@ -12,6 +12,7 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset, default_collate, get_worker_info
 
+from stoker.cores import usable_cores
 from stoker.decode import is_png, png_decoder
 from stoker.errors import ConfigError, DataError
 from stoker.fs import PathOrURL
@@ -264,7 +265,7 @@ class ShardDataset(Dataset, MapReader, SupportsEpoch, SupportsCollate, SupportsL
             return {"backend": "process", "num_workers": 0}
         if self.decoder == "nvjpeg":
             return {"backend": "thread", "num_workers": 1}
-        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+        cores = usable_cores()
         # A per-sample Python transform holds the GIL: then worker processes, as before.
         backend = "thread" if self.transform is None and self.decodes_on_threads() else "process"
         return {"backend": backend, "num_workers": min(4, cores)}

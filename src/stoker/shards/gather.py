@@ -1,9 +1,10 @@
 """Copy pixel rows out of memory-mapped shards: one fancy index over many maps, or a threaded row copy.
 
-:class:`RowSpan` lets one numpy ``take`` read the rows of every record batch of every
-shard (:meth:`stoker.shards.reader.ShardSet.gather_pixels`), on several threads if asked;
-:func:`split_copy` and :func:`copy_rows` fill a given buffer (a worker's shared memory)
-(:meth:`~stoker.shards.reader.ShardSet.read_pixels`). :class:`BatchBuffers` hands a
+:class:`RowSpan` lets one numpy fancy index read the rows of every record batch of every
+shard (:meth:`stoker.shards.reader.ShardSet.gather_pixels`), and :meth:`RowSpan.take`
+copy them into a given buffer (a reused one, a worker's shared memory:
+:meth:`~stoker.shards.reader.ShardSet.read_pixels`), on several threads if asked
+(:func:`split_copy`). :class:`BatchBuffers` hands a
 batch's buffer out again once nothing holds the batch: a fresh buffer per batch costs a
 page fault and a page the kernel zeroes per 4 KiB, which is a large part of a copy that
 runs at memory speed.
@@ -15,16 +16,52 @@ import itertools
 import os
 import sys
 import threading
+import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 import numpy as np
+import torch
 
-__all__ = ["GATHER_SPLIT_BYTES", "BatchBuffers", "RowSpan", "copy_rows", "gather_pool", "split_copy", "take_rows"]
+from stoker.cores import usable_cores
+
+__all__ = ["GATHER_SPLIT_BYTES", "BatchBuffers", "RowSpan", "idle_copy_threads", "gather_pool", "split_copy", "take_rows"]
 
 # A pixel gather is shared among threads in parts of this many bytes (a smaller part costs
 # more to hand over than it saves; a larger one leaves a thread idle at the end).
 GATHER_SPLIT_BYTES = 1 << 20
+# How often idle_copy_threads looks at the machine's load again (seconds).
+LOAD_CHECK_S = 1.0
+_load_seen: tuple[float, int] | None = None  # (when, threads)
+
+
+def idle_copy_threads() -> int:
+    """Copying threads for a gather by default: 2 where a core is idle besides the reader's own, else 1.
+
+    Measured on 2 cores (``benchmarks/bench_peers.py --only pixels``, "2 gather threads"
+    row): a second copying thread was 1.1-1.2x one on a quiet machine and 0.6-0.7x one
+    with another process busy on a core, where the reader's own thread waits while its
+    helper runs. So the second thread is used while the one-minute load average, which
+    counts the reader itself, is at most the cores this process may use less half a core
+    (1.5 on 2 cores): one other busy process takes it past that. The load is read at
+    most once a second (:data:`LOAD_CHECK_S`); the count changes how fast rows are
+    copied, never what is copied. A choice timed gather by gather (one thread or two, whichever
+    cycled faster) was tried and dropped: switching between a fresh array and reused
+    buffers made the cycles it timed unlike either steady state.
+    """
+    global _load_seen
+    now = time.monotonic()
+    if _load_seen is not None and now - _load_seen[0] < LOAD_CHECK_S:
+        return _load_seen[1]
+    cores = usable_cores()
+    try:
+        load = os.getloadavg()[0]
+    except OSError:  # no load average on this system: one thread, as before
+        load = float(cores)
+    threads = 2 if cores >= 2 and load <= cores - 0.5 else 1
+    _load_seen = (now, threads)
+    return threads
 _pool: tuple[int, ThreadPoolExecutor] | None = None  # (pid, pool): a forked child makes its own
 _pool_lock = threading.Lock()
 
@@ -67,20 +104,6 @@ def split_copy(n: int, threads: int, row_bytes: int, copy: Callable[[int, int], 
                 future.result()
 
 
-def copy_rows(views: list[np.ndarray], segment: np.ndarray, local: np.ndarray, out: np.ndarray) -> None:
-    """``out[j] = views[segment[j]][local[j]]``: one copy per row, straight into the batch.
-
-    Rows of one record batch are taken by one ``np.take`` when they are all there are;
-    otherwise a loop copies row by row (a vectorised gather over several record batches
-    would need a temporary and a second copy of every row).
-    """
-    if len(segment) and segment[0] == segment[-1] and (segment == segment[0]).all():
-        np.take(views[int(segment[0])], local, axis=0, out=out, mode="clip")  # rows are in range
-        return
-    for j, (s, r) in enumerate(zip(segment.tolist(), local.tolist(), strict=True)):
-        out[j] = views[s][r]
-
-
 class RowSpan:
     """The pixel rows of many record batches, in many memory maps, reachable by one numpy fancy index.
 
@@ -114,6 +137,7 @@ class RowSpan:
         )
         self._first = offsets // step  # row number (in steps) of each record batch's first row
         self._per_row = row_bytes // step
+        self._torch: torch.Tensor | None = None  # _tensor_rows, made on first use
 
     def gather(self, segment: np.ndarray, local: np.ndarray) -> np.ndarray:
         """A new ``[len, row_bytes]`` array: row ``local[j]`` of record batch ``segment[j]`` (checked by the caller)."""
@@ -127,14 +151,45 @@ class RowSpan:
     def take(self, segment: np.ndarray, local: np.ndarray, out: np.ndarray, threads: int = 1) -> None:
         """``out[j] = row local[j] of record batch segment[j]`` (checked by the caller), on up to ``threads`` threads.
 
-        Only for a :attr:`contiguous` span (``np.take`` would first copy a strided one
-        whole, and numpy's fancy index has no ``out=``; use :meth:`gather` there): one
-        ``np.take`` per part of about :data:`GATHER_SPLIT_BYTES`, which numpy copies in C
-        with the GIL released, so parts copy side by side.
+        A :attr:`contiguous` span: one ``np.take`` per part of about
+        :data:`GATHER_SPLIT_BYTES`. A strided one (``np.take`` would first copy it whole,
+        and numpy's fancy index has no ``out=``): one ``torch.index_select`` per part over
+        a strided tensor of the span. Both copy in C with the GIL released, so parts copy
+        side by side. On one thread the strided copy is slower than :meth:`gather`'s
+        fresh fancy index (0.7-0.8x, ``benchmarks/bench_decode.py --only gather``); on two
+        it is faster (about 1.2x), so callers take this for several threads or a buffer
+        of their own.
         """
-        if not self.contiguous:
-            raise ValueError("RowSpan.take needs a contiguous span; use gather")
-        take_rows(self.rows, self._first[segment] + local, out, threads)
+        where = self._first[segment] + local * self._per_row
+        if self.contiguous:
+            take_rows(self.rows, where, out, threads)
+            return
+        rows, index, into = self._tensor_rows(), torch.from_numpy(where), torch.from_numpy(out)
+
+        def copy(lo: int, hi: int) -> None:
+            torch.index_select(rows, 0, index[lo:hi], out=into[lo:hi])
+
+        split_copy(len(where), threads, self.rows.shape[1], copy)
+
+    def _tensor_rows(self) -> torch.Tensor:
+        """:attr:`rows` as a torch tensor (made once): the source of the strided copy, never written."""
+        if self._torch is None:
+            # torch.from_numpy warns on a read-only array; this private alias is marked
+            # writable only so that torch takes it without a warning. Nothing writes
+            # through it (it is only index_select's source), and the maps are read-only
+            # (PROT_READ): a write would fault, never change a shard.
+            alias = np.asarray(_Alias(self.__array_interface__, self._views))
+            flat = torch.from_numpy(alias)
+            self._torch = torch.as_strided(flat, self.rows.shape, self.rows.strides)
+        return self._torch
+
+
+class _Alias:
+    """The same bytes as a span, marked writable for :meth:`RowSpan._tensor_rows` (never written through)."""
+
+    def __init__(self, interface: dict[str, Any], views: list[np.ndarray]) -> None:
+        self._views = views  # the maps live as long as the tensor does (the span itself is not held: no cycle)
+        self.__array_interface__ = {**interface, "data": (interface["data"][0], False)}
 
 
 def take_rows(rows: np.ndarray, where: np.ndarray, out: np.ndarray, threads: int = 1) -> None:

@@ -38,6 +38,7 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
+from stoker.cores import usable_cores
 from stoker.decode import resize
 from stoker.errors import ConfigError, DataError, ShardError
 from stoker.fs import Location, where
@@ -469,7 +470,7 @@ class _Writing:
                 todo.append(shard)
         workers = self.workers
         if workers is None:
-            workers = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+            workers = usable_cores()
         job = _Job(out, store, size, rows, remote.place if remote is not None else None, self.channels)
         with tqdm(
             total=sum(len(p.rows) for p in plan.shards),

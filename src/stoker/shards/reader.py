@@ -30,7 +30,7 @@ from stoker.jpeg import decode_stored
 from stoker.shards.cache import ShardCache
 from stoker.shards.cache_entries import Holder, entry_cost
 from stoker.shards.format import MANIFEST_NAME, image_row_bytes, shard_schema
-from stoker.shards.gather import BatchBuffers, RowSpan, copy_rows, split_copy
+from stoker.shards.gather import BatchBuffers, RowSpan, idle_copy_threads, split_copy
 from stoker.shards.manifest import Manifest
 from stoker.shards.manifest_cache import offline_since, require_cached
 from stoker.shards.shard_file import ShardFile, gather_span, repair_hint
@@ -128,11 +128,8 @@ class ShardSet:
         self.row_bytes = (
             image_row_bytes(self.manifest.image_size, self.channels) if self.manifest.store == "pixels" else 0  # type: ignore[arg-type]
         )
-        # Copying threads of gather_pixels (where rows line up) and read_pixels. 1: a second
-        # thread measured 0.57-0.69x one (fine-grained interleaving, 2 cores under a load of 6-9:
-        # a woken helper waits for a core longer than the whole copy). No quiet or larger
-        # machine has been measured (benchmarks/bench_peers.py --only pixels).
-        self.gather_threads = 1
+        # Copying threads of gather_pixels and read_pixels; None: 1 or 2 by the machine's load (idle_copy_threads).
+        self.gather_threads: int | None = None
         self.reduced_jpeg = True  # decode JPEGs at a reduced scale where the output allows (stoker.jpeg)
         # Set by a reader that lets go of each shard by its own plan (ShardStream): reads
         # then keep what they open, even when the split is larger than the cache.
@@ -471,19 +468,19 @@ class ShardSet:
 
         Every row is copied once, straight from the memory-mapped shard into ``out``. A
         batch is cut into parts of about :data:`GATHER_SPLIT_BYTES` that up to ``threads``
-        threads copy at the same time (numpy releases the GIL while it copies), so a
+        threads copy at the same time (numpy and torch release the GIL while they copy), so a
         gather is not bound by one core's copy rate.
 
         Args:
             indices: sample numbers of this split, any order, repeats allowed.
             out: ``uint8 [len(indices), 3*H*W]``, filled in the order of ``indices``.
-            threads: copying threads; ``None`` takes :attr:`gather_threads`.
+            threads: copying threads; ``None`` takes :attr:`gather_threads` (``None``: :func:`idle_copy_threads`).
         """
         if not self.row_bytes:
             raise ConfigError("this shard set stores encoded images; decode them with read_encoded")
         if len(indices) == 0:
             return
-        threads = self.gather_threads if threads is None else max(1, int(threads))
+        threads = self._copy_threads(threads)
         one = self._one_shard(indices)
         if one is not None:
             shard, rows = one
@@ -492,10 +489,11 @@ class ShardSet:
             return
         if self._by_shard():
             views, segment, local = self._open_segments(indices)  # a remote set: open only the shards it reads
+            span = RowSpan(views, self.row_bytes)
         else:
             segment, local = self._segments(indices)
-            views = self._segment_views
-        split_copy(len(indices), threads, self.row_bytes, lambda lo, hi: copy_rows(views, segment[lo:hi], local[lo:hi], out[lo:hi]))
+            span = cast(RowSpan, self._span)  # _segments opened every shard and made it
+        span.take(segment, local, out, threads)
 
     def gather_pixels(self, indices: np.ndarray, threads: int | None = None) -> np.ndarray:
         """The pixel rows of the given samples as a ``uint8 [len(indices), 3*H*W]`` array, in the order of ``indices``.
@@ -506,18 +504,19 @@ class ShardSet:
         (one record batch, or maps that line up), ``np.take`` copies them, on up to
         ``threads`` threads, into a buffer this set hands out again once nothing holds it
         (:class:`BatchBuffers`: a fresh buffer per batch costs a kernel-zeroed page per 4
-        KiB); otherwise one numpy fancy index copies them into a new array, at parity with
-        one fancy index over a single memory-mapped array. A returned batch that is still
+        KiB); otherwise, on one thread, one numpy fancy index copies them into a new array, at
+        parity with one fancy index over a single memory-mapped array, and on several,
+        ``torch.index_select`` parts copy them into the reused buffer. A returned batch that is still
         referenced (the array, a view of it, a tensor made from it) is never overwritten.
         Use :meth:`read_pixels` to fill a buffer of your own (a worker's shared memory).
 
         Args:
             indices: sample numbers of this split, any order, repeats allowed.
-            threads: copying threads; ``None`` takes :attr:`gather_threads`.
+            threads: copying threads; ``None`` takes :attr:`gather_threads` (``None``: :func:`idle_copy_threads`).
         """
         if not self.row_bytes:
             raise ConfigError("this shard set stores encoded images; decode them with read_encoded")
-        threads = self.gather_threads if threads is None else max(1, int(threads))
+        threads = self._copy_threads(threads)
         one = self._one_shard(indices)  # checks the indices
         if len(indices) == 0:
             return self._buffers.take((0, self.row_bytes))
@@ -525,9 +524,17 @@ class ShardSet:
             return self.file(one[0]).gather_pixels(one[1], self._buffers.take, threads)
         if self._by_shard():  # a remote set: only the shards it reads
             views, segment, local = self._open_segments(indices)
-            return RowSpan(views, self.row_bytes).gather(segment, local)
-        segment, local = self._segments(indices)
-        return gather_span(cast(RowSpan, self._span), segment, local, self._buffers.take, threads)  # _open_all made it
+            span = RowSpan(views, self.row_bytes)
+        else:
+            segment, local = self._segments(indices)
+            span = cast(RowSpan, self._span)  # _segments opened every shard and made it
+        return gather_span(span, segment, local, self._buffers.take, threads)
+
+
+    def _copy_threads(self, threads: int | None) -> int:
+        """The copying threads of one read: as asked, else :attr:`gather_threads`, else as the machine's load allows."""
+        chosen = threads if threads is not None else self.gather_threads
+        return idle_copy_threads() if chosen is None else max(1, int(chosen))
 
     def _by_shard(self) -> bool:
         """True while a remote set is read only from the shards each read needs.

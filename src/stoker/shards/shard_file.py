@@ -134,13 +134,13 @@ class ShardFile:
         return chunk, rows - self._starts[chunk]
 
     def take_pixels(self, rows: np.ndarray, out: np.ndarray) -> None:
-        """Copy pixel rows (checked to be in range) into ``out``, one copy per row (rows of several record batches: two)."""
+        """Copy pixel rows (checked to be in range) into ``out``, one copy per row."""
         chunk, local = self._locate(rows)
         if chunk[0] == chunk[-1] and (chunk == chunk[0]).all():
             # mode="clip" skips numpy's buffering of out= (rows are already in range).
             np.take(self._pixels[int(chunk[0])], local, axis=0, out=out, mode="clip")
             return
-        out[...] = self.pixel_span().gather(chunk, local)  # one fancy index, in C, not a Python loop per row
+        self.pixel_span().take(chunk, local, out)  # in C, not a Python loop per row
 
     def pixel_span(self) -> RowSpan:
         """This shard's pixel rows of every record batch, reachable by one fancy index (made on first use)."""
@@ -220,13 +220,15 @@ class ShardFile:
 def gather_span(
     span: RowSpan, segment: np.ndarray, local: np.ndarray, take: Callable[[tuple[int, int]], np.ndarray], threads: int
 ) -> np.ndarray:
-    """Rows of a span: ``np.take`` into ``take(shape)``'s buffer where it is contiguous, else one fancy index into a new array.
+    """Rows of a span: copied into ``take(shape)``'s buffer where it is contiguous or several threads copy, else one fancy index.
 
-    The fancy index is numpy's fastest gather from a strided source; measured with the
-    last batch still held (as a loader's user holds it), ``torch.index_select`` into a
-    reused buffer was 0.84-0.89x it, the fresh array's page faults included.
+    On one thread the fancy index into a new array is numpy's fastest gather from a
+    strided source: measured with the last batch still held (as a loader's user holds
+    it), ``torch.index_select`` into a reused buffer was 0.7-0.9x it, the fresh array's
+    page faults included. Split over two threads (:meth:`RowSpan.take`) it was about
+    1.2x (``benchmarks/bench_decode.py --only gather``).
     """
-    if not span.contiguous:
+    if not span.contiguous and threads <= 1:
         return span.gather(segment, local)
     out = take((len(segment), span.rows.shape[1]))
     span.take(segment, local, out, threads)

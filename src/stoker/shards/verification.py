@@ -16,6 +16,7 @@ from typing import Any
 import torch
 from tqdm import tqdm
 
+from stoker.cores import usable_cores
 from stoker.errors import ConfigError, DataError, NetworkError, ShardError, StokerError
 from stoker.fs import Location, where
 from stoker.jpeg import decode_stored, is_jpeg
@@ -303,7 +304,7 @@ def verify(
     else:
         root = local
     if workers is None:
-        workers = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+        workers = usable_cores()
     failed = {f.shard for f in fetch_faults}
     infos = [info for info in manifest.shards if info.name not in failed]
     with tqdm(total=len(infos), unit="shard", desc="verify", disable=not progress, file=sys.stderr) as bar:

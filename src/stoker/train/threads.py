@@ -26,24 +26,17 @@ so too, and leaves the CPU's threads as this rule sets them).
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterable
 from types import TracebackType
 from typing import Any
 
 import torch
 
+from stoker.cores import usable_cores
 from stoker.errors import ConfigError
 from stoker.loading.placement import local_ranks
 
 __all__ = ["ComputeThreads", "loader_workers", "usable_cores"]
-
-
-def usable_cores() -> int:
-    """The cores this process may run on (its CPU affinity, else the CPU count)."""
-    if hasattr(os, "sched_getaffinity"):
-        return len(os.sched_getaffinity(0))
-    return os.cpu_count() or 1
 
 
 def loader_workers(loader: Any) -> tuple[int, str]:
