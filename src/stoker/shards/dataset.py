@@ -243,8 +243,8 @@ class ShardDataset(Dataset, MapReader, SupportsEpoch, SupportsCollate, SupportsL
 
         Pixel shards are read fastest in the training process itself (``num_workers=0``):
         a batch is one numpy fancy index over the memory-mapped files
-        (:meth:`ShardSet.gather_pixels`; set :attr:`ShardSet.gather_threads` above 1 to
-        copy with several threads instead), and shipping it from a
+        (:meth:`ShardSet.gather_pixels`, on a second copying thread while a core is idle:
+        :attr:`ShardSet.gather_threads`), and shipping it from a
         worker process costs several times more than reading it. Encoded shards use one
         loader worker per core (up to 4), of the kind that measured faster for what they
         hold (``benchmarks/bench_decode.py``, 2 cores): JPEGs on threads (libjpeg-turbo and
