@@ -149,3 +149,23 @@ def test_thread_backend_threads_go_with_the_loader(folders: Path) -> None:
             break
         threading.Event().wait(0.05)
     assert pool_threads() == before
+
+
+class _MixedSizes(torch.utils.data.Dataset):  # type: ignore[type-arg]
+    """Four images, the third one row taller: a batch of them cannot be stacked."""
+
+    def __len__(self) -> int:
+        return 4
+
+    def __getitem__(self, i: int) -> tuple[torch.Tensor, int]:
+        return torch.zeros(3, 4 + (i == 2), 4, dtype=torch.uint8), i
+
+
+@pytest.mark.parametrize("workers", [0, 1])
+def test_images_of_different_sizes_stop_with_the_clear_message(workers: int) -> None:
+    """collate checks sizes only once torch fails to stack: the message is still stoker's, in a worker too."""
+    from stoker.errors import DataError
+
+    loader = make_loader(_MixedSizes(), batch_size=4, shuffle=False, num_workers=workers, device="cpu")
+    with pytest.raises(DataError, match=r"differ in size \(3x4x4 and 3x5x4\).*--image-size"):
+        next(iter(loader))

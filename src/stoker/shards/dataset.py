@@ -87,7 +87,11 @@ class ShardBatch(Sequence[Any]):
         return self.images[j], int(self.labels[j])
 
     def __iter__(self) -> Iterator[tuple[Any, int]]:
-        return (self[j] for j in range(len(self)))
+        # All the views in one call and all the labels in one call: a stream hands its samples out
+        # one by one through this, and indexing the two tensors per sample was about a third of a
+        # pass over pixel shards (2,000 samples of 32x32: ~4 of 13 ms).
+        images = self.images.unbind(0) if isinstance(self.images, torch.Tensor) else self.images
+        return zip(images, self.labels.tolist(), strict=True)
 
 
 def collate_shard_batch(samples: Any) -> Batch:

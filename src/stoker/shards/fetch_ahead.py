@@ -55,7 +55,10 @@ def read_ahead(
     epoch and machine (see :meth:`ShardCache._make_room` for a reader left far behind).
     """
     starts = range(0, len(rows), read_rows)
-    if shards.remote is None or len(rows) == 0:
+    # A local set, or a warm epoch of a split the cache holds whole (every shard open): nothing to
+    # fetch or let go, so the rows are not located either (that took 0.15 ms a pass: 3 % of a warm pass).
+    warm = shards.remote is not None and not shards.tight and all(shards.is_open(s) for s in range(len(shards.infos)))
+    if shards.remote is None or len(rows) == 0 or warm:
         for start in starts:
             yield rows[start : start + read_rows]
         return
