@@ -39,6 +39,7 @@ LAYERS: dict[str, int] = {
     "order": 0,  # the order of an epoch: seed rule, permutation, buffer shuffle, split (numpy only)
     "fs": 0,  # paths and URLs (stoker.fs): every reader of a folder or file, above only errors
     "lifetime": 0,  # workers die with their parent (pack, verify)
+    "cores": 0,  # how many cores this process may use: every default that counts them
     "_lazy": 0,  # public names imported on first use
     "fuzz": 0,  # crafted inputs and a guarded runner (decode, errors)
     "loading": 1,

@@ -151,14 +151,28 @@ def test_pixel_shards_default_to_one_fancy_index_in_the_training_process(many_ba
     assert ds.loader_defaults == {"backend": "process", "num_workers": 0}
     assert ds.shards.gather_threads is None  # 1 or 2 copying threads by the machine's load
     calls: list[str] = []
-    for name in ("gather_pixels", "read_pixels"):
+    for name in ("read_batch", "read_pixels"):
         method = getattr(ds.shards, name)
         setattr(ds.shards, name, lambda *a, _m=method, _n=name, **k: (calls.append(_n), _m(*a, **k))[1])
     ds.__getitems__(np.arange(len(ds))[::-1].copy())
-    assert calls == ["gather_pixels"]  # not a row-by-row copy
+    assert calls == ["read_batch"]  # labels and pixels with one look-up; not a row-by-row copy
     ds.shards.gather_threads = 2
     ds.__getitems__(np.arange(len(ds))[::-1].copy())
-    assert calls[-1] == "gather_pixels"  # its threads copy into a reused buffer where the layout allows
+    assert calls[-1] == "read_batch"  # its threads copy into a reused buffer
+
+
+def test_a_batch_read_is_the_labels_and_pixels_read_apart(many_batches: Path) -> None:
+    ds = ShardDataset(many_batches)
+    n = len(ds)
+    for indices in [np.random.default_rng(1).permutation(n), np.arange(2, 6), np.asarray([3]), np.zeros(0, dtype=np.int64)]:
+        labels, pixels = ds.shards.read_batch(indices)
+        assert np.array_equal(labels, ds.shards.read_labels(indices))
+        assert np.array_equal(pixels, ds.shards.gather_pixels(indices))
+    with pytest.raises(IndexError, match="out of range"):
+        ds.shards.read_batch(np.asarray([n]))
+    out = np.zeros((n, 2 * ds.shards.row_bytes), dtype=np.uint8)[:, ::2]  # a caller's buffer torch cannot fill in place
+    ds.shards.read_pixels(np.arange(n)[::-1].copy(), out, threads=2)
+    assert np.array_equal(out, _reference_rows(ds, np.arange(n)[::-1].copy()))
 
 
 @pytest.mark.parametrize(("cores", "load", "threads"), [(2, 0.9, 2), (2, 1.5, 2), (2, 2.1, 1), (1, 0.0, 1), (8, 6.0, 2),

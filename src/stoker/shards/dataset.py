@@ -365,19 +365,20 @@ class ShardDataset(Dataset, MapReader, SupportsEpoch, SupportsCollate, SupportsL
         return ShardBatch(images, torch.from_numpy(labels), skipped)
 
     def _gather(self, idx: np.ndarray) -> ShardBatch:
-        labels = self.shards.read_labels(idx)
         if self.shards.row_bytes:
             height, width = self.image_size  # type: ignore[misc]
             shape = (len(idx), self.shards.channels, height, width)
-            if get_worker_info() is None:  # a reused buffer, or one fancy index (ShardSet.gather_pixels)
-                images = torch.from_numpy(self.shards.gather_pixels(idx)).view(shape)
+            if get_worker_info() is None:  # a reused buffer, or one fancy index (ShardSet.read_batch)
+                labels, pixels = self.shards.read_batch(idx)
+                images = torch.from_numpy(pixels).view(shape)
             else:  # into a worker's shared memory
+                labels = self.shards.read_labels(idx)
                 images = _empty_uint8(shape)
                 self.shards.read_pixels(idx, images.numpy().reshape(len(idx), self.shards.row_bytes))
             if self.transform is None:
                 return ShardBatch(images, torch.from_numpy(labels), [])
             return ShardBatch([self.transform(image) for image in images], torch.from_numpy(labels), [])
-        return self._decode_batch(idx, labels)
+        return self._decode_batch(idx, self.shards.read_labels(idx))
 
     def _decode_batch(self, idx: np.ndarray, labels: np.ndarray) -> ShardBatch:
         size = self.image_size

@@ -164,6 +164,9 @@ class RowSpan:
         if self.contiguous:
             take_rows(self.rows, where, out, threads)
             return
+        if not out.flags.c_contiguous:  # a buffer of the caller's that torch cannot fill in place
+            out[...] = self.rows[where]
+            return
         rows, index, into = self._tensor_rows(), torch.from_numpy(where), torch.from_numpy(out)
 
         def copy(lo: int, hi: int) -> None:

@@ -446,9 +446,23 @@ class ShardSet:
         self._span = RowSpan(views, self.row_bytes) if any(len(v) for v in views) else None
         self._segment_starts = np.asarray(starts, dtype=np.int64)
 
+    def read_batch(self, indices: np.ndarray, threads: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """``(read_labels(indices), gather_pixels(indices, threads))``, with one look-up of where the samples are.
+
+        What a batch read in the training process calls: the look-up (range check, shard
+        of each sample) is done once for both.
+        """
+        if not self.row_bytes:
+            raise ConfigError("this shard set stores encoded images; decode them with read_encoded")
+        one = self._one_shard(indices)  # checks the indices
+        return self._labels_of(indices, one), self._pixels_of(indices, one, threads)
+
     def read_labels(self, indices: np.ndarray) -> np.ndarray:
         """The labels of the given samples (``int64``)."""
-        one = self._one_shard(indices)
+        return self._labels_of(indices, self._one_shard(indices))
+
+    def _labels_of(self, indices: np.ndarray, one: tuple[int, np.ndarray] | None) -> np.ndarray:
+        """:meth:`read_labels`, where ``one`` is what :meth:`_one_shard` found for ``indices``."""
         if one is not None:
             return self.file(one[0]).labels[one[1]]
         if len(indices) == 0:
@@ -516,8 +530,11 @@ class ShardSet:
         """
         if not self.row_bytes:
             raise ConfigError("this shard set stores encoded images; decode them with read_encoded")
+        return self._pixels_of(indices, self._one_shard(indices), threads)  # _one_shard checks the indices
+
+    def _pixels_of(self, indices: np.ndarray, one: tuple[int, np.ndarray] | None, threads: int | None) -> np.ndarray:
+        """:meth:`gather_pixels`, where ``one`` is what :meth:`_one_shard` found for ``indices`` (checked)."""
         threads = self._copy_threads(threads)
-        one = self._one_shard(indices)  # checks the indices
         if len(indices) == 0:
             return self._buffers.take((0, self.row_bytes))
         if one is not None:  # one shard (a sequential read): the indices already located
