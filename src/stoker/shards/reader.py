@@ -547,7 +547,6 @@ class ShardSet:
             span = cast(RowSpan, self._span)  # _segments opened every shard and made it
         return gather_span(span, segment, local, self._buffers.take, threads)
 
-
     def _copy_threads(self, threads: int | None) -> int:
         """The copying threads of one read: as asked, else :attr:`gather_threads`, else as the machine's load allows."""
         chosen = threads if threads is not None else self.gather_threads

@@ -225,8 +225,8 @@ def gather_span(
     On one thread the fancy index into a new array is numpy's fastest gather from a
     strided source: measured with the last batch still held (as a loader's user holds
     it), ``torch.index_select`` into a reused buffer was 0.7-0.9x it, the fresh array's
-    page faults included. Split over two threads (:meth:`RowSpan.take`) it was about
-    1.2x (``benchmarks/bench_decode.py --only gather``).
+    page faults included. Split over two threads (:meth:`RowSpan.take`) it was 1.1-1.2x
+    (``benchmarks/bench_decode.py --only gather``, 2 quiet cores).
     """
     if not span.contiguous and threads <= 1:
         return span.gather(segment, local)
