@@ -25,7 +25,8 @@ machine whose cores go to the loaders (max(1, cores - workers)). Generated data,
   (many small shards) and a JPEG-like one (one shard of several record batches), and
   against the 2-thread copy of the mapped pixels that ``benchmarks/bench_decode.py``
   calls the limit, against the data set's own ``__getitems__`` with no loader (what
-  the loader's machinery costs per batch), and against itself with two gather threads
+  the loader's machinery costs per batch), the same holding the last batch (what writing
+  into memory out of the cache costs), and against itself with two gather threads
   (``ShardSet.gather_threads = 2``, the default from 4 cores up).
 
 Each loader is made once (persistent workers stay up); a timing starts a new pass and
@@ -209,17 +210,26 @@ def mapped_copy_limit(path: Path) -> Timer:
     return timed
 
 
-def getitems_timer(dataset: ShardDataset) -> Timer:
-    """The data set's own batch read with no loader around it (shuffled batches): what the loader machinery adds shows."""
+def getitems_timer(dataset: ShardDataset, hold: bool = False) -> Timer:
+    """The data set's own batch read with no loader around it (shuffled batches): what the loader machinery adds shows.
+
+    ``hold``: keep the last batch while the next is read, as a training loop (and the
+    loader's user) does; otherwise each batch is dropped at once, so a reused buffer
+    stays hot in the cache.
+    """
     n = len(dataset)
     batch = min(BATCH, n)
     order = itertools.cycle(np.random.default_rng(2).permutation(n - n % batch).reshape(-1, batch).tolist())
 
     def timed(seconds: float) -> float:
-        done, start = 0, time.perf_counter()
+        done, start, held = 0, time.perf_counter(), None
         while (elapsed := time.perf_counter() - start) < seconds or done == 0:
-            dataset.__getitems__(next(order))
+            if hold:
+                held = dataset.__getitems__(next(order))
+            else:
+                dataset.__getitems__(next(order))
             done += batch
+        del held
         return done / elapsed
 
     return timed
@@ -365,12 +375,15 @@ def comparisons(p: dict[str, Path], root: Path, cores: int) -> tuple[list[tuple[
             m, batch_size=BATCH, shuffle=True, num_workers=0, collate_fn=_as_is))
         timers[f"{name}:limit"] = mapped_copy_limit(root / f"{name}.npy")
         timers[f"{name}:getitems"] = getitems_timer(dataset)
+        timers[f"{name}:getitems held"] = getitems_timer(dataset, hold=True)
         two_threads = ShardDataset(p[name])
         two_threads.shards.gather_threads = 2
         timers[f"{name}:two gather threads"] = timer_of(lambda d=two_threads: make_loader(d, batch_size=BATCH, shuffle=True, device=None))
         rows.append((name, f"pixel shards, {layout.upper()} layout (make_loader's pick)", "numpy memmap fancy index in a DataLoader", 1.0))
         rows.append((name, f"pixel shards, {layout.upper()} layout (make_loader's pick)", "2-thread mapped copy (limit)", 0.9))
         rows.append((name, f"pixel shards, {layout.upper()} layout (make_loader's pick)", "its __getitems__ alone, no loader", 0))
+        rows.append((name, f"pixel shards, {layout.upper()} layout (make_loader's pick)",
+                     "its __getitems__ alone, the last batch held", 0))
         rows.append((name, f"pixel shards, {layout.upper()} layout (copying threads by load, the default)",
                      "the same, 2 gather threads", 0))
     return rows, timers, notes
@@ -383,6 +396,7 @@ KEYS = {
     "numpy memmap fancy index in a DataLoader": "memmap",
     "2-thread mapped copy (limit)": "limit",
     "its __getitems__ alone, no loader": "getitems",
+    "its __getitems__ alone, the last batch held": "getitems held",
     "the same, 2 gather threads": "two gather threads",
 }
 

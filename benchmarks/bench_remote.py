@@ -19,7 +19,9 @@ cold stream (a fresh cache, opening included), the next epoch of that stream (wa
 same object) and of a local one, and the same objects downloaded one after another
 with the same client (``RemoteLocation.open(...).read()``, nothing else done); it
 reports the median over rounds of warm / local (target >= 0.9) and of the serial
-download's time / the cold stream's time (target >= 0.8). moto is a Python server sharing this machine's cores,
+download's time / the cold stream's time (target >= 0.8), after a line per round with
+both ratios and the wall and CPU milliseconds (this process, the server) of the serial
+download and the cold stream. moto is a Python server sharing this machine's cores,
 so the S3 numbers are a floor, not what a real object store gives.
 
 Run::
@@ -166,7 +168,7 @@ def main() -> None:
             time_epoch("S3, warm cache, ShardDataset (shuffled)",
                        lambda: ShardDataset(url, cache_dir=caches / "map"), shuffle=True),
         ]
-        ratios = measure_ratios(local, url, caches, args.rounds)
+        ratios = measure_ratios(local, url, caches, args.rounds, proc.pid)
     finally:
         proc.terminate()
         proc.wait(timeout=10)
@@ -208,14 +210,35 @@ def pass_s(stream: ShardStream) -> float:
     return time.perf_counter() - start
 
 
-def measure_ratios(local: Path, url: str, caches: Path, rounds: int) -> tuple[float, float]:
+def server_cpu_s(pid: int) -> float:
+    """CPU seconds the server process has used so far (user + system), from /proc; 0 where there is none."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime, stime
+
+
+def with_cpu(server: int, timed: Callable[[], float]) -> tuple[float, float, float]:
+    """(wall seconds ``timed`` returns, this process's CPU seconds, the server's CPU seconds) over one call."""
+    client, served = time.process_time(), server_cpu_s(server)
+    wall = timed()
+    return wall, time.process_time() - client, server_cpu_s(server) - served
+
+
+def measure_ratios(local: Path, url: str, caches: Path, rounds: int, server: int) -> tuple[float, float]:
     """Median over interleaved rounds of (warm stream / local stream, cold stream / serial download).
 
     Warm and local: the next epoch of a stream already open (the issue's "second epoch,
     everything cached"). Cold: opening the stream over an empty cache and one epoch.
+    Each round's ratios are printed, with the wall time and the CPU time of this process
+    (the client) and of the server for the serial download and the cold stream: where
+    the two CPU times add up to the wall time or more, the machine's cores, not the
+    network, set the pace.
     """
     names = [info.name for info in ShardDataset(local).manifest.shards]
     warm_ratios, cold_ratios = [], []
+    print("round | warm/local | cold/serial | serial ms: wall, client CPU, server CPU | cold ms: wall, client CPU, server CPU")
     for k in range(rounds):
         cache = caches / f"round-{k}"
         remote: list[ShardStream] = []
@@ -224,13 +247,15 @@ def measure_ratios(local: Path, url: str, caches: Path, rounds: int) -> tuple[fl
             remote.append(ShardStream(url, cache_dir=cache, shuffle_buffer=2048, shards_at_once=8))
             return remote[-1]
 
-        serial = serial_download_s(url, names)
-        cold = time_epoch("cold", make_remote, shuffle=False)
+        serial = with_cpu(server, lambda: serial_download_s(url, names))
+        cold = with_cpu(server, lambda: time_epoch("cold", make_remote, shuffle=False).seconds)
         local_stream = ShardStream(str(local), shuffle_buffer=2048, shards_at_once=8)
         pass_s(local_stream)  # its first pass maps the files
         local_s, warm_s = pass_s(local_stream), pass_s(remote[0])
         warm_ratios.append(local_s / warm_s)
-        cold_ratios.append(serial / cold.seconds)
+        cold_ratios.append(serial[0] / cold[0])
+        print(f"{k + 1} | {warm_ratios[-1]:.2f} | {cold_ratios[-1]:.2f} | "
+              + ", ".join(f"{1e3 * t:.0f}" for t in serial) + " | " + ", ".join(f"{1e3 * t:.0f}" for t in cold), flush=True)
         shutil.rmtree(cache, ignore_errors=True)
     return statistics.median(warm_ratios), statistics.median(cold_ratios)
 

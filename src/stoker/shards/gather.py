@@ -40,15 +40,17 @@ def idle_copy_threads() -> int:
     """Copying threads for a gather by default: 2 where a core is idle besides the reader's own, else 1.
 
     Measured on 2 cores (``benchmarks/bench_peers.py --only pixels``, "2 gather threads"
-    row): a second copying thread was 1.1-1.2x one on a quiet machine and 0.6-0.7x one
+    row): a second copying thread was 1.1-1.2x one on a quiet machine and 0.6-0.8x one
     with another process busy on a core, where the reader's own thread waits while its
     helper runs. So the second thread is used while the one-minute load average, which
     counts the reader itself, is at most the cores this process may use less half a core
     (1.5 on 2 cores): one other busy process takes it past that. The load is read at
     most once a second (:data:`LOAD_CHECK_S`); the count changes how fast rows are
-    copied, never what is copied. A choice timed gather by gather (one thread or two, whichever
-    cycled faster) was tried and dropped: switching between a fresh array and reused
-    buffers made the cycles it timed unlike either steady state.
+    copied, never what is copied. The average lags a minute and counts the reader's own
+    second thread, so on 2 cores it sits near the line (README, "A second copying
+    thread"). A choice timed gather by gather (one thread or two, whichever cycled
+    faster) was tried and dropped: switching between a fresh array and reused buffers
+    made the cycles it timed unlike either steady state.
     """
     global _load_seen
     now = time.monotonic()
@@ -62,6 +64,8 @@ def idle_copy_threads() -> int:
     threads = 2 if cores >= 2 and load <= cores - 0.5 else 1
     _load_seen = (now, threads)
     return threads
+
+
 _pool: tuple[int, ThreadPoolExecutor] | None = None  # (pid, pool): a forked child makes its own
 _pool_lock = threading.Lock()
 
@@ -156,9 +160,9 @@ class RowSpan:
         and numpy's fancy index has no ``out=``): one ``torch.index_select`` per part over
         a strided tensor of the span. Both copy in C with the GIL released, so parts copy
         side by side. On one thread the strided copy is slower than :meth:`gather`'s
-        fresh fancy index (0.7-0.8x, ``benchmarks/bench_decode.py --only gather``); on two
-        it is faster (about 1.2x), so callers take this for several threads or a buffer
-        of their own.
+        fresh fancy index (0.78x, ``benchmarks/bench_decode.py --only gather``); on two
+        it is faster (1.1-1.2x the one-thread fancy index there), so callers take this for
+        several threads or a buffer of their own.
         """
         where = self._first[segment] + local * self._per_row
         if self.contiguous:
