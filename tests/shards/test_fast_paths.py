@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import functools
+import os
 import subprocess
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -15,6 +17,7 @@ import torch
 from PIL import Image
 
 from stoker import jpeg
+from stoker.cores import usable_cores
 from stoker.errors import ConfigError, DecodeError
 from stoker.loading import make_loader
 from stoker.shards import ShardDataset
@@ -175,17 +178,65 @@ def test_a_batch_read_is_the_labels_and_pixels_read_apart(many_batches: Path) ->
     assert np.array_equal(out, _reference_rows(ds, np.arange(n)[::-1].copy()))
 
 
-@pytest.mark.parametrize(("cores", "load", "threads"), [(2, 0.9, 2), (2, 1.5, 2), (2, 2.1, 1), (1, 0.0, 1), (8, 6.0, 2),
+@pytest.mark.parametrize(("cores", "busy", "threads"), [(2, 0.9, 2), (2, 1.5, 2), (2, 2.1, 1), (1, 0.0, 1), (8, 6.0, 2),
                                                       (8, 7.6, 1)])
-def test_a_second_copying_thread_only_while_a_core_is_idle(
-    cores: int, load: float, threads: int, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setattr(gather_module, "usable_cores", lambda: cores)
-    monkeypatch.setattr(gather_module.os, "getloadavg", lambda: (load, load, load))
-    monkeypatch.setattr(gather_module, "_load_seen", None)
-    assert gather_module.idle_copy_threads() == threads
+def test_a_second_copying_thread_only_while_a_core_is_idle(cores: int, busy: float, threads: int) -> None:
+    assert gather_module.copy_threads_for(cores, busy) == threads
+
+
+def test_the_first_look_takes_the_load_average_and_a_look_lasts_a_second(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(gather_module, "usable_cores", lambda: 2)
+    monkeypatch.setattr(gather_module.os, "getloadavg", lambda: (2.1, 2.1, 2.1))
+    monkeypatch.setattr(gather_module, "_seen", None)
+    assert gather_module.idle_copy_threads() == 1
     monkeypatch.setattr(gather_module.os, "getloadavg", lambda: (0.0, 0.0, 0.0))
-    assert gather_module.idle_copy_threads() == threads  # read again only after LOAD_CHECK_S
+    assert gather_module.idle_copy_threads() == 1  # looked again only after LOAD_CHECK_S
+
+
+def test_the_readers_own_copying_helpers_are_not_counted_as_load(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(gather_module, "usable_cores", lambda: 2)
+    monkeypatch.setattr(gather_module, "_busy_seconds", lambda: 100.0)
+    monkeypatch.setattr(gather_module, "_helper_cpu", [5.0])
+
+    def threads_after(busy_before: float, helpers_before: float) -> int:
+        two_seconds_ago = time.monotonic() - 2.0
+        gather_module._seen = gather_module._CpuSample(os.getpid(), two_seconds_ago, busy_before, helpers_before, 1)
+        return gather_module.idle_copy_threads()
+
+    monkeypatch.setattr(gather_module, "_seen", None)
+    # 3.6 busy seconds in 2 s: 1.8 cores, past 1.5; but 1.0 of them was the reader's own helper
+    assert threads_after(96.4, 4.0) == 2
+    assert threads_after(96.4, 5.0) == 1  # the helper did nothing: 1.8 cores busy besides it
+    assert threads_after(99.0, 5.0) == 2  # 0.5 cores busy
+
+
+def test_copying_helpers_count_their_cpu_time() -> None:
+    rows = np.random.default_rng(0).integers(0, 255, (4096, 4096), dtype=np.uint8)
+    out = np.empty_like(rows)
+    before = gather_module._helper_cpu[0]
+    for _ in range(5):
+        gather_module.take_rows(rows, np.arange(len(rows))[::-1].copy(), out, threads=2)
+    assert np.array_equal(out, rows[::-1])
+    assert gather_module._helper_cpu[0] > before
+
+
+@pytest.mark.skipif(not 2 <= usable_cores() <= 4, reason="spins a process on every core: 2 to 4 cores")
+def test_other_processes_busy_on_every_core_mean_one_copying_thread(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(gather_module, "LOAD_CHECK_S", 0.2)
+    monkeypatch.setattr(gather_module, "_seen", None)
+    spinners = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(usable_cores())]
+    try:
+        time.sleep(0.5)
+        gather_module.idle_copy_threads()  # the first look: the load average
+        counts = []
+        for _ in range(3):
+            time.sleep(0.3)
+            counts.append(gather_module.idle_copy_threads())
+        assert counts == [1, 1, 1]
+    finally:
+        for spinner in spinners:
+            spinner.kill()
+            spinner.wait(timeout=10)
 
 
 # -- encoded JPEG shards -----------------------------------------------------------------

@@ -19,6 +19,7 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -26,14 +27,56 @@ import torch
 
 from stoker.cores import usable_cores
 
-__all__ = ["GATHER_SPLIT_BYTES", "BatchBuffers", "RowSpan", "idle_copy_threads", "gather_pool", "split_copy", "take_rows"]
+__all__ = ["GATHER_SPLIT_BYTES", "BatchBuffers", "RowSpan", "copy_threads_for", "idle_copy_threads", "gather_pool", "split_copy", "take_rows"]
 
 # A pixel gather is shared among threads in parts of this many bytes (a smaller part costs
 # more to hand over than it saves; a larger one leaves a thread idle at the end).
 GATHER_SPLIT_BYTES = 1 << 20
 # How often idle_copy_threads looks at the machine's load again (seconds).
 LOAD_CHECK_S = 1.0
-_load_seen: tuple[float, int] | None = None  # (when, threads)
+
+
+@dataclass(frozen=True)
+class _CpuSample:
+    """One look at the cores: when, their busy seconds so far, and this process's copying helpers' CPU seconds."""
+
+    pid: int
+    wall: float
+    busy: float | None  # None: this system does not say
+    helpers: float
+    threads: int
+
+
+_seen: _CpuSample | None = None
+_helper_cpu = [0.0]  # CPU seconds the split_copy helper threads of this process spent copying
+_helper_lock = threading.Lock()
+
+
+def copy_threads_for(cores: int, busy_cores: float) -> int:
+    """The rule: 2 copying threads while the cores busy, the reader's own thread counted, leave half a core free.
+
+    ``busy_cores`` is how many of the ``cores`` were busy over the last look, with the
+    reader's own copying helpers taken out (they are what the rule decides). On 2 cores:
+    2 threads while at most 1.5 were busy, so the reader's thread and half a core of other
+    work; one other busy process takes it past that.
+    """
+    return 2 if cores >= 2 and busy_cores <= cores - 0.5 else 1
+
+
+def _busy_seconds() -> float | None:
+    """Busy CPU seconds since boot of the cores this process may use (``None`` where psutil cannot say)."""
+    import psutil  # a dependency; imported here so that opening shards does not pay for it
+
+    try:
+        per_cpu = psutil.cpu_times(percpu=True)
+    except (OSError, psutil.Error, NotImplementedError):
+        return None
+    allowed = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
+    if allowed and max(allowed) < len(per_cpu):  # a container's cores, not the whole host's
+        per_cpu = [per_cpu[k] for k in allowed]
+    # psutil's own rule (cpu_percent): all but idle and iowait; Linux counts guest time in user already
+    not_busy = ("idle", "iowait", "guest", "guest_nice")
+    return sum(sum(t) - sum(getattr(t, name, 0.0) for name in not_busy) for t in per_cpu)
 
 
 def idle_copy_threads() -> int:
@@ -42,27 +85,34 @@ def idle_copy_threads() -> int:
     Measured on 2 cores (``benchmarks/bench_peers.py --only pixels``, "2 gather threads"
     row): a second copying thread was 1.1-1.2x one on a quiet machine and 0.6-0.8x one
     with another process busy on a core, where the reader's own thread waits while its
-    helper runs. So the second thread is used while the one-minute load average, which
-    counts the reader itself, is at most the cores this process may use less half a core
-    (1.5 on 2 cores): one other busy process takes it past that. The load is read at
-    most once a second (:data:`LOAD_CHECK_S`); the count changes how fast rows are
-    copied, never what is copied. The average lags a minute and counts the reader's own
-    second thread, so on 2 cores it sits near the line (README, "A second copying
-    thread"). A choice timed gather by gather (one thread or two, whichever cycled
-    faster) was tried and dropped: switching between a fresh array and reused buffers
-    made the cycles it timed unlike either steady state.
+    helper runs. So the cores' busy time is read at most once a second
+    (:data:`LOAD_CHECK_S`), the CPU time of this process's own copying helpers is taken
+    out of it, and :func:`copy_threads_for` decides. Before that, the one-minute load
+    average decided: it lagged a minute and counted the reader's own second thread, so
+    the reader talked itself out of it (README, "A second copying thread"). The first
+    look, with nothing to compare, takes the load average. The count changes how fast
+    rows are copied, never what is copied. A choice timed gather by gather (one thread
+    or two, whichever cycled faster) was tried and dropped: switching between a fresh
+    array and reused buffers made the cycles it timed unlike either steady state.
     """
-    global _load_seen
+    global _seen
     now = time.monotonic()
-    if _load_seen is not None and now - _load_seen[0] < LOAD_CHECK_S:
-        return _load_seen[1]
+    last = _seen
+    if last is not None and last.pid == os.getpid() and now - last.wall < LOAD_CHECK_S:
+        return last.threads
     cores = usable_cores()
-    try:
-        load = os.getloadavg()[0]
-    except OSError:  # no load average on this system: one thread, as before
-        load = float(cores)
-    threads = 2 if cores >= 2 and load <= cores - 0.5 else 1
-    _load_seen = (now, threads)
+    busy = _busy_seconds()
+    with _helper_lock:
+        helpers = _helper_cpu[0]
+    if last is not None and last.pid == os.getpid() and busy is not None and last.busy is not None:
+        busy_cores = max(0.0, (busy - last.busy) - (helpers - last.helpers)) / (now - last.wall)
+    else:
+        try:
+            busy_cores = os.getloadavg()[0]
+        except OSError:  # no load average either: one thread, as before
+            busy_cores = float(cores)
+    threads = copy_threads_for(cores, busy_cores)
+    _seen = _CpuSample(os.getpid(), now, busy, helpers, threads)
     return threads
 
 
@@ -98,8 +148,17 @@ def split_copy(n: int, threads: int, row_bytes: int, copy: Callable[[int, int], 
         while (k := next(counter)) < chunks:
             copy(k * rows, min(n, (k + 1) * rows))
 
+    def helper() -> None:
+        start = time.thread_time()
+        try:
+            work()
+        finally:  # what idle_copy_threads takes out of the machine's busy time
+            spent = time.thread_time() - start
+            with _helper_lock:
+                _helper_cpu[0] += spent
+
     pool = gather_pool()
-    futures = [pool.submit(work) for _ in range(helpers)]
+    futures = [pool.submit(helper) for _ in range(helpers)]
     try:
         work()
     finally:
