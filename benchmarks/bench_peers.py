@@ -26,8 +26,10 @@ machine whose cores go to the loaders (max(1, cores - workers)). Generated data,
   against the 2-thread copy of the mapped pixels that ``benchmarks/bench_decode.py``
   calls the limit, against the data set's own ``__getitems__`` with no loader (what
   the loader's machinery costs per batch), the same holding the last batch (what writing
-  into memory out of the cache costs), and against itself with two gather threads
-  (``ShardSet.gather_threads = 2``, the default from 4 cores up).
+  into memory out of the cache costs), the copy limit again into two buffers in turn
+  (what a loader whose user holds the last batch can reach), and against itself with two
+  gather threads (``ShardSet.gather_threads = 2``; the default picks 1 or 2 by the cores'
+  load).
 
 Each loader is made once (persistent workers stay up); a timing starts a new pass and
 counts the images after its first batch, whole passes until ``--seconds``.
@@ -188,11 +190,15 @@ def with_torch_threads(threads: int, timer: Timer) -> Timer:
     return timed
 
 
-def mapped_copy_limit(path: Path) -> Timer:
-    """bench_decode.py's gather limit: 2 threads copying contiguous runs of the mapped pixels into a reused buffer."""
+def mapped_copy_limit(path: Path, buffers: int = 1) -> Timer:
+    """bench_decode.py's gather limit: 2 threads copying contiguous runs of the mapped pixels into a reused buffer.
+
+    ``buffers=2``: into two buffers in turn, as a loader whose user holds the last batch
+    must write (the one just written stays untouched while the next is copied).
+    """
     array = np.load(path, mmap_mode="r")
     batch = min(BATCH, len(array))
-    dst = np.empty((batch, array.shape[1]), dtype=np.uint8)
+    dsts = itertools.cycle([np.empty((batch, array.shape[1]), dtype=np.uint8) for _ in range(buffers)])
     pool = ThreadPoolExecutor(1)
     runs = itertools.cycle(np.random.default_rng(1).integers(0, max(1, len(array) - batch), 64).tolist())
     half = batch // 2
@@ -200,7 +206,7 @@ def mapped_copy_limit(path: Path) -> Timer:
     def timed(seconds: float) -> float:
         done, start = 0, time.perf_counter()
         while (elapsed := time.perf_counter() - start) < seconds or done == 0:
-            first = next(runs)
+            first, dst = next(runs), next(dsts)
             other = pool.submit(np.copyto, dst[:half], array[first : first + half])
             np.copyto(dst[half:], array[first + half : first + batch])
             other.result()
@@ -374,6 +380,7 @@ def comparisons(p: dict[str, Path], root: Path, cores: int) -> tuple[list[tuple[
         timers[f"{name}:memmap"] = timer_of(lambda m=memmap: torch.utils.data.DataLoader(
             m, batch_size=BATCH, shuffle=True, num_workers=0, collate_fn=_as_is))
         timers[f"{name}:limit"] = mapped_copy_limit(root / f"{name}.npy")
+        timers[f"{name}:limit held"] = mapped_copy_limit(root / f"{name}.npy", buffers=2)
         timers[f"{name}:getitems"] = getitems_timer(dataset)
         timers[f"{name}:getitems held"] = getitems_timer(dataset, hold=True)
         two_threads = ShardDataset(p[name])
@@ -381,6 +388,8 @@ def comparisons(p: dict[str, Path], root: Path, cores: int) -> tuple[list[tuple[
         timers[f"{name}:two gather threads"] = timer_of(lambda d=two_threads: make_loader(d, batch_size=BATCH, shuffle=True, device=None))
         rows.append((name, f"pixel shards, {layout.upper()} layout (make_loader's pick)", "numpy memmap fancy index in a DataLoader", 1.0))
         rows.append((name, f"pixel shards, {layout.upper()} layout (make_loader's pick)", "2-thread mapped copy (limit)", 0.9))
+        rows.append((name, f"pixel shards, {layout.upper()} layout (make_loader's pick)",
+                     "2-thread mapped copy into two buffers in turn (a held batch's limit)", 0))
         rows.append((name, f"pixel shards, {layout.upper()} layout (make_loader's pick)", "its __getitems__ alone, no loader", 0))
         rows.append((name, f"pixel shards, {layout.upper()} layout (make_loader's pick)",
                      "its __getitems__ alone, the last batch held", 0))
@@ -395,6 +404,7 @@ KEYS = {
     "FFCV Loader (JPEG), 2 threads": "ffcv",
     "numpy memmap fancy index in a DataLoader": "memmap",
     "2-thread mapped copy (limit)": "limit",
+    "2-thread mapped copy into two buffers in turn (a held batch's limit)": "limit held",
     "its __getitems__ alone, no loader": "getitems",
     "its __getitems__ alone, the last batch held": "getitems held",
     "the same, 2 gather threads": "two gather threads",

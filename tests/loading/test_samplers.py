@@ -8,9 +8,11 @@ from pathlib import Path
 
 import pytest
 import torch
+from torch.utils.data import BatchSampler, SequentialSampler
 
 from stoker.errors import ConfigError
 from stoker.loading import EpochSampler, RankSlice, make_loader
+from stoker.loading.samplers import IndexBatches
 from stoker.order import permutation, share
 
 
@@ -25,6 +27,23 @@ def test_the_loader_reads_the_epoch_permutation(backend: str) -> None:
     assert _epochs(loader, 2) == [permutation(10, 3, 0).tolist(), permutation(10, 3, 1).tolist()]
     unshuffled = make_loader(list(range(10)), batch_size=4, shuffle=False, num_workers=0, device=None)  # type: ignore[arg-type]
     assert _epochs(unshuffled, 1) == [list(range(10))]
+
+
+@pytest.mark.parametrize("drop_last", [False, True])
+@pytest.mark.parametrize(("n", "batch_size"), [(0, 3), (1, 3), (9, 3), (10, 3), (10, 1), (5, 7)])
+def test_index_batches_are_torchs_batch_sampler(n: int, batch_size: int, drop_last: bool) -> None:
+    sampler = SequentialSampler(range(n))
+    ours, torchs = IndexBatches(sampler, batch_size, drop_last), BatchSampler(sampler, batch_size, drop_last)
+    assert list(ours) == list(torchs)
+    assert len(ours) == len(torchs)
+
+
+def test_an_in_process_loader_and_one_with_workers_give_the_same_batches() -> None:
+    in_process = make_loader(list(range(23)), batch_size=4, num_workers=0, device=None, seed=5)  # type: ignore[arg-type]
+    workers = make_loader(list(range(23)), batch_size=4, num_workers=2, device=None, seed=5)  # type: ignore[arg-type]
+    for _ in range(2):
+        assert [b.tolist() for b in in_process] == [b.tolist() for b in workers]
+    assert len(in_process) == 6
 
 
 def test_the_even_split_drops_the_tail_of_each_epochs_order_and_rank_slice_drops_none() -> None:

@@ -12,7 +12,6 @@ from typing import Any
 import numpy as np
 import torch
 from torch.utils.data import (
-    BatchSampler,
     DataLoader,
     Dataset,
     IterableDataset,
@@ -31,7 +30,7 @@ from stoker.loading.contract import (
     SupportsOrderPlan,
 )
 from stoker.loading.position import FromWorker, Positioned, ResumeSampler, TagWorker, in_worker_order, iter_from
-from stoker.loading.samplers import EpochSampler, RankSlice
+from stoker.loading.samplers import EpochSampler, IndexBatches, RankSlice
 from stoker.loading.skips import Skipped
 from stoker.loading.steps import EqualSteps, ranks_in_step, steps_are_certain
 from stoker.loading.workers import default_workers
@@ -141,6 +140,8 @@ class Loader:
         self._collate = collate_fn
         self._generator = torch.Generator()  # the DataLoader's: worker base seeds
         self._iterable = isinstance(dataset, IterableDataset)
+        # Asked once: a runtime Protocol check costs about 25 us, a tenth of a fast batch's overhead.
+        self._reads_batches = isinstance(dataset, SupportsGetItems)
         self._distributed = isinstance(sampler, EpochSampler)  # a rank's share (stoker.loading.samplers)
         self._even = even
         self._shuffle = shuffle
@@ -178,7 +179,13 @@ class Loader:
     def _start_readers(self) -> None:
         """The DataLoader (process backend) or the thread pool (thread backend) for the current settings."""
         num_workers, prefetch_factor = self.num_workers, self.prefetch_factor
-        if self.backend == "process":
+        if self.backend == "process" and num_workers == 0 and self._resume_sampler is not None and not self._pin:
+            # Read here, batch by batch, with no DataLoader around it: its per-batch machinery
+            # (profiler hooks, fetcher, checks) was about 0.1 ms of a 0.8 ms pixel batch
+            # (benchmarks/bench_peers.py, the __getitems__ rows). Pinned batches (CUDA) keep
+            # the DataLoader, which pins them.
+            self._batches = IndexBatches(self._resume_sampler, self.batch_size, self.drop_last)
+        elif self.backend == "process":
             self._dataloader = DataLoader(
                 self._positioned if self._positioned is not None else self.dataset,
                 batch_size=self.batch_size,
@@ -193,9 +200,9 @@ class Loader:
                 generator=self._generator,
             )
         else:
-            if self._sampler is None:
+            if self._resume_sampler is None:
                 raise ConfigError("backend='thread' needs a map-style data set; use backend='process' for a Pipe")
-            self._batches = BatchSampler(self._resume_sampler, self.batch_size, self.drop_last)  # type: ignore[arg-type]
+            self._batches = IndexBatches(self._resume_sampler, self.batch_size, self.drop_last)
             self._pool = ThreadPoolExecutor(max(num_workers, 1), thread_name_prefix="stoker-loader",
                                             initializer=init_loader_thread)  # its own torch threads
 
@@ -388,7 +395,13 @@ class Loader:
             self._positioned.control[1:] = torch.tensor(self._worker_batches, dtype=torch.int64) * self.batch_size
         elif self._resume_sampler is not None:
             self._resume_sampler.skip = self._batches_done * self.batch_size
-        batches: Iterator[Any] = self._iter_process(self._dataloader) if self._dataloader is not None else self._iter_threads()
+        batches: Iterator[Any]
+        if self._dataloader is not None:
+            batches = self._iter_process(self._dataloader)
+        elif self._pool is not None:
+            batches = self._iter_threads(self._pool)
+        else:
+            batches = map(self._load, self._batches)
         if self._iterable and self._slots > 1:
             batches = in_worker_order(batches, self._slots, self._next_worker)
         # Every rank the same number of batches: known for an even map-style split that cannot
@@ -461,23 +474,20 @@ class Loader:
         except StokerError as exc:
             raise _without_worker_traceback(exc) from None
 
-    def _iter_threads(self) -> Iterator[Any]:
+    def _load(self, indices: list[int]) -> Any:
+        """One batch read here (in this thread): the data set's batch read where it has one, then the collate."""
+        if self._reads_batches:
+            return self._collate(self.dataset.__getitems__(indices))  # type: ignore[attr-defined]
+        return self._collate([self.dataset[i] for i in indices])
+
+    def _iter_threads(self, pool: ThreadPoolExecutor) -> Iterator[Any]:
         """Fetch batches on a thread pool, in order, with a bounded number in flight."""
-        fetch = self.dataset.__getitems__ if isinstance(self.dataset, SupportsGetItems) else None
-
-        def load(indices: list[int]) -> Any:
-            samples = fetch(indices) if fetch is not None else [self.dataset[i] for i in indices]
-            return self._collate(samples)
-
         depth = max(self.num_workers, 1) * self.prefetch_factor
-        pool = self._pool
-        if pool is None:
-            raise ConfigError("this loader's thread pool is gone (the loader was reconfigured to processes)")
         pending: list[Future[Any]] = []
         batches = iter(self._batches)
         try:
             for indices in batches:
-                pending.append(pool.submit(load, indices))
+                pending.append(pool.submit(self._load, indices))
                 if len(pending) >= depth:
                     yield pending.pop(0).result()
             while pending:
