@@ -140,7 +140,7 @@ class Loader:
         self._collate = collate_fn
         self._generator = torch.Generator()  # the DataLoader's: worker base seeds
         self._iterable = isinstance(dataset, IterableDataset)
-        # Asked once: a runtime Protocol check costs about 25 us, a tenth of a fast batch's overhead.
+        # Asked once: a runtime Protocol check scans the class's attributes, too slow to repeat per batch.
         self._reads_batches = isinstance(dataset, SupportsGetItems)
         self._distributed = isinstance(sampler, EpochSampler)  # a rank's share (stoker.loading.samplers)
         self._even = even
@@ -181,9 +181,9 @@ class Loader:
         num_workers, prefetch_factor = self.num_workers, self.prefetch_factor
         if self.backend == "process" and num_workers == 0 and self._resume_sampler is not None and not self._pin:
             # Read here, batch by batch, with no DataLoader around it: its per-batch machinery
-            # (profiler hooks, fetcher, checks) was about 0.1 ms of a 0.8 ms pixel batch
-            # (benchmarks/bench_peers.py, the __getitems__ rows). Pinned batches (CUDA) keep
-            # the DataLoader, which pins them.
+            # (profiler hooks, fetcher, checks) was part of the loader's gap to __getitems__
+            # (benchmarks/bench_peers.py, "the last batch held" row: 0.81-0.83 before, 0.90-0.94
+            # after). Pinned batches (CUDA) keep the DataLoader, which pins them.
             self._batches = IndexBatches(self._resume_sampler, self.batch_size, self.drop_last)
         elif self.backend == "process":
             self._dataloader = DataLoader(

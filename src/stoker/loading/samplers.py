@@ -108,8 +108,7 @@ class IndexBatches(Sampler[list[int]]):
     """``sampler``'s indices in lists of ``batch_size`` (the last one shorter unless ``drop_last``).
 
     torch's ``BatchSampler`` does the same, but without ``drop_last`` it fills each batch
-    by a Python loop per index, about 40 us of a pixel batch that is read in 800; this
-    cuts the sampler's iterator in C (``islice``).
+    by a Python loop per index; this cuts the sampler's iterator in C (``islice``).
     """
 
     def __init__(self, sampler: Sampler[int], batch_size: int, drop_last: bool) -> None:

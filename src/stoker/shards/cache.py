@@ -58,7 +58,6 @@ from stoker.shards.cache_entries import (
     stamp_matches,
     tmp_name,
     tmp_reservation,
-    write_all,
     write_stamp,
 )
 from stoker.shards.cache_folder import default_cache_dir  # its own module: the manifest cache needs it too
@@ -151,7 +150,7 @@ class ShardCache:
     # -- where things are ---------------------------------------------------------------
     def path_of(self, info: ShardInfo) -> Path:
         """Where the verified copy of a shard lives (whether or not it is there)."""
-        return Path(f"{self.root}/sha256/{info.sha256[:2]}/{info.sha256}.arrow")  # one parse, not three joins: called often
+        return self.root / "sha256" / info.sha256[:2] / f"{info.sha256}.arrow"
 
     def has(self, info: ShardInfo) -> bool:
         """True when a verified copy of the shard is in the cache (its stamp matches)."""
@@ -181,8 +180,6 @@ class ShardCache:
             ConfigError: the cache folder cannot be made or written (``STOKER_CACHE=/proc/x``,
                 a read-only disk): one line naming it and how to choose another.
         """
-        if os.path.isdir(folder):  # nearly always: one stat, where mkdir would fail and then stat
-            return folder
         try:
             folder.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
@@ -193,7 +190,7 @@ class ShardCache:
         return folder
 
     def _lock_path(self, sha256: str, kind: str) -> Path:
-        return Path(f"{self._folder(self.root / 'locks')}/{sha256}.{kind}")
+        return self._folder(self.root / "locks") / f"{sha256}.{kind}"
 
     # -- getting a shard ----------------------------------------------------------------
     def fetch(self, remote: Location, info: ShardInfo) -> Path:
@@ -232,20 +229,16 @@ class ShardCache:
         path = self.path_of(info)
         holder = Holder(self._lock_path(info.sha256, "use"), self.lock_timeout_s, f"shard {info.name}")
         try:
-            fresh = False  # downloaded now: its stamp was just written, so its time of use is now already
             if not stamp_matches(path, info.bytes):
                 fd = flock_wait(self._lock_path(info.sha256, "fetch"), fcntl.LOCK_EX, self.lock_timeout_s, f"shard {info.name}")
                 try:
-                    if not self.check_entry(info):
-                        if not self._download(remote, info, path, wait):
-                            holder.close()
-                            return None
-                        fresh = True
+                    if not self.check_entry(info) and not self._download(remote, info, path, wait):
+                        holder.close()
+                        return None
                 finally:
                     os.close(fd)  # closing the only descriptor of the fetch lock releases it
-            if not fresh:
-                with contextlib.suppress(OSError):
-                    os.utime(f"{path}{STAMP_SUFFIX}")  # least recently used goes first (the entry's own times stay)
+            with contextlib.suppress(OSError):
+                os.utime(f"{path}{STAMP_SUFFIX}")  # least recently used goes first (the entry's own times stay)
         except BaseException:
             holder.close()
             raise
@@ -333,14 +326,11 @@ class ShardCache:
                         f"shard {info.name}: {url} claims {claimed:,} bytes, the manifest says {info.bytes:,}; "
                         f"it is not downloaded; run `stoker verify {remote.url}`, or re-pack"
                     )
-                out = os.open(tmp, os.O_WRONLY | os.O_CLOEXEC)  # os-level: a buffered file adds 4 system calls a shard
-                try:
+                with open(tmp, "r+b") as out:
                     while size <= info.bytes and (chunk := src.read(min(_CHUNK, info.bytes + 1 - size))):
                         digest.update(chunk)
-                        write_all(out, chunk)
+                        out.write(chunk)
                         size += len(chunk)
-                finally:
-                    os.close(out)
         except FileNotFoundError:
             raise ShardError(f"shard {info.name}: {url} is missing; run `stoker verify {remote.url}`") from None
         return digest.hexdigest(), size

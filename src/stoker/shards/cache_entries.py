@@ -46,7 +46,6 @@ __all__ = [
     "stamp_of",
     "tmp_name",
     "tmp_reservation",
-    "write_all",
     "write_stamp",
 ]
 
@@ -83,11 +82,8 @@ def stamp_of(st: os.stat_result) -> list[int]:
 def read_stamp(entry: Path) -> list[int] | None:
     """The stamp recorded when ``entry`` was verified; None if there is none (or it is unreadable)."""
     try:
-        fd = os.open(f"{entry}{STAMP_SUFFIX}", os.O_RDONLY | os.O_CLOEXEC)  # os-level: a buffered open adds 3 system calls
-        try:
-            data = os.read(fd, 512)
-        finally:
-            os.close(fd)
+        with open(f"{entry}{STAMP_SUFFIX}", "rb") as f:
+            data = f.read(512)
         value = json.loads(data)
     except (OSError, ValueError):
         return None
@@ -98,23 +94,11 @@ def read_stamp(entry: Path) -> list[int] | None:
 
 def write_stamp(entry: Path) -> None:
     """Record ``entry``'s stamp (it was just verified): written aside, then renamed over the old one."""
-    stamp = stamp_of(os.stat(entry))
-    side = f"{entry}{STAMP_SUFFIX}"
-    tmp = f"{side}.{os.getpid()}"
-    # os-level, as every download writes one: a buffered text file adds 3 system calls and pathlib's parsing.
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
-    try:
-        write_all(fd, json.dumps(stamp).encode())
-    finally:
-        os.close(fd)
+    stamp = stamp_of(entry.stat())
+    side = Path(f"{entry}{STAMP_SUFFIX}")
+    tmp = side.with_name(f"{side.name}.{os.getpid()}")
+    tmp.write_text(json.dumps(stamp))
     os.replace(tmp, side)
-
-
-def write_all(fd: int, data: bytes | memoryview) -> None:
-    """Write all of ``data`` to descriptor ``fd`` (``os.write`` may write less than it is given)."""
-    view = memoryview(data)
-    while view:
-        view = view[os.write(fd, view) :]
 
 
 def stamp_matches(entry: Path, size: int) -> bool:
