@@ -29,7 +29,12 @@ machine whose cores go to the loaders (max(1, cores - workers)). Generated data,
   into memory out of the cache costs), the copy limit again into two buffers in turn
   (what a loader whose user holds the last batch can reach), and against itself with two
   gather threads (``ShardSet.gather_threads = 2``; the default picks 1 or 2 by the cores'
-  load).
+  load), and against itself with torch's default intra-op threads (the cores: a user's
+  own training loop, or ``fit`` with 0 workers) against 1 (its copying threads must not
+  spread each copy over torch's threads).
+
+torch's intra-op threads are set back to 1 before every timing, since a peer may set
+them for the whole process (FFCV's Loader calls ``torch.set_num_threads``).
 
 Each loader is made once (persistent workers stay up); a timing starts a new pass and
 counts the images after its first batch, whole passes until ``--seconds``.
@@ -395,6 +400,9 @@ def comparisons(p: dict[str, Path], root: Path, cores: int) -> tuple[list[tuple[
                      "its __getitems__ alone, the last batch held", 0))
         rows.append((name, f"pixel shards, {layout.upper()} layout (copying threads by load, the default)",
                      "the same, 2 gather threads", 0))
+        timers[f"{name}:stoker, torch default threads"] = with_torch_threads(cores, timers[f"{name}:stoker"])
+        rows.append((name, f"pixel shards, {layout.upper()} layout, torch threads {cores} (a process's default)",
+                     "the same, torch threads 1", 0.95))
     return rows, timers, notes
 
 
@@ -412,8 +420,9 @@ KEYS = {
 
 
 def pair_keys(part: str, method: str, against: str) -> tuple[str, str]:
-    if against.startswith("the same, torch threads"):
-        return "jpeg:stoker", "jpeg:stoker, torch default threads"
+    if against.startswith("the same, torch threads"):  # one loader under two torch thread counts
+        pair = f"{part}:stoker", f"{part}:stoker, torch default threads"
+        return pair if part == "jpeg" else (pair[1], pair[0])  # jpeg: 1 against the default; pixels: the default against 1
     return f"{part}:stoker", f"{part}:{KEYS[against]}"
 
 
@@ -450,6 +459,10 @@ def main() -> None:
             order = (a, b, b, a) if r % 2 == 0 else (b, a, a, b)
             spent = {a: 0.0, b: 0.0}
             for name in order:
+                # The measuring process's setting, again before every timing: a peer may change it for the whole
+                # process (FFCV's Loader calls torch.set_num_threads(num_workers)), and what runs after it would
+                # otherwise be measured under the peer's setting, not this script's.
+                torch.set_num_threads(1)
                 spent[name] += args.seconds / 2 / timers[name](args.seconds / 2)  # seconds per image, summed
             rate = {name: 2 / spent[name] for name in (a, b)}  # the harmonic mean of the two halves' rates
             ratios[(a, b)].append(rate[a] / rate[b])

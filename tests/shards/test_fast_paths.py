@@ -6,6 +6,7 @@ import functools
 import os
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -218,6 +219,40 @@ def test_copying_helpers_count_their_cpu_time() -> None:
         gather_module.take_rows(rows, np.arange(len(rows))[::-1].copy(), out, threads=2)
     assert np.array_equal(out, rows[::-1])
     assert gather_module._helper_cpu[0] > before
+
+
+@pytest.mark.skipif("OpenMP" not in torch.__config__.parallel_info(), reason="torch without its OpenMP runtime keeps one count for the process")
+def test_copying_threads_run_torch_on_one_thread_whatever_the_process_set() -> None:
+    """A process at torch's default threads (the cores) must not have each copying thread spread over them all."""
+    seen: list[tuple[int, int]] = []
+    lock = threading.Lock()
+    started = threading.Event()
+
+    def copy(lo: int, hi: int) -> None:
+        with lock:
+            seen.append((threading.get_ident(), torch.get_num_threads()))
+        started.set()
+        time.sleep(0.02)  # so that a helper takes parts too
+
+    def elsewhere() -> None:  # a thread of the user's, running while the copy does
+        started.wait(10)
+        with lock:
+            seen.append((-1, torch.get_num_threads()))
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(3)
+    try:
+        other = threading.Thread(target=elsewhere)
+        other.start()
+        gather_module.split_copy(8, 2, gather_module.GATHER_SPLIT_BYTES, copy)
+        other.join(10)
+        assert torch.get_num_threads() == 3  # the caller's own count is back
+    finally:
+        torch.set_num_threads(before)
+    copiers = {ident for ident, _ in seen if ident != -1}
+    assert len(copiers) == 2, seen  # the caller and a helper both copied
+    assert [count for ident, count in seen if ident != -1] == [1] * 8
+    assert (-1, 3) in seen  # another thread keeps the process's count meanwhile
 
 
 @pytest.mark.skipif(not 2 <= usable_cores() <= 4, reason="spins a process on every core: 2 to 4 cores")

@@ -16,9 +16,11 @@ another loader thread leaves a core idle (holding the GIL, waiting for the consu
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import logging
 import os
+from collections.abc import Iterator
 from typing import Literal
 
 from stoker.cores import usable_cores
@@ -29,6 +31,7 @@ __all__ = [
     "Backend",
     "init_loader_thread",
     "loader_intra_op_threads",
+    "one_intra_op_thread",
     "own_intra_op_threads",
 ]
 
@@ -77,6 +80,32 @@ def own_intra_op_threads(threads: int) -> bool:
         return False
     gomp.omp_set_num_threads(ctypes.c_int(max(1, int(threads))))
     return bool(torch.get_num_threads() == max(1, int(threads)))
+
+
+@contextlib.contextmanager
+def one_intra_op_thread() -> Iterator[bool]:
+    """Inside, torch's operators called from this thread run on one thread; its own count comes back after.
+
+    For copies whose threads stoker counts itself (the pixel gather's): a torch operator
+    spreads over the calling thread's intra-op count, which is the training process's
+    (torch's default, the cores; ``fit``'s; a peer library's), so copying threads that
+    each spread it ran several times more threads than cores (0.6-0.7x on 2 cores,
+    ``benchmarks/bench_peers.py``, "torch threads" rows). Only the calling thread's
+    OpenMP count changes: another thread (a model's) keeps its own. Yields whether it
+    could; without torch's OpenMP runtime the operators keep the process's count.
+    """
+    import torch
+
+    before = torch.get_num_threads()  # also lets torch set a new thread's count first
+    gomp = _torch_openmp() if before > 1 else None
+    if gomp is None:
+        yield before == 1
+        return
+    gomp.omp_set_num_threads(ctypes.c_int(1))
+    try:
+        yield True
+    finally:
+        gomp.omp_set_num_threads(ctypes.c_int(before))
 
 
 def loader_intra_op_threads() -> int:

@@ -26,6 +26,7 @@ import numpy as np
 import torch
 
 from stoker.cores import usable_cores
+from stoker.loading.backends import one_intra_op_thread, own_intra_op_threads
 
 __all__ = ["GATHER_SPLIT_BYTES", "BatchBuffers", "RowSpan", "copy_threads_for", "idle_copy_threads", "gather_pool", "split_copy", "take_rows"]
 
@@ -125,8 +126,15 @@ def gather_pool() -> ThreadPoolExecutor:
     global _pool
     with _pool_lock:
         if _pool is None or _pool[0] != os.getpid():
-            _pool = (os.getpid(), ThreadPoolExecutor(max_workers=7, thread_name_prefix="stoker-gather"))
+            # Each copies on one torch thread: split_copy decides how many threads copy, not the process's count.
+            pool = ThreadPoolExecutor(max_workers=7, thread_name_prefix="stoker-gather", initializer=_one_torch_thread)
+            _pool = (os.getpid(), pool)
         return _pool[1]
+
+
+def _one_torch_thread() -> None:
+    """A gather thread's start: torch operators on it run on one thread."""
+    own_intra_op_threads(1)
 
 
 def split_copy(n: int, threads: int, row_bytes: int, copy: Callable[[int, int], None]) -> None:
@@ -134,8 +142,16 @@ def split_copy(n: int, threads: int, row_bytes: int, copy: Callable[[int, int], 
 
     The calling thread works too, and the threads take chunks as they come free, so a
     helper that a busy machine does not schedule costs nothing: the caller does its share,
-    and a helper that has not started by then is cancelled.
+    and a helper that has not started by then is cancelled. ``threads`` is every thread
+    that copies: a torch operator in ``copy`` runs on one thread on each of them
+    (:func:`~stoker.loading.backends.one_intra_op_thread`), whatever the process's
+    ``torch.set_num_threads`` says; the caller's own count is back after.
     """
+    with one_intra_op_thread():
+        _split_copy(n, threads, row_bytes, copy)
+
+
+def _split_copy(n: int, threads: int, row_bytes: int, copy: Callable[[int, int], None]) -> None:
     rows = max(1, GATHER_SPLIT_BYTES // max(row_bytes, 1))
     chunks = -(-n // rows)
     helpers = min(threads, chunks) - 1
