@@ -89,8 +89,8 @@ def one_intra_op_thread() -> Iterator[bool]:
     For copies whose threads stoker counts itself (the pixel gather's): a torch operator
     spreads over the calling thread's intra-op count, which is the training process's
     (torch's default, the cores; ``fit``'s; a peer library's), so copying threads that
-    each spread it ran several times more threads than cores (0.6-0.7x on 2 cores,
-    ``benchmarks/bench_peers.py``, "torch threads" rows). Only the calling thread's
+    each spread it ran several times more threads than cores (medians 0.56 and 0.60 of one
+    torch thread on 2 cores, ``benchmarks/bench_peers.py --only pixels``, "torch threads" rows). Only the calling thread's
     OpenMP count changes: another thread (a model's) keeps its own. Yields whether it
     could; without torch's OpenMP runtime the operators keep the process's count.
     """

@@ -127,14 +127,10 @@ def gather_pool() -> ThreadPoolExecutor:
     with _pool_lock:
         if _pool is None or _pool[0] != os.getpid():
             # Each copies on one torch thread: split_copy decides how many threads copy, not the process's count.
-            pool = ThreadPoolExecutor(max_workers=7, thread_name_prefix="stoker-gather", initializer=_one_torch_thread)
+            pool = ThreadPoolExecutor(max_workers=7, thread_name_prefix="stoker-gather",
+                                      initializer=own_intra_op_threads, initargs=(1,))
             _pool = (os.getpid(), pool)
         return _pool[1]
-
-
-def _one_torch_thread() -> None:
-    """A gather thread's start: torch operators on it run on one thread."""
-    own_intra_op_threads(1)
 
 
 def split_copy(n: int, threads: int, row_bytes: int, copy: Callable[[int, int], None]) -> None:
