@@ -1,7 +1,7 @@
 """The one state contract, run over every reader stoker's loader wraps.
 
 For each reader (class folders, a concatenation, a pixel and an encoded shard set, a
-``ShardStream``, a ``Pipe``), with 0 and 2 workers and each backend that applies:
+``ShardStream`` read item by item and one whose reads are the batches, a ``Pipe``), with 0 and 2 workers and each backend that applies:
 
 * every sample comes exactly once per epoch, in a new order each epoch;
 * ``state_dict()`` taken after ``k`` batches, loaded into a NEW loader (as after a
@@ -71,7 +71,8 @@ def _readers() -> dict[str, Callable[[dict[str, Path]], Any]]:
         "concat": lambda d: concat(ClassFolderDataset(d["a"]), ClassFolderDataset(d["b"])),
         "shards_pixels": lambda d: ShardDataset(d["pixels"]),
         "shards_encoded": lambda d: ShardDataset(d["encoded"]),
-        "shard_stream": lambda d: ShardStream(d["pixels"], shuffle_buffer=5, read_rows=3),
+        "shard_stream": lambda d: ShardStream(d["pixels"], shuffle_buffer=5, read_rows=3),  # read item by item
+        "shard_stream_whole_batches": lambda d: ShardStream(d["pixels"], shuffle_buffer=5, read_rows=BATCH),
         "pipe": lambda d: (
             Pipe.list_files(d["both"], masks="*.png", recursive=True).shuffle(64, seed=4).shard()
             .load_image(keep_path=False).map(_image)

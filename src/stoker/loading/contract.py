@@ -32,6 +32,7 @@ from stoker.loading.skips import OnError
 __all__ = [
     "MapReader",
     "StreamReader",
+    "SupportsBatchesFrom",
     "SupportsCollate",
     "SupportsEpoch",
     "SupportsGetItems",
@@ -94,6 +95,31 @@ class SupportsCollate(Protocol):
         Returning a :class:`~stoker.loading.collate.Batch` lets the loader count the bad
         samples dropped; a batch of size 0 (every sample was bad) is not yielded.
         Usually a ``staticmethod``.
+        """
+        ...
+
+
+@runtime_checkable
+class SupportsBatchesFrom(Protocol):
+    """An iterable whose reads are the loader's batches: it hands them over whole, already collated.
+
+    Item by item, a DataLoader pulls ``batch_size`` items through Python one at a time and
+    collates them, copying every image a second time; a reader that reads a batch's rows
+    in one call anyway (``ShardStream``) can give the batch itself. The loader takes this
+    path only with the reader's own ``collate_fn``, and only where
+    :meth:`reads_batches_of` says the batches are exactly those of the item-by-item path.
+    """
+
+    def reads_batches_of(self, batch_size: int, /) -> bool:
+        """True when :meth:`batches_from` gives, for ``batch_size``, the batches item-by-item reading would."""
+        ...
+
+    def batches_from(self, start: int, batch_size: int, /) -> Iterator[tuple[int, Any]]:
+        """This process's items of the epoch from ``start`` (a multiple of ``batch_size``) on, a batch at a time.
+
+        Each element is ``(items, batch)``: how many items the batch stands for (bad
+        samples included, so the loader counts positions as item by item) and what
+        ``collate_fn`` makes of them. Every batch holds ``batch_size`` items but the last.
         """
         ...
 

@@ -23,13 +23,14 @@ from stoker.errors import ConfigError, StokerError
 from stoker.loading.backends import BACKENDS, Backend, init_loader_thread
 from stoker.loading.collate import Batch, collate, to_device
 from stoker.loading.contract import (
+    SupportsBatchesFrom,
     SupportsCollate,
     SupportsEpoch,
     SupportsGetItems,
     SupportsLoaderDefaults,
     SupportsOrderPlan,
 )
-from stoker.loading.position import FromWorker, Positioned, ResumeSampler, TagWorker, in_worker_order, iter_from
+from stoker.loading.position import FromWorker, Positioned, ResumeSampler, TagWorker, as_is, in_worker_order, iter_from
 from stoker.loading.samplers import EpochSampler, IndexBatches, RankSlice
 from stoker.loading.skips import Skipped
 from stoker.loading.steps import EqualSteps, ranks_in_step, steps_are_certain
@@ -168,7 +169,16 @@ class Loader:
         self._next_worker = 0
         self._pending: dict[str, Any] | None = None  # a loaded state, for the epoch it names
         self._resume_sampler = ResumeSampler(self._sampler) if self._sampler is not None else None
-        self._positioned = Positioned(dataset, self._slots) if self._iterable else None  # type: ignore[arg-type]
+        # An iterable whose reads are the batches (a ShardStream read a batch's rows at a time)
+        # hands them over whole with its own collate: no item-by-item batching, no second copy.
+        self._whole_batches = (
+            self._iterable and isinstance(dataset, SupportsBatchesFrom)
+            and collate_fn is getattr(dataset, "collate_fn", None) and dataset.reads_batches_of(batch_size)
+        )
+        self._positioned = (
+            Positioned(dataset, self._slots, (batch_size, drop_last) if self._whole_batches else None)  # type: ignore[arg-type]
+            if self._iterable else None
+        )
         self._pin = device.type == "cuda"
         self.drop_last = drop_last
         self.persistent_workers = persistent_workers
@@ -179,6 +189,8 @@ class Loader:
     def _start_readers(self) -> None:
         """The DataLoader (process backend) or the thread pool (thread backend) for the current settings."""
         num_workers, prefetch_factor = self.num_workers, self.prefetch_factor
+        if self._whole_batches and self.backend == "process" and num_workers == 0 and not self._pin:
+            return  # read here, batch by batch, straight from the reader (see __iter__)
         if self.backend == "process" and num_workers == 0 and self._resume_sampler is not None and not self._pin:
             # Read here, batch by batch, with no DataLoader around it: its per-batch machinery
             # (profiler hooks, fetcher, checks) was part of the loader's gap to __getitems__
@@ -188,12 +200,12 @@ class Loader:
         elif self.backend == "process":
             self._dataloader = DataLoader(
                 self._positioned if self._positioned is not None else self.dataset,
-                batch_size=self.batch_size,
+                batch_size=None if self._whole_batches else self.batch_size,
                 sampler=self._resume_sampler,
                 num_workers=num_workers,
-                collate_fn=TagWorker(self._collate) if self._iterable else self._collate,
+                collate_fn=as_is if self._whole_batches else TagWorker(self._collate) if self._iterable else self._collate,
                 pin_memory=self._pin,
-                drop_last=self.drop_last,
+                drop_last=self.drop_last and not self._whole_batches,  # whole batches: Positioned drops the last
                 prefetch_factor=prefetch_factor if num_workers > 0 else None,
                 persistent_workers=self.persistent_workers and num_workers > 0,
                 worker_init_fn=_seed_worker if num_workers > 0 else None,
@@ -257,6 +269,9 @@ class Loader:
                 f"len() of a Loader over a {type(self.dataset).__name__} read by several ranks in step is not known "
                 "before the epoch is read (the ranks agree at every step); iterate it to the end"
             )
+        if self._whole_batches:  # as a DataLoader counts an iterable's batches
+            items = len(self.dataset)  # type: ignore[arg-type]
+            return items // self.batch_size if self.drop_last else -(-items // self.batch_size)
         if self._dataloader is not None:
             return len(self._dataloader)
         return len(self._batches)
@@ -400,6 +415,8 @@ class Loader:
             batches = self._iter_process(self._dataloader)
         elif self._pool is not None:
             batches = self._iter_threads(self._pool)
+        elif self._positioned is not None:  # whole batches, read in this thread
+            batches = iter(self._positioned)
         else:
             batches = map(self._load, self._batches)
         if self._iterable and self._slots > 1:

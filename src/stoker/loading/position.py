@@ -18,9 +18,9 @@ from typing import Any
 import torch
 from torch.utils.data import IterableDataset, Sampler, get_worker_info
 
-from stoker.loading.contract import SupportsEpoch, SupportsIterFrom
+from stoker.loading.contract import SupportsBatchesFrom, SupportsEpoch, SupportsIterFrom
 
-__all__ = ["FromWorker", "Positioned", "ResumeSampler", "TagWorker", "in_worker_order", "iter_from"]
+__all__ = ["FromWorker", "Positioned", "ResumeSampler", "TagWorker", "as_is", "in_worker_order", "iter_from"]
 
 log = logging.getLogger("stoker")
 
@@ -75,11 +75,21 @@ class Positioned(IterableDataset):
     The epoch and each worker's first item sit in a shared-memory tensor, so persistent
     worker processes, which never see an attribute set in the main process after they
     started, read the values of the epoch that is starting.
+
+    Args:
+        dataset: the iterable data set.
+        workers: the loader's worker slots (1 for reading in the calling process).
+        whole_batches: ``(batch_size, drop_last)`` for a reader that hands its batches over
+            whole (:class:`~stoker.loading.contract.SupportsBatchesFrom`): each item is then
+            a :class:`FromWorker` batch, and a worker's last batch of fewer than
+            ``batch_size`` items is dropped under ``drop_last``, as a DataLoader drops it.
+            None: the items themselves, for the DataLoader to batch.
     """
 
-    def __init__(self, dataset: IterableDataset, workers: int) -> None:
+    def __init__(self, dataset: IterableDataset, workers: int, whole_batches: tuple[int, bool] | None = None) -> None:
         self.dataset = dataset
         self.control = torch.zeros(1 + workers, dtype=torch.int64).share_memory_()  # [epoch, start of worker 0, ...]
+        self.whole_batches = whole_batches
 
     def __iter__(self) -> Iterator[Any]:
         info = get_worker_info()
@@ -87,10 +97,23 @@ class Positioned(IterableDataset):
         epoch, start = int(self.control[0]), int(self.control[1 + worker])
         if isinstance(self.dataset, SupportsEpoch):
             self.dataset.set_epoch(epoch)
+        if self.whole_batches is not None and isinstance(self.dataset, SupportsBatchesFrom):
+            return self._batches(worker, start, *self.whole_batches)
         return iter_from(self.dataset, start)
+
+    def _batches(self, worker: int, start: int, batch_size: int, drop_last: bool) -> Iterator[FromWorker]:
+        for items, batch in self.dataset.batches_from(start, batch_size):  # type: ignore[attr-defined]
+            if drop_last and items < batch_size:
+                return
+            yield FromWorker(worker, batch)
 
     def __len__(self) -> int:
         return len(self.dataset)  # type: ignore[arg-type]
+
+
+def as_is(item: Any) -> Any:
+    """The DataLoader's collate for items that are batches already (picklable, for worker processes)."""
+    return item
 
 
 class FromWorker:

@@ -49,14 +49,14 @@ import torch
 from torch.utils.data import IterableDataset, get_worker_info
 
 from stoker.errors import ConfigError
-from stoker.loading.collate import collate
-from stoker.loading.contract import StreamReader, SupportsOrderPlan
+from stoker.loading.collate import Batch, collate
+from stoker.loading.contract import StreamReader, SupportsBatchesFrom, SupportsOrderPlan
 from stoker.loading.placement import distributed_placement, local_ranks
 from stoker.loading.skips import OnError, Skipped
 from stoker.order import BUFFER, INTERLEAVE, buffer_shuffle, check_placement, epoch_rng, permutation, share, share_size
 from stoker.shards.cache_entries import entry_cost
 from stoker.shards.cache_readers import pass_tag
-from stoker.shards.dataset import ShardDataset
+from stoker.shards.dataset import ShardDataset, collate_shard_batch
 from stoker.shards.fetch_ahead import disk_peak, read_ahead, shard_room
 
 __all__ = [
@@ -226,7 +226,7 @@ def shards_at_once_for(
     return max(1, min(fits, len(shard_bytes)))
 
 
-class ShardStream(IterableDataset, StreamReader, SupportsOrderPlan):
+class ShardStream(IterableDataset, StreamReader, SupportsBatchesFrom, SupportsOrderPlan):
     """An iterable torch Dataset over one split of a shard set: every sample once per epoch.
 
     Use it where an iterable data set is wanted (streaming-style training, several
@@ -402,6 +402,32 @@ class ShardStream(IterableDataset, StreamReader, SupportsOrderPlan):
             items: list[Any] = [*batch.skipped, *batch]
             yield from items[drop:] if drop else items
             drop = 0
+
+    def reads_batches_of(self, batch_size: int) -> bool:
+        """True when a batch of ``batch_size`` is one read (``read_rows``): the loader then takes :meth:`batches_from`.
+
+        Item by item, a batch is the items of one read (its bad samples' markers first),
+        so a read's rows collated at once are exactly that batch; with reads of another
+        size a batch would straddle two.
+        """
+        return batch_size == self.read_rows
+
+    def batches_from(self, start: int, batch_size: int) -> Iterator[tuple[int, Batch]]:
+        """This reader's batches of the epoch from item ``start`` on, each read collated whole (``(items, batch)``).
+
+        The batches :func:`~stoker.make_loader` gives item by item, without handing each
+        image through Python and copying it into a batch again: at 112x112 pixels a
+        stream read item by item ran at about a third of the map-style ShardDataset.
+
+        Raises:
+            ConfigError: ``batch_size`` is not ``read_rows``, or ``start`` not a multiple of it.
+        """
+        if not self.reads_batches_of(batch_size) or start % batch_size:
+            raise ConfigError(f"batches_from: reads of {self.read_rows} rows cannot give batches of {batch_size} "
+                              f"from item {start}; read item by item (iter_from)")
+        rows = self.order(*self.placement())
+        for chunk in self._reads(rows[start:]):
+            yield len(chunk), collate_shard_batch(self.dataset.__getitems__(chunk))
 
     def _reads(self, rows: np.ndarray) -> Iterator[np.ndarray]:
         """``rows`` cut into reads of ``read_rows``; a remote set's next shards are fetched ahead meanwhile."""
