@@ -80,3 +80,13 @@ def test_reads_of_another_size_are_read_item_by_item(packed: Callable[..., Path]
     assert sum(len(labels) for _, labels in loader) == 40
     with pytest.raises(ConfigError, match="read item by item"):
         next(stream.batches_from(0, BATCH))
+
+
+def test_a_stream_made_without_read_rows_reads_the_first_loaders_batches(packed: Callable[..., Path]) -> None:
+    stream = ShardStream(packed(store="pixels", size=(12, 10), shard_samples=7))
+    assert stream.read_rows == 256
+    first = make_loader(stream, batch_size=BATCH, num_workers=0, device="cpu")
+    assert first._whole_batches and stream.read_rows == BATCH
+    other = make_loader(stream, batch_size=BATCH + 2, num_workers=0, device="cpu")  # it keeps the first's reads
+    assert not other._whole_batches and stream.read_rows == BATCH
+    assert sum(len(labels) for _, labels in first) == sum(len(labels) for _, labels in other) == 40

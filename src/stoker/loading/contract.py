@@ -107,11 +107,15 @@ class SupportsBatchesFrom(Protocol):
     collates them, copying every image a second time; a reader that reads a batch's rows
     in one call anyway (``ShardStream``) can give the batch itself. The loader takes this
     path only with the reader's own ``collate_fn``, and only where
-    :meth:`reads_batches_of` says the batches are exactly those of the item-by-item path.
+    :meth:`take_batch_size` says the batches are exactly those of the item-by-item path.
     """
 
-    def reads_batches_of(self, batch_size: int, /) -> bool:
-        """True when :meth:`batches_from` gives, for ``batch_size``, the batches item-by-item reading would."""
+    def take_batch_size(self, batch_size: int, /) -> bool:
+        """The loader's batch size, told once as the loader is made (a reader may size its reads by it).
+
+        Returns True when :meth:`batches_from` gives, for ``batch_size``, exactly the
+        batches item-by-item reading would; the loader then reads that way.
+        """
         ...
 
     def batches_from(self, start: int, batch_size: int, /) -> Iterator[tuple[int, Any]]:

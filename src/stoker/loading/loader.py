@@ -173,7 +173,7 @@ class Loader:
         # hands them over whole with its own collate: no item-by-item batching, no second copy.
         self._whole_batches = (
             self._iterable and isinstance(dataset, SupportsBatchesFrom)
-            and collate_fn is getattr(dataset, "collate_fn", None) and dataset.reads_batches_of(batch_size)
+            and collate_fn is getattr(dataset, "collate_fn", None) and dataset.take_batch_size(batch_size)
         )
         self._positioned = (
             Positioned(dataset, self._slots, (batch_size, drop_last) if self._whole_batches else None)  # type: ignore[arg-type]

@@ -61,6 +61,7 @@ from stoker.shards.fetch_ahead import disk_peak, read_ahead, shard_room
 
 __all__ = [
     "BLOCK_ROWS",
+    "READ_ROWS",
     "REMOTE_SHARDS_AT_ONCE",
     "SHARDS_AT_ONCE",
     "ShardStream",
@@ -71,6 +72,7 @@ __all__ = [
 ]
 
 log = logging.getLogger("stoker")
+READ_ROWS = 256  # rows a read gathers when neither the caller nor a loader said
 BLOCK_ROWS = 64  # rows a worker takes at a time: small enough to interleave, large enough to read in runs
 # Shards whose rows are merged into one stretch of the epoch: a batch mixes about this many
 # shards' classes. A local file open at once costs an address range and shorter runs per read
@@ -245,7 +247,9 @@ class ShardStream(IterableDataset, StreamReader, SupportsBatchesFrom, SupportsOr
         rank, world_size: this process's place among ranks; default: from
             ``torch.distributed`` when it is initialised, else one rank.
         on_error: ``"raise"`` or ``"skip"`` samples that fail to decode.
-        read_rows: rows gathered per read (one call per this many samples).
+        read_rows: rows gathered per read (one call per this many samples); default: the
+            batch size of the first stoker loader made over it (:meth:`take_batch_size`), so
+            each read is a batch handed over whole, and :data:`READ_ROWS` until then.
         cache_dir, cache_limit, storage_options: for a shard set at a URL: the verified
             local cache, its size limit and the filesystem's options (see :class:`ShardDataset`).
         fetch_ahead: shards of a remote set downloaded ahead of the one being read.
@@ -274,14 +278,14 @@ class ShardStream(IterableDataset, StreamReader, SupportsBatchesFrom, SupportsOr
         rank: int | None = None,
         world_size: int | None = None,
         on_error: OnError = "raise",
-        read_rows: int = 256,
+        read_rows: int | None = None,
         cache_dir: str | os.PathLike[str] | None = None,
         cache_limit: int | str | None = None,
         storage_options: dict[str, Any] | None = None,
         fetch_ahead: int = 2,
         shards_at_once: int | None = None,
     ) -> None:
-        if shuffle_buffer < 1 or read_rows < 1:
+        if shuffle_buffer < 1 or (read_rows is not None and read_rows < 1):
             raise ConfigError(f"shuffle_buffer and read_rows must be >= 1, got {shuffle_buffer} and {read_rows}")
         if (rank is None) != (world_size is None):
             raise ConfigError("give rank and world_size together, or neither")
@@ -304,7 +308,7 @@ class ShardStream(IterableDataset, StreamReader, SupportsBatchesFrom, SupportsOr
         self.shuffle = shuffle
         self.shuffle_buffer = shuffle_buffer
         self.seed = seed
-        self.read_rows = read_rows
+        self._read_rows = read_rows  # None: the first loader's batch size (take_batch_size)
         self._placement = (rank, world_size) if rank is not None and world_size is not None else None
         self._epoch = torch.zeros((), dtype=torch.int64).share_memory_()
         self._said_buffer = False
@@ -403,14 +407,23 @@ class ShardStream(IterableDataset, StreamReader, SupportsBatchesFrom, SupportsOr
             yield from items[drop:] if drop else items
             drop = 0
 
-    def reads_batches_of(self, batch_size: int) -> bool:
-        """True when a batch of ``batch_size`` is one read (``read_rows``): the loader then takes :meth:`batches_from`.
+    @property
+    def read_rows(self) -> int:
+        """Rows gathered per read: as given, else the first loader's batch size, else :data:`READ_ROWS`."""
+        return self._read_rows if self._read_rows is not None else READ_ROWS
 
-        Item by item, a batch is the items of one read (its bad samples' markers first),
-        so a read's rows collated at once are exactly that batch; with reads of another
-        size a batch would straddle two.
+    def take_batch_size(self, batch_size: int) -> bool:
+        """Told by a loader made over it: True when its reads are that loader's batches (it takes :meth:`batches_from`).
+
+        A stream made without ``read_rows`` reads in batches of the first loader's
+        ``batch_size`` from then on. Item by item, a batch is the items of one read (its
+        bad samples' markers first), so a read's rows collated at once are exactly that
+        batch; with reads of another size a batch would straddle two, and that loader
+        reads item by item.
         """
-        return batch_size == self.read_rows
+        if self._read_rows is None:
+            self._read_rows = int(batch_size)
+        return batch_size == self._read_rows
 
     def batches_from(self, start: int, batch_size: int) -> Iterator[tuple[int, Batch]]:
         """This reader's batches of the epoch from item ``start`` on, each read collated whole (``(items, batch)``).
@@ -422,7 +435,7 @@ class ShardStream(IterableDataset, StreamReader, SupportsBatchesFrom, SupportsOr
         Raises:
             ConfigError: ``batch_size`` is not ``read_rows``, or ``start`` not a multiple of it.
         """
-        if not self.reads_batches_of(batch_size) or start % batch_size:
+        if batch_size != self.read_rows or start % batch_size:
             raise ConfigError(f"batches_from: reads of {self.read_rows} rows cannot give batches of {batch_size} "
                               f"from item {start}; read item by item (iter_from)")
         rows = self.order(*self.placement())
