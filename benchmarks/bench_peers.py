@@ -32,6 +32,10 @@ machine whose cores go to the loaders (max(1, cores - workers)). Generated data,
   load), and against itself with torch's default intra-op threads (the cores: a user's
   own training loop, or ``fit`` with 0 workers) against 1 (its copying threads must not
   spread each copy over torch's threads).
+  And ``ShardStream`` over the same pixel shards through ``make_loader``, against the
+  map-style ``ShardDataset`` and against the same stream read item by item (its reads
+  handed out one sample at a time and stacked again, as every stream was read before
+  its reads became the loader's batches).
 
 torch's intra-op threads are set back to 1 before every timing, since a peer may set
 them for the whole process (FFCV's Loader calls ``torch.set_num_threads``).
@@ -48,6 +52,7 @@ Run::
 from __future__ import annotations
 
 import argparse
+import functools
 import itertools
 import os
 import sys
@@ -65,8 +70,9 @@ import torch
 warnings.filterwarnings("ignore", message="The image decoding and encoding capabilities of TorchVision")
 
 from stoker.loading import make_loader  # noqa: E402
+from stoker.loading.collate import collate  # noqa: E402
 from stoker.packer import pack  # noqa: E402
-from stoker.shards import ShardDataset  # noqa: E402
+from stoker.shards import ShardDataset, ShardStream  # noqa: E402
 from stoker.sources.synthetic import make_celeba, make_digiface  # noqa: E402
 
 SIZE = (112, 112)
@@ -400,6 +406,12 @@ def comparisons(p: dict[str, Path], root: Path, cores: int) -> tuple[list[tuple[
                      "its __getitems__ alone, the last batch held", 0))
         rows.append((name, f"pixel shards, {layout.upper()} layout (copying threads by load, the default)",
                      "the same, 2 gather threads", 0))
+        timers[f"{name}:stream"] = timer_of(lambda f=p[name]: make_loader(ShardStream(f, shuffle_buffer=2048), batch_size=BATCH, device=None))
+        # The stream's old path: its reads handed out item by item and stacked again (any other collate_fn takes it).
+        timers[f"{name}:stream items"] = timer_of(lambda f=p[name]: make_loader(
+            ShardStream(f, shuffle_buffer=2048), batch_size=BATCH, device=None, collate_fn=functools.partial(collate)))
+        rows.append((name, f"ShardStream, {layout.upper()} layout (its reads handed over as batches)", STREAM_VS_MAP, 0))
+        rows.append((name, f"ShardStream, {layout.upper()} layout (its reads handed over as batches)", STREAM_VS_ITEMS, 0))
         timers[f"{name}:stoker, torch default threads"] = with_torch_threads(cores, timers[f"{name}:stoker"])
         rows.append((name, f"pixel shards, {layout.upper()} layout, torch threads {cores} (a process's default)",
                      "the same, torch threads 1", 0.95))
@@ -419,7 +431,13 @@ KEYS = {
 }
 
 
+STREAM_VS_MAP = "pixel shards, map-style ShardDataset (make_loader's pick)"
+STREAM_VS_ITEMS = "the same stream read item by item (every read before this change)"
+
+
 def pair_keys(part: str, method: str, against: str) -> tuple[str, str]:
+    if against in (STREAM_VS_MAP, STREAM_VS_ITEMS):
+        return f"{part}:stream", f"{part}:stoker" if against == STREAM_VS_MAP else f"{part}:stream items"
     if against.startswith("the same, torch threads"):  # one loader under two torch thread counts
         pair = f"{part}:stoker", f"{part}:stoker, torch default threads"
         return pair if part == "jpeg" else (pair[1], pair[0])  # jpeg: 1 against the default; pixels: the default against 1

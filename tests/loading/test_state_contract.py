@@ -246,7 +246,7 @@ def _ids_of_items(items: Any) -> list[int]:
 
 CLAIMS = {  # reader -> the contract protocol its class names (stoker.loading.contract)
     "class_folders": "MapReader", "concat": "MapReader", "shards_pixels": "MapReader", "shards_encoded": "MapReader",
-    "shard_stream": "StreamReader", "pipe": "StreamReader",
+    "shard_stream": "StreamReader", "shard_stream_whole_batches": "StreamReader", "pipe": "StreamReader",
 }
 
 
