@@ -90,3 +90,13 @@ def test_a_stream_made_without_read_rows_reads_the_first_loaders_batches(packed:
     other = make_loader(stream, batch_size=BATCH + 2, num_workers=0, device="cpu")  # it keeps the first's reads
     assert not other._whole_batches and stream.read_rows == BATCH
     assert sum(len(labels) for _, labels in first) == sum(len(labels) for _, labels in other) == 40
+
+
+def test_a_pixel_stream_is_read_in_the_training_process_by_default(packed: Callable[..., Path]) -> None:
+    from stoker.loading.workers import FALLBACK_WORKERS
+
+    pixels = ShardStream(packed(store="pixels", size=(12, 10), shard_samples=7))
+    encoded = ShardStream(packed(store="encoded", size=(12, 10), shard_samples=7))
+    assert make_loader(pixels, batch_size=BATCH, device="cpu").num_workers == 0  # a copy: shipping it costs more
+    assert make_loader(encoded, batch_size=BATCH, device="cpu").num_workers == FALLBACK_WORKERS  # never the core count
+    assert make_loader(pixels, batch_size=BATCH, device="cpu", num_workers=2).num_workers == 2  # a caller's choice stands

@@ -50,7 +50,7 @@ from torch.utils.data import IterableDataset, get_worker_info
 
 from stoker.errors import ConfigError
 from stoker.loading.collate import Batch, collate
-from stoker.loading.contract import StreamReader, SupportsBatchesFrom, SupportsOrderPlan
+from stoker.loading.contract import StreamReader, SupportsBatchesFrom, SupportsLoaderDefaults, SupportsOrderPlan
 from stoker.loading.placement import distributed_placement, local_ranks
 from stoker.loading.skips import OnError, Skipped
 from stoker.order import BUFFER, INTERLEAVE, buffer_shuffle, check_placement, epoch_rng, permutation, share, share_size
@@ -228,7 +228,7 @@ def shards_at_once_for(
     return max(1, min(fits, len(shard_bytes)))
 
 
-class ShardStream(IterableDataset, StreamReader, SupportsBatchesFrom, SupportsOrderPlan):
+class ShardStream(IterableDataset, StreamReader, SupportsBatchesFrom, SupportsLoaderDefaults, SupportsOrderPlan):
     """An iterable torch Dataset over one split of a shard set: every sample once per epoch.
 
     Use it where an iterable data set is wanted (streaming-style training, several
@@ -364,6 +364,21 @@ class ShardStream(IterableDataset, StreamReader, SupportsBatchesFrom, SupportsOr
                 )
             buffer //= 2
         return rows
+
+    @property
+    def loader_defaults(self) -> dict[str, Any]:
+        """The loader settings a stream over pixel shards reads fastest with: in the training process (``num_workers=0``).
+
+        As for the map-style :class:`ShardDataset`, a pixel read is a copy out of the
+        memory-mapped files, and shipping it from a worker process costs several times
+        more: with the fallback of 2 worker processes a 112x112 pixel stream ran at about
+        an eighth of the map-style set (``benchmarks/bench_peers.py``, the ShardStream
+        rows). Encoded shards say nothing, so the loader's fixed fallback
+        (:data:`~stoker.loading.workers.FALLBACK_WORKERS`) applies: the worker count splits
+        a stream, and a count that followed the machine's cores would change its batches
+        from one machine to the next.
+        """
+        return {"backend": "process", "num_workers": 0} if self.dataset.store == "pixels" else {}
 
     def order_plan(self) -> dict[str, Any]:
         """What fixes the order besides seed, epoch and placement; the loader refuses a mid-epoch resume under another.
