@@ -100,3 +100,17 @@ def test_a_pixel_stream_is_read_in_the_training_process_by_default(packed: Calla
     assert make_loader(pixels, batch_size=BATCH, device="cpu").num_workers == 0  # a copy: shipping it costs more
     assert make_loader(encoded, batch_size=BATCH, device="cpu").num_workers == FALLBACK_WORKERS  # never the core count
     assert make_loader(pixels, batch_size=BATCH, device="cpu", num_workers=2).num_workers == 2  # a caller's choice stands
+
+
+@pytest.mark.parametrize("gather_threads", [1, 2])  # 2: a batch over many shards is copied into a reused buffer
+def test_whole_batches_held_by_the_caller_are_never_overwritten(packed: Callable[..., Path], gather_threads: int) -> None:
+    root = packed(store="pixels", size=(12, 10), shard_samples=7)
+    stream = ShardStream(root, seed=5)
+    stream.dataset.shards.gather_threads = gather_threads
+    held = list(make_loader(stream, batch_size=BATCH, num_workers=0, device="cpu"))  # not copied
+    copied = [(images.clone(), labels.clone()) for images, labels in
+              make_loader(ShardStream(root, seed=5), batch_size=BATCH, num_workers=0, device="cpu",
+                          collate_fn=functools.partial(collate))]
+    assert len(held) == len(copied)
+    for (images, labels), (want_images, want_labels) in zip(held, copied, strict=True):
+        assert torch.equal(images, want_images) and torch.equal(labels, want_labels)
