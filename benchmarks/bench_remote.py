@@ -22,7 +22,11 @@ reports the median over rounds of warm / local (target >= 0.9) and of the serial
 download's time / the cold stream's time (target >= 0.8), after a line per round with
 both ratios and the wall and CPU milliseconds (this process, the server) of the serial
 download and the cold stream. moto is a Python server sharing this machine's cores,
-so the S3 numbers are a floor, not what a real object store gives.
+so the S3 numbers are a floor, not what a real object store gives. The caches go in a
+folder of the run's own inside stoker's cache folder (``STOKER_CACHE``, else
+``~/.cache/stoker``; ``--cache-dir`` picks another), since every cached shard creates a
+few files and what that costs depends on the file system; the run prints what creating
+one file there takes.
 
 Run::
 
@@ -52,6 +56,7 @@ from stoker.fs import where  # noqa: E402
 from stoker.loading import make_loader  # noqa: E402
 from stoker.packer import pack  # noqa: E402
 from stoker.shards import ShardDataset, ShardStream  # noqa: E402
+from stoker.shards.cache_folder import default_cache_dir  # noqa: E402
 from stoker.sources.synthetic import make_digiface  # noqa: E402
 
 BATCH = 256
@@ -133,6 +138,9 @@ def main() -> None:
     parser.add_argument("--out", type=Path, help="work folder (default: a temporary one)")
     parser.add_argument("--quick", action="store_true", help="1,000 images")
     parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds of the two ratios")
+    parser.add_argument("--cache-dir", type=Path,
+                        help="the folder the caches go in (a folder of this run's own inside it, removed after; "
+                             "default: stoker's cache folder)")
     args = parser.parse_args()
     n = 1000 if args.quick else args.n
     work = args.out or Path(tempfile.mkdtemp(prefix="stoker-bench-remote-"))
@@ -150,8 +158,11 @@ def main() -> None:
         place = where(url)
         for path in sorted(local.iterdir()):
             place.upload(path, path.name)
-        caches = work / "caches"
-        shutil.rmtree(caches, ignore_errors=True)
+        # The caches go where stoker keeps its cache (STOKER_CACHE, else ~/.cache/stoker), in a folder of this run's
+        # own: what a reader's cache costs depends on that file system (creating a file took 0.2-0.45 ms in this
+        # project's /tmp, 0.06 ms under ~/.cache on the same disk), and each cached shard creates a few files.
+        caches = (args.cache_dir or default_cache_dir()) / f"bench-remote-{os.getpid()}"
+        print(f"cache folder {caches}: creating a file there takes {create_ms(caches):.3f} ms", flush=True)
 
         def stream(root: str, cache: str, ahead: int = 2) -> Callable[[], ShardStream]:
             return lambda: ShardStream(root, cache_dir=caches / cache, shuffle_buffer=2048, fetch_ahead=ahead)
@@ -172,6 +183,7 @@ def main() -> None:
     finally:
         proc.terminate()
         proc.wait(timeout=10)
+        shutil.rmtree((args.cache_dir or default_cache_dir()) / f"bench-remote-{os.getpid()}", ignore_errors=True)
     manifest = ShardDataset(local).manifest
     print(
         f"\n{manifest.samples:,} samples, {len(manifest.shards)} pixel shards of {args.size}x{args.size}, "
@@ -187,6 +199,19 @@ def main() -> None:
     print(f"cold S3 stream / serial download of the same objects: {cold:.2f}x (MB/s; target >= 0.8)")
     if args.out is None:
         shutil.rmtree(work, ignore_errors=True)
+
+
+def create_ms(folder: Path, files: int = 50) -> float:
+    """Milliseconds to create (and close) one empty file in ``folder``: the median of ``files``."""
+    probe = folder / "create-probe"
+    probe.mkdir(parents=True, exist_ok=True)
+    took = []
+    for i in range(files):
+        start = time.perf_counter()
+        os.close(os.open(probe / f"{i}", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644))
+        took.append(time.perf_counter() - start)
+    shutil.rmtree(probe, ignore_errors=True)
+    return 1000 * statistics.median(took)
 
 
 def serial_download_s(url: str, names: list[str]) -> float:

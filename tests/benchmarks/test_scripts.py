@@ -81,8 +81,12 @@ def test_small_benchmarks_run(tmp_path: Path, script: str, args: tuple[str, ...]
 def test_bench_remote_reports_cold_and_warm(tmp_path: Path) -> None:
     pytest.importorskip("s3fs", reason="bench_remote needs s3fs: pip install 'stoker[test]'")
     pytest.importorskip("moto.server", reason="bench_remote needs moto's server: pip install 'moto[server]'")
-    out = _run("bench_remote.py", "--n", "120", "--shard-samples", "40", "--size", "16", "--out", str(tmp_path / "r"), cwd=tmp_path)
+    caches = tmp_path / "caches"  # never the user's own cache folder in a test
+    out = _run("bench_remote.py", "--n", "120", "--shard-samples", "40", "--size", "16", "--out", str(tmp_path / "r"),
+               "--cache-dir", str(caches), cwd=tmp_path)
     assert "S3, cold cache" in out and "S3, warm cache" in out and "| local disk" in out
+    assert f"cache folder {caches}" in out and "creating a file there takes" in out
+    assert not any(caches.iterdir())  # the run's own folder in it is removed
 
 
 def test_gpu_check_runs_its_parts_and_says_what_happened(tmp_path: Path) -> None:
