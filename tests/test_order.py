@@ -187,3 +187,23 @@ def test_a_placement_out_of_range_is_refused() -> None:
         share(np.arange(4), 0, 1, block=0)
     with pytest.raises(ConfigError, match="buffer_size"):
         list(buffer_shuffle(range(3), 0, epoch_rng(0, 0)))
+
+
+@settings(max_examples=200, deadline=None)
+@given(n=st.integers(0, 2600), size=st.integers(1, 2100), seed=st.integers(0, 2**32 - 1))
+def test_the_array_buffer_shuffle_is_the_buffer_loop_draw_for_draw(n: int, size: int, seed: int) -> None:
+    from stoker.order import buffer_shuffled
+
+    items = np.random.default_rng(seed).integers(-10**9, 10**9, n)  # any values, not positions
+    loop_rng, array_rng = epoch_rng(seed, 1), epoch_rng(seed, 1)
+    looped = list(buffer_shuffle(items.tolist(), size, loop_rng))
+    assert buffer_shuffled(items, size, array_rng).tolist() == looped
+    assert loop_rng.integers(0, 2**62) == array_rng.integers(0, 2**62)  # the same draws: the generators end alike
+
+
+def test_the_array_buffer_shuffle_keeps_the_loops_order_for_a_buffer_past_16_bits() -> None:
+    from stoker.order import buffer_shuffled
+
+    items = np.arange(70_000)
+    size = (1 << 16) + 7  # slots that do not fit the 16-bit radix sort
+    assert buffer_shuffled(items, size, epoch_rng(3, 2)).tolist() == list(buffer_shuffle(items.tolist(), size, epoch_rng(3, 2)))

@@ -53,7 +53,7 @@ from stoker.loading.collate import Batch, collate
 from stoker.loading.contract import StreamReader, SupportsBatchesFrom, SupportsLoaderDefaults, SupportsOrderPlan
 from stoker.loading.placement import distributed_placement, local_ranks
 from stoker.loading.skips import OnError, Skipped
-from stoker.order import BUFFER, INTERLEAVE, buffer_shuffle, check_placement, epoch_rng, permutation, share, share_size
+from stoker.order import BUFFER, INTERLEAVE, buffer_shuffled, check_placement, epoch_rng, permutation, share, share_size
 from stoker.shards.cache_entries import entry_cost
 from stoker.shards.cache_readers import pass_tag
 from stoker.shards.dataset import ShardDataset, collate_shard_batch
@@ -172,7 +172,7 @@ def stream_order(
     if not shuffle:
         return mine
     rng = epoch_rng(seed, epoch, BUFFER, rank, worker)
-    return np.fromiter(buffer_shuffle(mine.tolist(), shuffle_buffer, rng), dtype=np.int64, count=len(mine))
+    return buffer_shuffled(mine, shuffle_buffer, rng)
 
 
 def cache_plan(shard_bytes: list[int], cache_limit: int, fetch_ahead: int, overhead: int = 0) -> tuple[int, int]:
