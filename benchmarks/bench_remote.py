@@ -144,6 +144,9 @@ def main() -> None:
     args = parser.parse_args()
     n = 1000 if args.quick else args.n
     work = args.out or Path(tempfile.mkdtemp(prefix="stoker-bench-remote-"))
+    # The caches go where stoker keeps its cache, in a folder of this run's own: what a reader's cache costs
+    # depends on that file system (each cached shard creates a few files), so the run says what a file costs there.
+    caches = (args.cache_dir or default_cache_dir()) / f"bench-remote-{os.getpid()}"
     data, local = work / "data", work / "packed"
     if not data.exists():
         make_digiface(data, n, progress=False)
@@ -158,10 +161,6 @@ def main() -> None:
         place = where(url)
         for path in sorted(local.iterdir()):
             place.upload(path, path.name)
-        # The caches go where stoker keeps its cache (STOKER_CACHE, else ~/.cache/stoker), in a folder of this run's
-        # own: what a reader's cache costs depends on that file system (creating a file took 0.2-0.45 ms in this
-        # project's /tmp, 0.06 ms under ~/.cache on the same disk), and each cached shard creates a few files.
-        caches = (args.cache_dir or default_cache_dir()) / f"bench-remote-{os.getpid()}"
         print(f"cache folder {caches}: creating a file there takes {create_ms(caches):.3f} ms", flush=True)
 
         def stream(root: str, cache: str, ahead: int = 2) -> Callable[[], ShardStream]:
@@ -183,7 +182,7 @@ def main() -> None:
     finally:
         proc.terminate()
         proc.wait(timeout=10)
-        shutil.rmtree((args.cache_dir or default_cache_dir()) / f"bench-remote-{os.getpid()}", ignore_errors=True)
+        shutil.rmtree(caches, ignore_errors=True)
     manifest = ShardDataset(local).manifest
     print(
         f"\n{manifest.samples:,} samples, {len(manifest.shards)} pixel shards of {args.size}x{args.size}, "

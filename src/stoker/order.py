@@ -189,9 +189,7 @@ def buffer_shuffle(items: Iterable[T], buffer_size: int, rng: np.random.Generato
         >>> list(buffer_shuffle(range(4), 10, epoch_rng(0, 0))) == permutation(4, 0, 0).tolist()
         True
     """
-    if isinstance(buffer_size, bool) or not isinstance(buffer_size, (int, np.integer)) or buffer_size < 1:
-        raise ConfigError(f"buffer_shuffle: buffer_size must be a positive integer, got {buffer_size!r}")
-    size = int(buffer_size)
+    size = _buffer_size(buffer_size, "buffer_shuffle")
     buffer: list[T] = []
     picks: list[int] = []
     for item in items:
@@ -216,17 +214,15 @@ def buffer_shuffled(items: np.ndarray, buffer_size: int, rng: np.random.Generato
     next to the one before it in its slot, so every yield is known at once; the buffer
     left at the end is each slot's last write, yielded in ``rng.permutation`` order. The
     draws are the loop's, in its order (``_PICKS`` at a time), so ``rng`` ends in the same
-    state. A third of the loop's time or less: a stream's order is drawn once per pass.
+    state.
 
     Example:
         >>> a = buffer_shuffled(np.arange(50), 8, epoch_rng(0, 0))
         >>> a.tolist() == list(buffer_shuffle(range(50), 8, epoch_rng(0, 0)))
         True
     """
-    if isinstance(buffer_size, bool) or not isinstance(buffer_size, (int, np.integer)) or buffer_size < 1:
-        raise ConfigError(f"buffer_shuffled: buffer_size must be a positive integer, got {buffer_size!r}")
-    items = np.asarray(items)
-    size, n = int(buffer_size), len(items)
+    size, items = _buffer_size(buffer_size, "buffer_shuffled"), np.asarray(items)
+    n = len(items)
     if n <= size:  # the loop only fills the buffer, then yields it in a random order
         return items[rng.permutation(n)]
     steps = n - size
@@ -240,12 +236,18 @@ def buffer_shuffled(items: np.ndarray, buffer_size: int, rng: np.random.Generato
     held = np.where(first, slots, np.concatenate(([0], written[:-1])))  # what the slot held before the step
     out = np.empty(n, dtype=np.int64)
     out[by_slot] = held
-    last = np.ones(steps, dtype=bool)
-    last[:-1] = slots[1:] != slots[:-1]
+    last = np.append(first[1:], True)  # a slot's last step is the one before the next slot's first
     left = np.arange(size, dtype=np.int64)
     left[slots[last]] = written[last]
     out[steps:] = left[rng.permutation(size)]
     return items[out]
+
+
+def _buffer_size(value: object, where: str) -> int:
+    """``value`` as a buffer size (a positive integer); ConfigError naming ``where`` otherwise."""
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+        raise ConfigError(f"{where}: buffer_size must be a positive integer, got {value!r}")
+    return int(value)
 
 
 def check_placement(rank: object, world_size: object, worker: object = 0, num_workers: object = 1, where: str = "order") -> None:

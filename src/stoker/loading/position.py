@@ -18,7 +18,7 @@ from typing import Any
 import torch
 from torch.utils.data import IterableDataset, Sampler, get_worker_info
 
-from stoker.loading.contract import SupportsBatchesFrom, SupportsEpoch, SupportsIterFrom
+from stoker.loading.contract import SupportsEpoch, SupportsIterFrom
 
 __all__ = ["FromWorker", "Positioned", "ResumeSampler", "TagWorker", "as_is", "in_worker_order", "iter_from"]
 
@@ -97,7 +97,7 @@ class Positioned(IterableDataset):
         epoch, start = int(self.control[0]), int(self.control[1 + worker])
         if isinstance(self.dataset, SupportsEpoch):
             self.dataset.set_epoch(epoch)
-        if self.whole_batches is not None and isinstance(self.dataset, SupportsBatchesFrom):
+        if self.whole_batches is not None:  # set only for a SupportsBatchesFrom reader (the loader asked)
             return self._batches(worker, start, *self.whole_batches)
         return iter_from(self.dataset, start)
 

@@ -444,8 +444,8 @@ class ShardStream(IterableDataset, StreamReader, SupportsBatchesFrom, SupportsLo
         """This reader's batches of the epoch from item ``start`` on, each read collated whole (``(items, batch)``).
 
         The batches :func:`~stoker.make_loader` gives item by item, without handing each
-        image through Python and copying it into a batch again: at 112x112 pixels a
-        stream read item by item ran at about a third of the map-style ShardDataset.
+        image through Python and copying it into a batch again (``benchmarks/bench_peers.py``,
+        the ShardStream rows).
 
         Raises:
             ConfigError: ``batch_size`` is not ``read_rows``, or ``start`` not a multiple of it.
