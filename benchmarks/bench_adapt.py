@@ -38,8 +38,8 @@ from torch import nn  # noqa: E402
 from stoker import Scenario, fit, make_loader, open_data  # noqa: E402
 from stoker.sources.synthetic import make_digiface  # noqa: E402
 from stoker.train import SmallCNN  # noqa: E402
-from stoker.train import adapt as adapt_module  # noqa: E402
-from stoker.train.threads import usable_cores  # noqa: E402
+from stoker.train.engine import adapt as adapt_module  # noqa: E402
+from stoker.train.engine.threads import usable_cores  # noqa: E402
 
 
 def _run(data_dir: Path, log_dir: Path, tag: str, batch: int, epochs: int, setting: dict[str, Any] | None,

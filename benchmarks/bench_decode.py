@@ -56,7 +56,7 @@ import torch
 
 warnings.filterwarnings("ignore", message="The image decoding and encoding capabilities of TorchVision")
 
-from stoker.decode import decode_sample, resize  # noqa: E402
+from stoker.decode.image import decode_sample, resize  # noqa: E402
 from stoker.loading import make_loader  # noqa: E402
 from stoker.packer import pack  # noqa: E402
 from stoker.shards import ShardDataset  # noqa: E402

@@ -208,7 +208,7 @@ def measure_decode(jpegs: Path, device: torch.device, batch_size: int, seconds: 
     """nvJPEG batch decode (+ crop + resize) img/s against the CPU full-decode limit (one core's rate x cores)."""
     import numpy as np
 
-    from stoker.decode import decode_sample, resize
+    from stoker.decode.image import decode_sample, resize
     from stoker.shards import ShardDataset
 
     full = ShardDataset(jpegs, "train", decoder="full")

@@ -10,9 +10,9 @@ falls on one round of every path rather than on one path:
 * ``zlib check + torchvision``: a full check before libpng sees the file (every chunk's
   CRC, the header, the whole image data inflated with Python's zlib); safe, but it
   inflates twice;
-* ``Pillow (stoker before)``: ``stoker.decode._decode_with_pil``, what stoker did for
+* ``Pillow (stoker before)``: ``stoker.decode.image._decode_with_pil``, what stoker did for
   every PNG before libspng: the reference pixels;
-* ``stoker (libspng)``: ``stoker.decode.decode_image`` today: CRC walk, size check, then
+* ``stoker (libspng)``: ``stoker.decode.image.decode_image`` today: CRC walk, size check, then
   libspng through ``imagecodecs`` (Pillow for what libspng cannot read);
 * ``pyspng alone``, ``imagecodecs libspng alone``, ``imagecodecs libpng alone``: the
   candidates, without stoker's checks or its conversion to RGB CHW.
@@ -163,8 +163,8 @@ def check_png(data: memoryview, name: str, max_pixels: int | None = None) -> Non
 def _paths() -> dict[str, Callable[[bytes], object]]:
     from torchvision.io import ImageReadMode, decode_image
 
-    from stoker.decode import _decode_with_pil
-    from stoker.decode import decode_image as stoker_decode
+    from stoker.decode.image import _decode_with_pil
+    from stoker.decode.image import decode_image as stoker_decode
 
     def tv(data: bytes) -> object:
         return decode_image(torch.frombuffer(bytearray(data), dtype=torch.uint8), mode=ImageReadMode.RGB)
@@ -304,7 +304,7 @@ def loader(n: int, rounds: int, out: Path) -> None:
     from torch.utils.data import DataLoader, Dataset
     from torchvision.io import ImageReadMode, decode_image
 
-    from stoker import decode
+    from stoker.decode import image as decode
     from stoker.loading.loader import make_loader
     from stoker.packer import pack
     from stoker.shards import ShardDataset

@@ -56,7 +56,7 @@ from stoker.fs import where  # noqa: E402
 from stoker.loading import make_loader  # noqa: E402
 from stoker.packer import pack  # noqa: E402
 from stoker.shards import ShardDataset, ShardStream  # noqa: E402
-from stoker.shards.cache_folder import default_cache_dir  # noqa: E402
+from stoker.shards.cache.folder import default_cache_dir  # noqa: E402
 from stoker.sources.synthetic import make_digiface  # noqa: E402
 
 BATCH = 256

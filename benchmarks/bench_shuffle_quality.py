@@ -31,8 +31,8 @@ import numpy as np
 
 from stoker.bench import shuffle_quality, simulate_buffer_shuffle, suggest_buffer_size
 from stoker.shards import stream_order
-from stoker.shards.quality import loader_stream_quality
-from stoker.shards.stream import SHARDS_AT_ONCE, shards_at_once_for
+from stoker.shards.check.quality import loader_stream_quality
+from stoker.shards.read.stream import SHARDS_AT_ONCE, shards_at_once_for
 
 
 def _stream(pack_labels: np.ndarray, shard: int, buffer: int, seed: int) -> np.ndarray:

@@ -2,7 +2,7 @@
 
 Generates DigiFace-like data, then trains ``SmallCNN`` for one epoch with a 2-worker
 loader, alternating (A/B/A/B) between torch's own thread count and the rule of
-``stoker.train.threads`` (``max(1, cores - workers)``), and prints img/s and the ratio.
+``stoker.train.engine.threads`` (``max(1, cores - workers)``), and prints img/s and the ratio.
 
 Run::
 
@@ -26,7 +26,7 @@ from torch import nn  # noqa: E402
 from stoker import Scenario, fit, make_loader, open_data  # noqa: E402
 from stoker.sources.synthetic import make_digiface  # noqa: E402
 from stoker.train import SmallCNN  # noqa: E402
-from stoker.train.threads import usable_cores  # noqa: E402
+from stoker.train.engine.threads import usable_cores  # noqa: E402
 
 
 def _epoch(data_dir: Path, log_dir: Path, workers: int, threads: int, tag: str) -> float:

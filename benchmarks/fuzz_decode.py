@@ -1,6 +1,6 @@
 """Long fuzz of the decode paths: crafted PNGs (valid CRCs, broken data) and crafted JPEGs, outcome per mutation.
 
-Every case is made from its number alone (:func:`stoker.fuzz.png_case`), so a bad
+Every case is made from its number alone (:func:`fuzzing.png.png_case`), so a bad
 outcome is reproduced with ``png_case(n)``. Cases decode in a guarded child process,
 so a crash is counted instead of ending the run. The same cases (the first
 ``--baseline`` of them) also go through ``torchvision.io.decode_image`` alone, to show
@@ -8,7 +8,7 @@ what the guard prevents. ``--also`` feeds all the cases to candidate libraries a
 (``pyspng``, ``imagecodecs``'s libpng, ``imagecodecs-spng``, ``pillow``), one line each,
 to judge a decoder before stoker uses it.
 
-``--jpeg N`` (default 5,000) reads N crafted JPEGs (:func:`stoker.fuzz_jpeg.jpeg_case`:
+``--jpeg N`` (default 5,000) reads N crafted JPEGs (:func:`fuzzing.jpeg.jpeg_case`:
 mutated headers, sampling factors such as luma 0x14, huge declared sizes such as
 48679x59164) four ways each: as files, from an encoded shard set by the batch and by the
 row path, and through ``stoker verify``; it prints one table per path, with every case's
@@ -32,10 +32,13 @@ import json
 import sys
 import time
 from collections import Counter
+from pathlib import Path
 
-from stoker.decode import png_decoder
-from stoker.fuzz import DECODERS, OUTCOMES, PNG_MUTATIONS, run_guarded
-from stoker.fuzz_jpeg import JPEG_MUTATIONS, JPEG_OUTCOMES, JPEG_PATHS, run_jpeg_guarded
+from stoker.decode.image import png_decoder
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "support"))  # the fuzz tooling (not shipped)
+from fuzzing.jpeg import JPEG_MUTATIONS, JPEG_OUTCOMES, JPEG_PATHS, run_jpeg_guarded  # noqa: E402
+from fuzzing.png import DECODERS, OUTCOMES, PNG_MUTATIONS, run_guarded  # noqa: E402
 
 
 def table(stoker: Counter[tuple[str, str]], baseline: Counter[tuple[str, str]]) -> str:

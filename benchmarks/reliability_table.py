@@ -105,7 +105,7 @@ def _fifo_shard(tmp: Path) -> str:
 def _bombs(tmp: Path) -> str:
     from PIL import Image
 
-    from stoker.decode import decode_image
+    from stoker.decode.image import decode_image
 
     small = io.BytesIO()
     Image.new("RGB", (8, 8)).save(small, "PNG")
@@ -127,7 +127,7 @@ def _bombs(tmp: Path) -> str:
 def _gif(tmp: Path) -> str:
     from PIL import Image
 
-    from stoker.decode import decode_image
+    from stoker.decode.image import decode_image
 
     frames = [Image.new("RGB", (12, 10), (40 * i, 0, 0)) for i in range(3)]
     out = io.BytesIO()
@@ -202,7 +202,7 @@ def _three_shards(tmp: Path) -> Path:
 def _repack(tmp: Path) -> str:
     from stoker.packer import pack
     from stoker.shards import verify
-    from stoker.shards.writer import ShardWriter
+    from stoker.shards.pack.writer import ShardWriter
 
     root = _three_shards(tmp)
     original, calls = ShardWriter.close, [0]
@@ -227,7 +227,7 @@ def _repack(tmp: Path) -> str:
 @case("reader open while its set is re-packed", "1")
 def _reader(tmp: Path) -> str:
     from stoker.packer import pack
-    from stoker.shards.reader import ShardSet
+    from stoker.shards.read.reader import ShardSet
 
     root = _three_shards(tmp)
     reader = ShardSet(root, "train")
@@ -239,7 +239,7 @@ def _reader(tmp: Path) -> str:
 @case("two packs into one folder at once", "1")
 def _lock(tmp: Path) -> str:
     from stoker.packer import pack
-    from stoker.shards.replace import pack_lock
+    from stoker.shards.pack.replace import pack_lock
 
     root = _three_shards(tmp)
     with pack_lock(root):
@@ -251,8 +251,8 @@ def _disk(tmp: Path) -> str:
     import torch
 
     from stoker.packer import pack
-    from stoker.shards.writer import ShardWriter
-    from stoker.train import checkpoint
+    from stoker.shards.pack.writer import ShardWriter
+    from stoker.train.engine import checkpoint
 
     for i in range(4):
         _png(tmp / "cls" / str(i % 2) / f"{i}.png", seed=i)
@@ -270,7 +270,7 @@ def _disk(tmp: Path) -> str:
 
 @case("config lr=nan, device cuda:99, image_size 10**9", "3")
 def _config(tmp: Path) -> str:
-    from stoker.train.config import parse_config
+    from stoker.train.runner.config import parse_config
 
     base = {"data": {"path": "d"}, "model": {"name": "small_cnn"}, "optim": {}, "run": {}}
     outs = []
@@ -334,7 +334,8 @@ def _fuzz_row(fuzz_json: str | None) -> str:
         stoker, base = counts["stoker"], counts["torchvision"]
         source = f"counts from `benchmarks/fuzz_decode.py` in `{fuzz_json}`"
     else:
-        from stoker.fuzz import run_guarded
+        sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "support"))  # fuzz tooling
+        from fuzzing.png import run_guarded
 
         stoker = [[k, o, n] for (k, o), n in run_guarded("png", range(300)).items()]
         base = []

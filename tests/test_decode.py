@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from PIL import Image
 
-from stoker.decode import decode_image, decode_sample, to_rgb
+from stoker.decode.image import decode_image, decode_sample, to_rgb
 from stoker.errors import DecodeError
 
 

@@ -10,12 +10,12 @@ from collections.abc import Callable
 import numpy as np
 import pytest
 import torch
+from fuzzing.png import png_case
 from PIL import Image
 
-from stoker import decode
-from stoker.decode import _decode_with_pil, decode_image, png_decoder
+from stoker.decode import image as decode
+from stoker.decode.image import _decode_with_pil, decode_image, png_decoder
 from stoker.errors import DecodeError
-from stoker.fuzz import png_case
 
 _ADAM7 = ((0, 0, 8, 8), (4, 0, 8, 8), (0, 4, 4, 8), (2, 0, 4, 4), (0, 2, 2, 4), (1, 0, 2, 2), (0, 1, 1, 2))
 _CHANNELS = {0: 1, 2: 3, 3: 1, 4: 2, 6: 4}  # colour type -> samples per pixel

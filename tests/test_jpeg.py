@@ -1,4 +1,4 @@
-"""stoker.jpeg: the reduced-scale path stays within 2 grey levels of full decode + antialiased resize."""
+"""stoker.decode.jpeg: the reduced-scale path stays within 2 grey levels of full decode + antialiased resize."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import pytest
 import torch
 from PIL import Image
 
-from stoker import jpeg
-from stoker.decode import decode_sample, resize
+from stoker.decode import jpeg
+from stoker.decode.image import decode_sample, resize
 
 pytestmark = pytest.mark.skipif(not jpeg.available(), reason="simplejpeg is not installed")
 

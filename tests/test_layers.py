@@ -31,9 +31,7 @@ SRC = Path(stoker.__file__).resolve().parent
 
 LAYERS: dict[str, int] = {
     "errors": 0,
-    "decode": 0,
-    "jpeg": 0,  # reduced-scale and on-device JPEG decoding, beside decode
-    "headers": 0,  # what a file declares (size, shape), read before a decoder allocates
+    "decode": 0,  # one file's bytes to a tensor: decode.image, decode.jpeg, decode.headers
     "_tomllib": 0,
     "mixing": 0,
     "order": 0,  # the order of an epoch: seed rule, permutation, buffer shuffle, split (numpy only)
@@ -41,14 +39,12 @@ LAYERS: dict[str, int] = {
     "lifetime": 0,  # workers die with their parent (pack, verify)
     "cores": 0,  # how many cores this process may use: every default that counts them
     "_lazy": 0,  # public names imported on first use
-    "fuzz": 0,  # crafted inputs and a guarded runner (decode, errors)
     "loading": 1,
     "sources": 2,
     "pipes": 3,
     "shards": 4,
     "data": 5,
     "packer": 5,  # stoker.pack: open_data, then the shard writer
-    "fuzz_jpeg": 5,  # crafted JPEGs through files, packed shards and verify (its child process packs and reads)
     "train": 6,
     "bench": 6,
     "demo": 6,  # the tour (exempt itself); only the CLI imports it
@@ -253,8 +249,8 @@ def test_the_checker_sees_lazy_imports_and_skips_type_checking_ones() -> None:
     code = (
         "from typing import TYPE_CHECKING\n"
         "if TYPE_CHECKING:\n    from stoker.train import fit\n"
-        "def f():\n    from stoker.shards.dataset import ShardDataset\n"
+        "def f():\n    from stoker.shards.read.dataset import ShardDataset\n"
         "from . import skips\n"
     )
     found = [name for _, name in _imports(ast.parse(code), "stoker.loading")]
-    assert found == ["stoker.shards.dataset", "stoker.loading.skips"]
+    assert found == ["stoker.shards.read.dataset", "stoker.loading.skips"]

@@ -33,8 +33,8 @@ from stoker.order import (
     share_size,
 )
 from stoker.pipes import Pipe
-from stoker.shards.plan import shuffled_rows
-from stoker.shards.stream import stream_order
+from stoker.shards.pack.plan import shuffled_rows
+from stoker.shards.read.stream import stream_order
 
 
 def test_the_module_examples_hold() -> None:

@@ -40,7 +40,7 @@ def test_readme_python_blocks_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
 
 def test_readme_train_toml_is_a_valid_config(tmp_path: Path) -> None:
     """The README shows train.toml in full, and its commands use it: it must pass the config's checks."""
-    from stoker.train.config import load_config
+    from stoker.train.runner.config import load_config
 
     blocks = re.findall(r"^```toml\n(.*?)^```", README.read_text(encoding="utf-8"), flags=re.S | re.M)
     assert len(blocks) == 1 and "train.toml" in README.read_text(encoding="utf-8")

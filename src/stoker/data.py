@@ -44,13 +44,13 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
-from stoker.decode import Box, resize
+from stoker.decode.image import Box, resize
 from stoker.errors import ConfigError, DataError, LabelError, MissingFileError, NetworkError
 from stoker.fs import PATH_OR_URL_TYPES, Location, where
 from stoker.loading.skips import OnError, check_on_error
-from stoker.shards.dataset import ShardDataset
-from stoker.shards.manifest import Manifest
-from stoker.shards.manifest_cache import has_cached
+from stoker.shards.cache.manifests import has_cached
+from stoker.shards.format.manifest import Manifest
+from stoker.shards.read.dataset import ShardDataset
 from stoker.sources.class_folders import ClassFolderDataset
 from stoker.sources.dataset import FileDataset
 from stoker.sources.ids import IdDataset

@@ -21,7 +21,7 @@ orders coarser, to read its files in runs: its epoch's order is :func:`permutati
 the *shards*, cut into groups of at most ``shards_at_once`` consecutive shards, and the
 rows of each group merged at random (drawn from ``(INTERLEAVE,)``; each shard's rows
 keep their stored order), so every stretch of the order holds rows of a whole group of
-shards (:func:`stoker.shards.stream.stream_order`). The split below applies to that
+shards (:func:`stoker.shards.read.stream.stream_order`). The split below applies to that
 order as to any other.
 
 **Split.** Position ``i`` of an epoch's order (0-based, after the shuffle) is read by

@@ -13,12 +13,12 @@ from pathlib import Path
 from typing import Any
 
 from stoker.data import LabelOrder, open_data
-from stoker.decode import Box
+from stoker.decode.image import Box
 from stoker.errors import ConfigError
 from stoker.fs import is_url
-from stoker.shards.dataset import ShardDataset
-from stoker.shards.manifest import Manifest
-from stoker.shards.packing import write_shards
+from stoker.shards.format.manifest import Manifest
+from stoker.shards.pack.packing import write_shards
+from stoker.shards.read.dataset import ShardDataset
 from stoker.sources.dataset import FileDataset
 
 __all__ = ["pack"]

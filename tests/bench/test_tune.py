@@ -30,7 +30,7 @@ def test_the_settings_file_round_trips_and_merges_into_a_train_config(tuned, tin
     path = save_settings(tuned.settings, tmp_path / "loader.toml", comment="test")
     again = load_settings(path)
     assert again == tuned.settings and again.method == "files" and again.img_per_s == pytest.approx(tuned.settings.img_per_s, abs=0.1)
-    from stoker.train.config import DataConfig, parse_config
+    from stoker.train.runner.config import DataConfig, parse_config
 
     known = {f.name for f in dataclasses.fields(DataConfig)}
     missing = set(tuned.settings.data_table()) - known

@@ -81,7 +81,7 @@ def _class_folders(root: Path) -> Path:
 
 def _launch_hints(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """The torchrun commands of the two launch errors, as stoker words them."""
-    from stoker.train.distributed import _env_int, join_launch
+    from stoker.train.engine.distributed import _env_int, join_launch
 
     texts = []
     monkeypatch.setenv("RANK", "one")

@@ -9,7 +9,7 @@ import sys
 def test_the_loader_takes_the_one_backend_list() -> None:
     from stoker.loading import loader
     from stoker.loading.backends import BACKENDS
-    from stoker.train.config import BACKENDS as CONFIG_BACKENDS
+    from stoker.train.runner.config import BACKENDS as CONFIG_BACKENDS
 
     assert tuple(loader.BACKENDS) == BACKENDS == ("process", "thread")
     assert CONFIG_BACKENDS == ("auto", *BACKENDS)

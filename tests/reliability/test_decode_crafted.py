@@ -8,11 +8,11 @@ import zlib
 
 import numpy as np
 import pytest
+from fuzzing.png import PNG_MUTATIONS, png_case, run_guarded
 from PIL import Image
 
-from stoker.decode import _check_png_chunks, decode_image, get_max_pixels, png_decoder, set_max_pixels
+from stoker.decode.image import _check_png_chunks, decode_image, get_max_pixels, png_decoder, set_max_pixels
 from stoker.errors import ConfigError, DecodeError
-from stoker.fuzz import PNG_MUTATIONS, png_case, run_guarded
 
 
 def _png(array: np.ndarray) -> bytes:

@@ -11,12 +11,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from fuzzing.jpeg import JPEG_MUTATIONS, JPEG_PATHS, jpeg_case, run_jpeg_guarded
 from PIL import Image
 
-from stoker import jpeg
-from stoker.decode import declared_size, decode_sample
+from stoker.decode import jpeg
+from stoker.decode.image import declared_size, decode_sample
 from stoker.errors import DecodeError
-from stoker.fuzz_jpeg import JPEG_MUTATIONS, JPEG_PATHS, jpeg_case, run_jpeg_guarded
 from stoker.packer import pack
 from stoker.shards import ShardDataset, verify
 

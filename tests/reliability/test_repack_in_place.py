@@ -12,9 +12,9 @@ import pytest
 from stoker.errors import ConfigError, ShardError
 from stoker.packer import pack
 from stoker.shards import Manifest, verify
-from stoker.shards.reader import ShardSet
-from stoker.shards.replace import pack_lock, staging_dir
-from stoker.shards.writer import ShardWriter
+from stoker.shards.pack.replace import pack_lock, staging_dir
+from stoker.shards.pack.writer import ShardWriter
+from stoker.shards.read.reader import ShardSet
 
 from .conftest import write_png
 

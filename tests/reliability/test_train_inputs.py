@@ -10,9 +10,9 @@ import pytest
 import torch
 
 from stoker.errors import CheckpointError, ConfigError
-from stoker.train import checkpoint
-from stoker.train.checkpoint import save_checkpoint
-from stoker.train.config import parse_config
+from stoker.train.engine import checkpoint
+from stoker.train.engine.checkpoint import save_checkpoint
+from stoker.train.runner.config import parse_config
 
 
 def _raw(**changes: Any) -> dict[str, Any]:
@@ -73,7 +73,7 @@ def test_stray_temporaries_of_a_killed_save_are_removed(tmp_path: Path) -> None:
 
 def test_a_config_or_settings_file_that_is_not_utf8_is_one_line(tmp_path: Path) -> None:
     from stoker.bench.settings import load_data_table
-    from stoker.train.config import load_config
+    from stoker.train.runner.config import load_config
 
     bad = tmp_path / "latin1.toml"
     bad.write_bytes('[run]\nname = "caf\xe9"\n'.encode("latin-1"))
@@ -85,8 +85,8 @@ def test_a_config_or_settings_file_that_is_not_utf8_is_one_line(tmp_path: Path) 
 
 def test_an_unusable_cache_folder_is_one_line_naming_it() -> None:
     from stoker.fs import where
-    from stoker.shards.cache import ShardCache
-    from stoker.shards.manifest import ShardInfo
+    from stoker.shards.cache.store import ShardCache
+    from stoker.shards.format.manifest import ShardInfo
 
     cache = ShardCache("/proc/stoker-cache", limit="1MB")  # /proc takes no new folders
     shard = ShardInfo(name="train-00000.arrow", split="train", samples=1, bytes=10, sha256="0" * 64)

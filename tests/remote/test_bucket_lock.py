@@ -21,8 +21,8 @@ import pytest
 
 from stoker.errors import ConfigError, ShardError
 from stoker.fs import RemoteLocation
-from stoker.shards.bucket_lock import BucketLock
-from stoker.shards.replace import LOCK_NAME
+from stoker.shards.pack.bucket_lock import BucketLock
+from stoker.shards.pack.replace import LOCK_NAME
 
 _count = itertools.count()
 

@@ -19,8 +19,8 @@ from fsspec.implementations.memory import MemoryFileSystem
 from stoker.errors import ConfigError, ShardError
 from stoker.fs import RemoteLocation
 from stoker.shards import ShardDataset, ShardStream
-from stoker.shards.cache import ShardCache, default_cache_dir, parse_bytes
-from stoker.shards.cache_entries import entry_cost
+from stoker.shards.cache.entries import entry_cost
+from stoker.shards.cache.store import ShardCache, default_cache_dir, parse_bytes
 
 from .conftest import upload_folder
 

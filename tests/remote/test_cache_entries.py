@@ -17,8 +17,8 @@ from fsspec.implementations.memory import MemoryFileSystem
 from stoker.errors import NetworkError, ShardError
 from stoker.fs import RemoteLocation
 from stoker.shards import ShardDataset
-from stoker.shards.cache import ShardCache
-from stoker.shards.cache_entries import entry_cost, read_stamp
+from stoker.shards.cache.entries import entry_cost, read_stamp
+from stoker.shards.cache.store import ShardCache
 
 from .conftest import upload_folder
 
@@ -192,7 +192,7 @@ def test_cache_limit_is_a_global_option(monkeypatch: pytest.MonkeyPatch, small_p
 def test_a_lock_held_too_long_names_who_to_ask_and_never_says_delete(tmp_path: Path) -> None:
     import fcntl
 
-    from stoker.shards.cache_entries import flock
+    from stoker.shards.cache.entries import flock
 
     path = tmp_path / "shard.use"
     held = os.open(path, os.O_RDWR | os.O_CREAT)

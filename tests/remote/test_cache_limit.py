@@ -27,9 +27,11 @@ from torch.utils.data import DataLoader
 from stoker import pack
 from stoker.errors import ConfigError
 from stoker.loading import make_loader
-from stoker.shards import ShardDataset, ShardStream, cache, cache_readers
-from stoker.shards.cache_entries import entry_cost
-from stoker.shards.fetch_ahead import disk_peak
+from stoker.shards import ShardDataset, ShardStream
+from stoker.shards.cache import readers as cache_readers
+from stoker.shards.cache import store as cache_store
+from stoker.shards.cache.entries import entry_cost
+from stoker.shards.read.fetch_ahead import disk_peak
 
 from .conftest import upload_folder, write_class_folders
 
@@ -221,7 +223,7 @@ def test_a_reader_waits_a_bounded_time_for_readers_that_do_not_come(
     """
     monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")
     monkeypatch.setattr(cache_readers, "ARRIVAL_S", 1.0)
-    monkeypatch.setattr(cache, "SAY_WAIT_S", 0.5)
+    monkeypatch.setattr(cache_store, "SAY_WAIT_S", 0.5)
     stream, _ = _tight_stream(pack16, "arrival", tmp_path / "c")
     with caplog.at_level("WARNING", logger="stoker"):
         start = time.monotonic()

@@ -19,7 +19,7 @@ import pytest
 from stoker.errors import ShardError
 from stoker.fs import where
 from stoker.shards import ShardDataset
-from stoker.shards.cache import ShardCache
+from stoker.shards.cache.store import ShardCache
 
 pytest.importorskip("aiohttp", reason="http:// needs aiohttp: pip install 'stoker[remote]'")
 

@@ -17,8 +17,8 @@ from stoker.cli.main import main as cli
 from stoker.errors import NetworkError
 from stoker.fs import RemoteLocation
 from stoker.shards import ShardDataset, ShardStream, verify
-from stoker.shards.cache import ShardCache
-from stoker.shards.manifest import Manifest
+from stoker.shards.cache.store import ShardCache
+from stoker.shards.format.manifest import Manifest
 
 from .conftest import _ENV, _free_port, _wait_for, upload_folder
 

@@ -13,7 +13,7 @@ from stoker.cli.main import main as cli
 from stoker.errors import ConfigError, ShardError
 from stoker.fs import RemoteLocation
 from stoker.shards import ShardDataset
-from stoker.shards import packing as packing_module
+from stoker.shards.pack import packing as packing_module
 
 from .conftest import upload_folder
 

@@ -20,9 +20,9 @@ from stoker.cli.main import main as cli
 from stoker.errors import ConfigError, ShardError
 from stoker.fs import RemoteLocation
 from stoker.shards import ShardDataset
-from stoker.shards import packing as packing_module
-from stoker.shards import upload as upload_module
-from stoker.shards.replace import LOCK_NAME
+from stoker.shards.pack import packing as packing_module
+from stoker.shards.pack import upload as upload_module
+from stoker.shards.pack.replace import LOCK_NAME
 
 _OLD: dict[str, Any] = {"store": "pixels", "shard_samples": 8, "progress": False, "workers": 0}
 _NEW: dict[str, Any] = {**_OLD, "shard_samples": 16}

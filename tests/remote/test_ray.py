@@ -108,7 +108,7 @@ def test_a_failing_ray_task_is_one_line_and_leaves_no_tmp(
 
 def test_a_ray_task_error_is_unwrapped_to_its_cause() -> None:
     ray = pytest.importorskip("ray", reason="Ray is not installed: pip install 'stoker[ray]' to run the Ray tests")
-    from stoker.shards.ray_engine import task_failure
+    from stoker.shards.pack.ray_engine import task_failure
 
     ours = DataError("data/3/0007.png: not a PNG image")
     wrapped = ray.exceptions.RayTaskError("_write_in_task", "Traceback (most recent call last):\n  ...", ours)

@@ -9,8 +9,8 @@ from click.testing import CliRunner
 
 from stoker import pack
 from stoker.cli.train import train
-from stoker.shards.cache import ShardCache
-from stoker.shards.manifest import Manifest
+from stoker.shards.cache.store import ShardCache
+from stoker.shards.format.manifest import Manifest
 
 
 def test_train_one_epoch_from_a_bucket(

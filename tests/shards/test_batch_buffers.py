@@ -12,8 +12,8 @@ import torch
 
 from stoker.loading import make_loader
 from stoker.shards import ShardDataset
-from stoker.shards import writer as writer_module
-from stoker.shards.gather import BatchBuffers
+from stoker.shards.pack import writer as writer_module
+from stoker.shards.read.gather import BatchBuffers
 
 
 def _pack(out: Path, digi: Path, shard_samples: int, batch_rows: int | None) -> Path:

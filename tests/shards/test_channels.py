@@ -47,8 +47,8 @@ def test_one_channel_pixels_take_a_third_and_read_back_exactly(tmp_path: Path) -
 
 
 def test_training_reads_one_channel_packs(tmp_path: Path) -> None:
-    from stoker.train.config import parse_config
-    from stoker.train.runner import train_from_config
+    from stoker.train.runner.config import parse_config
+    from stoker.train.runner.from_config import train_from_config
 
     src = _gray_folders(tmp_path / "gray")
     runner = CliRunner()

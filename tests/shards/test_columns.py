@@ -10,9 +10,9 @@ import pytest
 
 from stoker.errors import ConfigError
 from stoker.shards import ShardWriter
-from stoker.shards import format as shard_format
-from stoker.shards.format import COLUMN_INDEX, COLUMNS, ROW_COLUMNS, shard_schema
-from stoker.shards.rows import row_values
+from stoker.shards.format import schema as shard_format
+from stoker.shards.format.schema import COLUMN_INDEX, COLUMNS, ROW_COLUMNS, shard_schema
+from stoker.shards.pack.rows import row_values
 
 
 def test_the_schema_is_the_table_in_order() -> None:

@@ -142,7 +142,7 @@ def _json_values() -> st.SearchStrategy[object]:
 
 def _restamped(root: Path, obj: dict[str, object], out: Path) -> Path:
     """``out``: the shards of ``root`` (linked) under ``obj`` as the manifest, with a right checksum for it."""
-    from stoker.shards.manifest import _checksum
+    from stoker.shards.format.manifest import _checksum
 
     obj = {k: v for k, v in obj.items() if k != "checksum"}
     obj["checksum"] = _checksum(obj)

@@ -17,13 +17,13 @@ import pytest
 import torch
 from PIL import Image
 
-from stoker import jpeg
 from stoker.cores import usable_cores
+from stoker.decode import jpeg
 from stoker.errors import ConfigError, DecodeError
 from stoker.loading import make_loader
 from stoker.shards import ShardDataset
-from stoker.shards import gather as gather_module
-from stoker.shards import writer as writer_module
+from stoker.shards.pack import writer as writer_module
+from stoker.shards.read import gather as gather_module
 
 
 @pytest.fixture(scope="module")
@@ -353,7 +353,7 @@ def test_encoded_jpeg_shards_default_to_loader_threads_unless_a_python_transform
 def test_encoded_shards_of_mostly_png_default_to_worker_processes_under_pillow(
     tmp_path: Path, jpegs: int, backend: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from stoker import decode
+    from stoker.decode import image as decode
     from stoker.packer import pack
 
     monkeypatch.setattr(decode, "_spng_decode", None)  # imagecodecs missing: PNGs decode with Pillow
@@ -374,7 +374,7 @@ def test_encoded_shards_of_mostly_png_default_to_worker_processes_under_pillow(
 def test_decoder_full_is_the_reference_path(jpeg_shards: Callable[..., Path], monkeypatch: pytest.MonkeyPatch) -> None:
     root = jpeg_shards((24, 20))
     calls: list[int] = []
-    monkeypatch.setattr("stoker.jpeg.decode_jpeg_resized", lambda *a: calls.append(1))
+    monkeypatch.setattr("stoker.decode.jpeg.decode_jpeg_resized", lambda *a: calls.append(1))
     full = ShardDataset(root, decoder="full")
     full.__getitems__(np.arange(len(full)))
     full[0]
@@ -451,9 +451,9 @@ def test_a_jpeg_that_only_the_full_path_rejects_is_skipped_in_place(
             raise DecodeError(f"{name}: rejected")
         return real(data, name, box)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(jpeg, "decode_sample", reject_row_3)  # reader and verify decode through stoker.jpeg
+    monkeypatch.setattr(jpeg, "decode_sample", reject_row_3)  # reader and verify decode through stoker.decode.jpeg
     monkeypatch.setattr(jpeg, "decode_jpeg_resized", lambda *args: None)
-    monkeypatch.setattr("stoker.shards.dataset.decode_jpegs_into", lambda blobs, boxes, size, out: [3])
+    monkeypatch.setattr("stoker.shards.read.dataset.decode_jpegs_into", lambda blobs, boxes, size, out: [3])
     batch = ds.__getitems__(np.arange(6))
     assert len(batch) == 5 and [s.key for s in batch.skipped] == ["train[3]"]
     assert batch.labels.tolist() == [int(ds.labels[i]) for i in (0, 1, 2, 4, 5)]
@@ -503,7 +503,7 @@ def test_png_rows_of_encoded_shards_still_decode(packed: Callable[..., Path]) ->
 @pytest.mark.parametrize(("pngs", "backend"), [(16, "thread"), (8, "thread"), (4, "process")])
 def test_encoded_png_shards_default_to_loader_threads_where_libspng_decodes(tmp_path: Path, pngs: int, backend: str) -> None:
     """libspng releases the GIL: mostly PNG (or PNG and JPEG) sets read on threads; other formats on processes."""
-    from stoker.decode import png_decoder
+    from stoker.decode.image import png_decoder
     from stoker.packer import pack
 
     if png_decoder() != "libspng":

@@ -9,7 +9,7 @@ import pytest
 
 from stoker.errors import ConfigError, ShardError
 from stoker.shards import Manifest, ShardInfo, ShardWriter
-from stoker.shards.format import FORMAT_NAME, FORMAT_VERSION, is_shard_name, shard_name, shard_schema
+from stoker.shards.format.schema import FORMAT_NAME, FORMAT_VERSION, is_shard_name, shard_name, shard_schema
 from stoker.sources import Source
 
 GOLDEN_MANIFEST = """\
@@ -135,7 +135,7 @@ def test_an_interrupted_json_write_keeps_the_old_file_and_leaves_no_tmp(tmp_path
     """A write cancelled between the temporary file and the rename (a Ray task interrupted) cleans up after itself."""
     import os
 
-    from stoker.shards.manifest import write_json_atomic
+    from stoker.shards.format.manifest import write_json_atomic
 
     path = write_json_atomic(tmp_path / "record.json", b'{"old": 1}')
 

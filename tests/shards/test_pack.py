@@ -16,11 +16,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from stoker.data import open_data
-from stoker.decode import decode_sample, resize
+from stoker.decode.image import decode_sample, resize
 from stoker.errors import ConfigError, ShardError
 from stoker.packer import pack
 from stoker.shards import Manifest, ShardDataset, verify
-from stoker.shards.format import PLAN_NAME
+from stoker.shards.format.schema import PLAN_NAME
 from stoker.sources import ClassFolderDataset, FileDataset
 
 
@@ -174,7 +174,7 @@ def test_repack_a_shard_set_to_pixels_and_back_refused(packed: Callable[..., Pat
 _INTERRUPT = textwrap.dedent(
     """
     import os, signal, sys
-    import stoker.shards.writer as writer_module
+    import stoker.shards.pack.writer as writer_module
     from stoker.packer import pack
 
     rows = 0

@@ -10,7 +10,7 @@ from PIL import Image
 
 from stoker.cli.main import main
 from stoker.packer import pack
-from stoker.shards.quality import stream_quality
+from stoker.shards.check.quality import stream_quality
 
 
 def _class_sorted_folders(root: Path, classes: int = 6, per_class: int = 40) -> Path:
@@ -53,7 +53,7 @@ def _stream_labels(loader) -> list[int]:
 def test_the_scored_stream_is_what_a_loader_with_workers_and_ranks_delivers(tmp_path: Path) -> None:
     from stoker import make_loader
     from stoker.shards import ShardStream
-    from stoker.shards.quality import loader_label_streams
+    from stoker.shards.check.quality import loader_label_streams
 
     src = _class_sorted_folders(tmp_path / "src", classes=3, per_class=12)
     pack(src, tmp_path / "packed", shuffle=False, shard_samples=6, progress=False, workers=0)

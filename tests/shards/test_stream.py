@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from stoker.errors import ConfigError
 from stoker.loading import make_loader
 from stoker.shards import ShardStream, stream_order
-from stoker.shards.stream import shard_groups
+from stoker.shards.read.stream import shard_groups
 
 
 @settings(max_examples=200, deadline=None)

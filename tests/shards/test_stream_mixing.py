@@ -22,7 +22,7 @@ from torch import nn
 from stoker.loading import make_loader
 from stoker.packer import pack
 from stoker.shards import ShardStream
-from stoker.shards.quality import check_stream, loader_label_streams
+from stoker.shards.check.quality import check_stream, loader_label_streams
 
 CLASSES, PER_CLASS, BATCH = 10, 40, 16
 
@@ -129,7 +129,7 @@ def test_training_says_before_the_first_epoch_when_the_stream_is_poorly_mixed(
 def _gloo_rank(rank: int, folder: str, sorted_pack: str) -> None:
     import torch.distributed as dist
 
-    from stoker.shards.quality import warn_if_poorly_mixed
+    from stoker.shards.check.quality import warn_if_poorly_mixed
 
     dist.init_process_group("gloo", init_method=f"file://{folder}/rendezvous", rank=rank, world_size=2)
     try:

@@ -54,7 +54,7 @@ def sample_ids(images: torch.Tensor) -> list[int]:
 
 def run_cli(out: Path, args: list[str]) -> None:
     from stoker.cli.main import main
-    from stoker.train import runner
+    from stoker.train.runner import from_config as runner
 
     built: list[nn.Module] = []
     original = runner.build_model
@@ -72,7 +72,7 @@ def run_cli(out: Path, args: list[str]) -> None:
 
 
 def run_fit(out: Path, modes: list[str], root: str | None) -> None:
-    from stoker.train.distributed import join_launch
+    from stoker.train.engine.distributed import join_launch
 
     ranks = join_launch("cpu", timeout_s=150)  # a loaded CI machine can be slow; the test's timeout still bounds a hang
     for mode in modes:

@@ -1,4 +1,4 @@
-"""stoker.train.adapt: trying the train loader's settings on the first steps changes no batch, figure or weight."""
+"""stoker.train.engine.adapt: trying the train loader's settings on the first steps changes no batch, figure or weight."""
 
 from __future__ import annotations
 
@@ -14,9 +14,10 @@ from torch import nn
 
 from stoker import Scenario, fit, make_loader, open_data
 from stoker.cli.train import train as train_command
-from stoker.train import SmallCNN, loop
-from stoker.train import adapt as adapt_module
-from stoker.train.adapt import Adapter, Setting
+from stoker.train import SmallCNN
+from stoker.train.engine import adapt as adapt_module
+from stoker.train.engine import loop
+from stoker.train.engine.adapt import Adapter, Setting
 from stoker.train.loggers import Logger
 
 pytestmark = pytest.mark.timeout(240)

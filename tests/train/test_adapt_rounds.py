@@ -1,4 +1,4 @@
-"""stoker.train.adapt: what a round tries, driven by given step times (no clock: the choices, not the speed)."""
+"""stoker.train.engine.adapt: what a round tries, driven by given step times (no clock: the choices, not the speed)."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import pytest
 import torch
 
 from stoker import make_loader, open_data
-from stoker.train import adapt as adapt_module
-from stoker.train.adapt import Adapter, Setting
+from stoker.train.engine import adapt as adapt_module
+from stoker.train.engine.adapt import Adapter, Setting
 
 Times = dict[tuple[str, int, int], tuple[float, float]]  # (backend, workers, prefetch) -> (seconds, wait) a batch
 

@@ -11,7 +11,7 @@ import torch
 
 from stoker import CheckpointError
 from stoker.train import load_checkpoint, save_checkpoint
-from stoker.train.checkpoint import get_rng_state, set_rng_state
+from stoker.train.engine.checkpoint import get_rng_state, set_rng_state
 
 
 def test_save_load_round_trip(tmp_path: Path) -> None:

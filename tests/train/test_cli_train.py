@@ -12,9 +12,9 @@ from stoker import ConfigError
 from stoker.cli.train import train
 from stoker.sources.synthetic import make_digiface
 from stoker.train import read_csv
-from stoker.train.config import parse_config
-from stoker.train.data import build_data, build_loaders
-from stoker.train.runner import demo_run, train_from_config
+from stoker.train.runner.config import parse_config
+from stoker.train.runner.data import build_data, build_loaders
+from stoker.train.runner.from_config import demo_run, train_from_config
 
 
 def _config(tmp_path: Path, folders: Path, extra: str = "") -> Path:
@@ -119,7 +119,7 @@ def test_train_on_a_packed_shard_set(tmp_path: Path, folders: Path) -> None:
 
 def test_loader_settings_from_tune_feed_the_data_table(tmp_path: Path, folders: Path) -> None:
     from stoker.cli.train import _loader_settings
-    from stoker.train.config import load_config
+    from stoker.train.runner.config import load_config
 
     settings = tmp_path / "loader.toml"
     settings.write_text('# measured: 900 img/s\n[data]\nworkers = 3\nbackend = "thread"\nprefetch_factor = 4\n')

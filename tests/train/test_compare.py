@@ -10,9 +10,9 @@ from click.testing import CliRunner
 from stoker import DataError
 from stoker.cli.compare import compare
 from stoker.train import EpochStats, History
-from stoker.train.compare import compare_runs, format_table
+from stoker.train.engine.record import write_run_json
 from stoker.train.loggers import CsvLogger, RunInfo
-from stoker.train.record import write_run_json
+from stoker.train.runner.compare import compare_runs, format_table
 
 
 def _fake_run(log_dir: Path, name: str, category: str, accs: list[float]) -> Path:
@@ -80,7 +80,7 @@ def test_not_a_run_folder(tmp_path: Path) -> None:
 
 
 def test_compare_chart_colours_legend_and_empty_runs() -> None:
-    from stoker.train.plots import plot_compare
+    from stoker.train.engine.plots import plot_compare
 
     rows = [{"epoch": 1.0, "acc/valid": 0.5}, {"epoch": 2.0, "acc/valid": 0.7}]
     one = plot_compare([("a", "shards", rows), ("b", "files", rows), ("empty", "pipe", [])])

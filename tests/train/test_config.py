@@ -12,7 +12,8 @@ import pytest
 from click.testing import CliRunner
 
 from stoker import ConfigError, MissingFileError
-from stoker.train.config import (
+from stoker.train.engine.scenario import SCENARIO_KEYS
+from stoker.train.runner.config import (
     DataConfig,
     ModelConfig,
     OptimConfig,
@@ -23,7 +24,6 @@ from stoker.train.config import (
     load_config,
     parse_config,
 )
-from stoker.train.scenario import SCENARIO_KEYS
 
 
 def _write(tmp_path: Path, text: str) -> Path:
@@ -121,7 +121,7 @@ _README_FLAGS = (
 
 def _run_train(args: list[str], monkeypatch: pytest.MonkeyPatch) -> tuple[Any, Any]:
     """Invoke ``stoker train`` up to the config it would train with (no training)."""
-    import stoker.train.runner as runner
+    import stoker.train.runner.from_config as runner
     from stoker.cli.train import train
 
     seen: list[TrainConfig] = []
@@ -178,7 +178,7 @@ def test_a_boolean_or_negative_whole_number_is_refused_everywhere(name: str, tmp
     import torch
     from torch import nn
 
-    from stoker.train.scenario import Scenario
+    from stoker.train.engine.scenario import Scenario
 
     flag = "--" + name.replace("_", "-")
     minimum = 0 if name == "seed" else 1
@@ -205,7 +205,7 @@ def test_scenario_takes_what_a_config_takes() -> None:
     import torch
     from torch import nn
 
-    from stoker.train.scenario import Scenario
+    from stoker.train.engine.scenario import Scenario
 
     model = nn.Linear(2, 2)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)

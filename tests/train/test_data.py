@@ -1,4 +1,4 @@
-"""stoker.train.data: the [data] table opened through open_data, with the data's own loader defaults."""
+"""stoker.train.runner.data: the [data] table opened through open_data, with the data's own loader defaults."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ import torch
 from stoker.loading.workers import FALLBACK_WORKERS
 from stoker.packer import pack
 from stoker.shards import ShardDataset
-from stoker.train.config import parse_config
-from stoker.train.data import build_data, build_loaders
+from stoker.train.runner.config import parse_config
+from stoker.train.runner.data import build_data, build_loaders
 
 
 def _loaders(data_table: dict) -> tuple:

@@ -21,7 +21,7 @@ import torch.distributed as dist
 from click.testing import CliRunner
 
 from stoker.errors import CheckpointError
-from stoker.train.distributed import Ranks
+from stoker.train.engine.distributed import Ranks
 
 SCRIPT = Path(__file__).with_name("ddp_script.py")
 TIMEOUT_S = 240  # a hang fails here, long before torch's 30-minute collective timeout
@@ -216,7 +216,7 @@ def test_two_ranks_make_the_recorded_collectives_and_weights_bit_for_bit(
 
 
 def test_a_mid_epoch_checkpoint_resumes_on_its_own_number_of_ranks_only(tmp_path: Path) -> None:
-    from stoker.train.run import _my_partial
+    from stoker.train.engine.run import _my_partial
 
     partial = {"epoch": 2, "phase": "train", "loader": {}, "train": {}, "train_timer": {}, "lr": 0.1, "world_size": 2,
                "ranks": [{"loader": {"r": 0}, "train": {}, "train_timer": {}}, {"loader": {"r": 1}, "train": {}, "train_timer": {}}]}

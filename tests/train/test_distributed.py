@@ -1,4 +1,4 @@
-"""stoker.train.distributed: joining a torchrun launch, and refusing launches that cannot work."""
+"""stoker.train.engine.distributed: joining a torchrun launch, and refusing launches that cannot work."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from stoker.errors import ConfigError
-from stoker.train.distributed import join_launch
+from stoker.train.engine.distributed import join_launch
 
 
 def test_a_single_process_runs_alone(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -47,7 +47,7 @@ def test_collectives_over_two_gloo_ranks(tmp_path: Path) -> None:
     script = tmp_path / "ranks.py"
     script.write_text(textwrap.dedent('''
         import json, os, sys
-        from stoker.train.distributed import join_launch
+        from stoker.train.engine.distributed import join_launch
         ranks = join_launch("cpu", timeout_s=60)
         out = {"sum": ranks.sum([ranks.rank + 1.0]), "max": ranks.max([float(ranks.rank)]),
                "any": ranks.any(ranks.rank == 1), "text": ranks.broadcast_text(f"from {ranks.rank}"),

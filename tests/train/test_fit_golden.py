@@ -18,7 +18,7 @@ thread and no loader workers, and reduces what it did to SHA-256 digests of:
 * ``last`` and ``best``: ``last.pt`` and ``best.pt`` (model, optimizer, scaler and
   scheduler states, RNG states, epoch, best so far, the mid-epoch entry but its seconds);
 * ``events``: every logger call in order (with each batch's running loss and accuracy);
-* ``collectives``: every :class:`~stoker.train.distributed.Ranks` call in order (the
+* ``collectives``: every :class:`~stoker.train.engine.distributed.Ranks` call in order (the
   flags and the answer of each ``agree``, the width of each ``sum``/``max``), which fixes
   the handshake that keeps ranks in step; with the stoker log lines (warnings and notes)
   and the error message a run ended with.
@@ -51,7 +51,7 @@ from torch import nn
 
 from stoker import ClassFolderDataset, TrainingError, make_loader
 from stoker.train import Logger, Scenario, SmallCNN, fit, load_checkpoint
-from stoker.train.distributed import Ranks
+from stoker.train.engine.distributed import Ranks
 
 TIMES = ("time_s", "train_time_s", "data_wait_s", "compute_s", "img_per_s", "data_wait_share", "slowest_data_wait_share")
 CSV_KEPT = ("epoch", "acc/train", "acc/valid", "loss/train", "loss/valid", "lr")  # metrics.csv less its times

@@ -10,8 +10,8 @@ from typing import Any
 import torch
 
 from stoker.errors import ConfigError
-from stoker.train.checkpoint import save_checkpoint
-from stoker.train.handover import find_holder, hand_over, newest_record, progress_of
+from stoker.train.engine.checkpoint import save_checkpoint
+from stoker.train.engine.handover import find_holder, hand_over, newest_record, progress_of
 
 
 def _last(path: Path, epoch: int, partial: dict[str, Any] | None = None) -> None:
@@ -22,7 +22,7 @@ def _last(path: Path, epoch: int, partial: dict[str, Any] | None = None) -> None
 def _rank_main(rank: int, folder: str) -> None:
     import torch.distributed as dist
 
-    from stoker.train.distributed import Ranks
+    from stoker.train.engine.distributed import Ranks
 
     dist.init_process_group("gloo", init_method=f"file://{folder}/rendezvous", rank=rank, world_size=2)
     ranks = Ranks(rank, 2, rank)

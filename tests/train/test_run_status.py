@@ -20,8 +20,8 @@ from click.testing import CliRunner
 
 from stoker.cli.compare import compare
 from stoker.cli.train import train
-from stoker.train.compare import format_table, load_run
-from stoker.train.record import describe_status, run_status
+from stoker.train.engine.record import describe_status, run_status
+from stoker.train.runner.compare import format_table, load_run
 
 TIMEOUT_S = 180
 

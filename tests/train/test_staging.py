@@ -10,8 +10,8 @@ import pytest
 
 from stoker.errors import ConfigError
 from stoker.fs import where
-from stoker.train import staging
-from stoker.train.record import prepare_run_dir
+from stoker.train.engine import staging
+from stoker.train.engine.record import prepare_run_dir
 
 _count = itertools.count()
 

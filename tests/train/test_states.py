@@ -23,8 +23,8 @@ from stoker.train import (
     read_csv,
     save_checkpoint,
 )
-from stoker.train.history import HISTORY_STATE_FORMAT
-from stoker.train.tally import TALLY_STATE_FORMAT, Tally
+from stoker.train.engine.history import HISTORY_STATE_FORMAT
+from stoker.train.engine.tally import TALLY_STATE_FORMAT, Tally
 
 
 def _tally() -> Tally:

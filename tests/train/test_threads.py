@@ -1,4 +1,4 @@
-"""stoker.train.threads: a CPU run leaves the loader workers their cores, from Python as from the CLI."""
+"""stoker.train.engine.threads: a CPU run leaves the loader workers their cores, from Python as from the CLI."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ from torch import nn
 
 from stoker import Scenario, fit, make_loader, open_data
 from stoker.train import SmallCNN
+from stoker.train.engine.threads import ComputeThreads, usable_cores
 from stoker.train.loggers import Logger
-from stoker.train.threads import ComputeThreads, usable_cores
 
 
 class _SeesThreads(Logger):

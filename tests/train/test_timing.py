@@ -13,7 +13,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from stoker.train.timing import EventGaps, PhaseTimer
+from stoker.train.engine.timing import EventGaps, PhaseTimer
 
 
 class _Device:

@@ -44,12 +44,12 @@ from stoker.bench.runner import Expected, RunResult, Step, run_method
 from stoker.bench.settings import LoaderSettings
 from stoker.bench.shard_data import check_packed, fetch_all, measure_shard_limits, open_shard_set, shard_methods
 from stoker.bench.shares import share_text
-from stoker.decode import resize
+from stoker.decode.image import resize
 from stoker.errors import ConfigError
 from stoker.fs import where
 from stoker.loading.backends import BACKENDS
 from stoker.mixing import ShuffleQuality
-from stoker.shards.dataset import ShardDataset
+from stoker.shards.read.dataset import ShardDataset
 from stoker.sources.dataset import FileDataset
 
 __all__ = [
@@ -116,8 +116,8 @@ def pack_for_bench(
 
 def _train_step(model_name: str, num_classes: int, device: torch.device) -> Step:
     """One SGD step of a fresh ``model_name`` on each batch, as ``stoker train`` would run it."""
-    from stoker.train.models import build_model
-    from stoker.train.scenario import Preprocess
+    from stoker.train.engine.scenario import Preprocess
+    from stoker.train.runner.models import build_model
 
     model = build_model(model_name, max(num_classes, 2)).to(device)
     preprocess = Preprocess().to(device)
@@ -322,7 +322,7 @@ def _stream_qualities(data: BenchData, plan: BenchPlan) -> tuple[dict[str, dict[
     """How well a ShardStream over each packed store is mixed, as each benchmarked worker count reads it,
     and for a store poorly mixed at some worker count, what fixes it (:meth:`MixingCheck.advice`)."""
     from stoker.bench.methods import PACK_SPLIT
-    from stoker.shards.quality import check_pack
+    from stoker.shards.check.quality import check_pack
 
     out: dict[str, dict[int, ShuffleQuality]] = {}
     fixes: dict[str, str] = {}

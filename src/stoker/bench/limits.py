@@ -29,7 +29,7 @@ import torch
 
 from stoker.bench.methods import Work  # decode it, or only read and copy its pixels
 from stoker.cores import usable_cores
-from stoker.decode import resize
+from stoker.decode.image import resize
 from stoker.errors import ConfigError
 from stoker.fs import local_path
 from stoker.sources.dataset import FileDataset
@@ -192,7 +192,7 @@ def evict_from_page_cache(paths: list[str]) -> bool:
 
 def _decode_rate(dataset: FileDataset, rows: np.ndarray, size: tuple[int, int] | None, time_s: float) -> tuple[float, float]:
     """(images per second on one core, mean decoded bytes) over the given samples."""
-    from stoker.decode import decode_sample
+    from stoker.decode.image import decode_sample
 
     blobs = [(dataset.read_bytes(int(i)), str(dataset.index.paths[i]), dataset.index.crop_of(int(i))) for i in rows]
     threads = torch.get_num_threads()

@@ -108,7 +108,7 @@ class BenchData:
     @classmethod
     def of(cls, dataset: FileDataset, size: tuple[int, int] | None = None, **kwargs: Any) -> BenchData:
         """Wrap ``dataset`` with a resize to ``size`` as its only transform."""
-        from stoker.decode import resize
+        from stoker.decode.image import resize
         from stoker.sources.dataset import FileDataset
 
         transform = partial(resize, size=size) if size is not None else None
@@ -226,7 +226,7 @@ def build_shards(store: str, data: BenchData, settings: LoaderSettings) -> Itera
     A set at a URL is read through the verified cache: a shard is downloaded when first read.
     """
     from stoker.loading import make_loader
-    from stoker.shards.dataset import ShardDataset
+    from stoker.shards.read.dataset import ShardDataset
 
     root = data.packed.get(store)
     if root is None:

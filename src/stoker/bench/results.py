@@ -43,7 +43,7 @@ class BenchResult:
             DataLoader with each benchmarked number of workers delivers it (buffer
             ``shuffle_buffer``): ``{store: {workers: quality}}``.
         stream_fixes: for each store whose stream is not well mixed, the setting that
-            fixes it, in words (:meth:`stoker.shards.quality.MixingCheck.advice`).
+            fixes it, in words (:meth:`stoker.shards.check.quality.MixingCheck.advice`).
     """
 
     description: str

@@ -25,7 +25,7 @@ import torch
 from stoker.bench.monitor import ProcessMonitor
 from stoker.errors import StokerError
 from stoker.mixing import ShuffleQuality, shuffle_quality
-from stoker.train.timing import PhaseTimer
+from stoker.train.engine.timing import PhaseTimer
 
 __all__ = ["STATUSES", "Expected", "RunResult", "Step", "run_method"]
 

@@ -260,7 +260,7 @@ def _storage_of(path: Path) -> tuple[str, list[str]] | None:
     """(the METHODS name of the storage at ``path``, the source folders it was packed from), or None if unknown."""
     from stoker.data import detect_layout
     from stoker.errors import StokerError
-    from stoker.shards.manifest import Manifest
+    from stoker.shards.format.manifest import Manifest
 
     try:
         if detect_layout(path) != "shards":

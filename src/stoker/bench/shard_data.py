@@ -31,8 +31,8 @@ from stoker.bench.methods import PACK_SPLIT, Method
 from stoker.cores import usable_cores
 from stoker.errors import ConfigError
 from stoker.fs import PathOrURL, where
-from stoker.shards.dataset import ShardDataset
-from stoker.shards.manifest import MANIFEST_NAME
+from stoker.shards.format.manifest import MANIFEST_NAME
+from stoker.shards.read.dataset import ShardDataset
 
 __all__ = ["check_packed", "fetch_all", "measure_shard_limits", "open_shard_set", "shard_methods"]
 
@@ -42,7 +42,7 @@ def open_shard_set(path: PathOrURL) -> ShardDataset | None:
     place = where(path)
     if not place.is_file(MANIFEST_NAME):
         return None
-    from stoker.shards.manifest import Manifest
+    from stoker.shards.format.manifest import Manifest
 
     splits = Manifest.load(place).splits
     if PACK_SPLIT not in splits:
@@ -79,7 +79,7 @@ def check_packed(packed: PathOrURL, store: str) -> str:
             f"{packed}: no {store}/ shard set inside (no {target.url_of(MANIFEST_NAME)}); "
             f"pack one with `stoker pack DATA {target.url_of()} --store {store}`"
         )
-    from stoker.shards.manifest import Manifest
+    from stoker.shards.format.manifest import Manifest
 
     found = Manifest.load(target).store
     if found != store:
@@ -116,7 +116,7 @@ def measure_shard_limits(
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        from stoker.decode import resize
+        from stoker.decode.image import resize
 
         done, start = 0, time.perf_counter()
         while True:

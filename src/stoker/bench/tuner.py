@@ -44,7 +44,7 @@ from stoker.bench.runner import Expected, RunResult, run_method
 from stoker.bench.settings import LoaderSettings
 from stoker.bench.shard_data import fetch_all, measure_shard_limits, open_shard_set
 from stoker.bench.shares import share_phrase
-from stoker.decode import resize
+from stoker.decode.image import resize
 from stoker.errors import ConfigError
 from stoker.sources.dataset import FileDataset
 

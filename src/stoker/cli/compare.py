@@ -25,7 +25,7 @@ def compare(runs: tuple[Path, ...], group_by: str | None, metric: str, out: Path
     Example:
       stoker compare runs/* --group-by category --out compare.png
     """
-    from stoker.train.compare import compare_runs, find_runs, format_table
+    from stoker.train.runner.compare import compare_runs, find_runs, format_table
 
     summaries, _ = compare_runs(find_runs(runs), group_by=group_by, metric=metric, out=out)
     click.echo(format_table(summaries))

@@ -48,8 +48,8 @@ def inspect(
         _inspect_files(root, max_classes)
         return
     from stoker.shards import summarize, write_grid
-    from stoker.shards.cache import download_note
-    from stoker.shards.quality import check_pack, stream_name
+    from stoker.shards.cache.store import download_note
+    from stoker.shards.check.quality import check_pack, stream_name
 
     note = download_note(root)  # a URL: the manifest is read first, to say what will be downloaded
     if note is not None:

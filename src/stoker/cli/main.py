@@ -51,7 +51,7 @@ def main(cache_dir: str | None, cache_limit: str | None) -> None:
     if cache_dir is not None:  # what every reader of a remote set, and its loader workers, take as the default
         os.environ["STOKER_CACHE"] = os.path.abspath(os.path.expanduser(cache_dir))
     if cache_limit is not None:  # likewise: every ShardCache takes its limit from there
-        from stoker.shards.cache import parse_bytes
+        from stoker.shards.cache.store import parse_bytes
 
         os.environ["STOKER_CACHE_LIMIT"] = str(parse_bytes(cache_limit))
 

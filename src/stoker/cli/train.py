@@ -10,7 +10,7 @@ from typing import Any
 import click
 
 from stoker.errors import ConfigError
-from stoker.train.config import describe_keys, key_flags, load_config
+from stoker.train.runner.config import describe_keys, key_flags, load_config
 
 _EPILOG = """\b
 Examples:
@@ -93,7 +93,7 @@ def train(config: Path | None, loader_file: Path | None, assignments: tuple[str,
     naming its key); a flag's value passes the key's own check, and an unknown key or a
     bad value is an error naming the flag or file, the key and what it accepts.
     """
-    from stoker.train.runner import rank_zero, run_record_text, train_from_config
+    from stoker.train.runner.from_config import rank_zero, run_record_text, train_from_config
 
     if keys:
         click.echo(describe_keys(), nl=False)

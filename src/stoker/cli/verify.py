@@ -18,7 +18,7 @@ def verify(root: str, no_decode: bool, workers: int | None, quiet: bool) -> None
     Prints the first bad shard and row; the exit status is 1 on any fault.
     """
     from stoker.shards import verify as run_verify
-    from stoker.shards.cache import download_note
+    from stoker.shards.cache.store import download_note
 
     note = download_note(root)  # a URL: the manifest is read first, to say what will be downloaded
     if note is not None:

@@ -4,7 +4,7 @@
 of the main process (where decoding releases the GIL). :func:`stoker.make_loader`,
 ``stoker bench``, ``stoker tune`` and the training configuration all take these names.
 
-A loader thread runs torch's operators (the batched resize of :mod:`stoker.jpeg`) with
+A loader thread runs torch's operators (the batched resize of :mod:`stoker.decode.jpeg`) with
 an intra-op thread count of its own (:func:`init_loader_thread`): torch's default, the
 cores this process may use, whatever the training process set with
 ``torch.set_num_threads``. ``fit`` lowers the process's count to max(1, cores - workers)

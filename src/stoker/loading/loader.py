@@ -225,7 +225,7 @@ class Loader:
         For a map-style data set the order of an epoch is the sampler's, a function of
         ``(seed, epoch)``: which worker reads a batch does not change what it holds, so
         ``state_dict`` before and ``load_state_dict`` after a change continue the same
-        epoch at the same batch (:mod:`stoker.train.adapt` changes settings this way,
+        epoch at the same batch (:mod:`stoker.train.engine.adapt` changes settings this way,
         between two batches). The old workers or threads are let go. (Random draws made
         inside a transform come from the reading worker's generator, so they change.)
 

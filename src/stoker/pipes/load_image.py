@@ -12,7 +12,7 @@ from collections.abc import Iterator
 
 import torch
 
-from stoker.decode import decode_sample
+from stoker.decode.image import decode_sample
 from stoker.errors import DataError, MissingFileError
 from stoker.fs import where
 from stoker.loading.skips import Skipped, check_on_error
@@ -29,7 +29,7 @@ def load_image(
 ) -> Iterator[tuple[str | os.PathLike[str], torch.Tensor] | torch.Tensor | Skipped]:
     """Read and decode each file: ``path -> (path, image)``, or ``image`` alone.
 
-    The image is a uint8 RGB CHW tensor, decoded by :func:`stoker.decode.decode_sample`
+    The image is a uint8 RGB CHW tensor, decoded by :func:`stoker.decode.image.decode_sample`
     according to the file's suffix (images, ``.pt``, ``.npy``).
 
     Args:

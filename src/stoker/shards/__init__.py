@@ -13,14 +13,14 @@ Example:
 
 from __future__ import annotations
 
-from stoker.shards.cache import ShardCache
-from stoker.shards.dataset import ShardBatch, ShardDataset, collate_shard_batch
-from stoker.shards.manifest import Manifest, ShardInfo
-from stoker.shards.packing import write_shards
-from stoker.shards.stream import ShardStream, stream_order
-from stoker.shards.summary import ShardSetSummary, SplitSummary, summarize, write_grid
-from stoker.shards.verification import Fault, VerifyReport, verify
-from stoker.shards.writer import ShardWriter
+from stoker.shards.cache.store import ShardCache
+from stoker.shards.check.summary import ShardSetSummary, SplitSummary, summarize, write_grid
+from stoker.shards.check.verification import Fault, VerifyReport, verify
+from stoker.shards.format.manifest import Manifest, ShardInfo
+from stoker.shards.pack.packing import write_shards
+from stoker.shards.pack.writer import ShardWriter
+from stoker.shards.read.dataset import ShardBatch, ShardDataset, collate_shard_batch
+from stoker.shards.read.stream import ShardStream, stream_order
 
 __all__ = [
     "Fault",

@@ -9,7 +9,7 @@ from collections import Counter
 from collections.abc import Callable
 from typing import Literal
 
-from stoker.decode import SAMPLE_SUFFIXES
+from stoker.decode.image import SAMPLE_SUFFIXES
 from stoker.errors import ConfigError, DataError, MissingFileError
 from stoker.fs import FileKinds, Location, PathOrURL, join, where
 from stoker.fs.local import is_within

@@ -10,7 +10,7 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
-from stoker.decode import decode_sample
+from stoker.decode.image import decode_sample
 from stoker.errors import ConfigError, DataError, MissingFileError
 from stoker.fs import local_path, where
 from stoker.fs.local import read_inside

@@ -9,7 +9,7 @@ import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from stoker.decode import SAMPLE_SUFFIXES
+from stoker.decode.image import SAMPLE_SUFFIXES
 from stoker.errors import ConfigError, DataError, LabelError, MissingFileError
 from stoker.fs import FileKinds, Location, PathOrURL
 from stoker.fs import where as locate

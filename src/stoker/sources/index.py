@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from tqdm import tqdm
 
-from stoker.decode import Box
+from stoker.decode.image import Box
 from stoker.errors import ConfigError, DataError, LabelError
 
 __all__ = ["PROGRESS_DELAY_S", "SampleIndex", "Source", "indexing_progress"]

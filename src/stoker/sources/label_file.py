@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from stoker.decode import Box
+from stoker.decode.image import Box
 from stoker.errors import ConfigError, LabelError, MissingFileError
 from stoker.fs import PathOrURL, where
 from stoker.loading.skips import OnError

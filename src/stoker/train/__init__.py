@@ -13,10 +13,11 @@ from typing import TYPE_CHECKING
 from stoker._lazy import lazy_names
 
 if TYPE_CHECKING:
-    from stoker.train.checkpoint import load_checkpoint, save_checkpoint
-    from stoker.train.compare import RunSummary, compare_runs, format_table
-    from stoker.train.config import TrainConfig, load_config
-    from stoker.train.history import EpochStats, History
+    from stoker.train.engine.checkpoint import load_checkpoint, save_checkpoint
+    from stoker.train.engine.history import EpochStats, History
+    from stoker.train.engine.loop import fit
+    from stoker.train.engine.plots import plot_compare, plot_curves
+    from stoker.train.engine.scenario import Preprocess, Scenario
     from stoker.train.loggers import (
         BatchProgress,
         ConsoleLogger,
@@ -26,11 +27,10 @@ if TYPE_CHECKING:
         TensorBoardLogger,
         read_csv,
     )
-    from stoker.train.loop import fit
-    from stoker.train.models import SmallCNN, build_model
-    from stoker.train.plots import plot_compare, plot_curves
-    from stoker.train.runner import RunResult, demo_run, train_from_config
-    from stoker.train.scenario import Preprocess, Scenario
+    from stoker.train.runner.compare import RunSummary, compare_runs, format_table
+    from stoker.train.runner.config import TrainConfig, load_config
+    from stoker.train.runner.from_config import RunResult, demo_run, train_from_config
+    from stoker.train.runner.models import SmallCNN, build_model
 
 __all__ = [
     "BatchProgress",
@@ -67,29 +67,29 @@ _HOMES: dict[str, str] = {
     "BatchProgress": "stoker.train.loggers",
     "ConsoleLogger": "stoker.train.loggers",
     "CsvLogger": "stoker.train.loggers",
-    "EpochStats": "stoker.train.history",
-    "History": "stoker.train.history",
+    "EpochStats": "stoker.train.engine.history",
+    "History": "stoker.train.engine.history",
     "Logger": "stoker.train.loggers",
-    "Preprocess": "stoker.train.scenario",
+    "Preprocess": "stoker.train.engine.scenario",
     "RunInfo": "stoker.train.loggers",
-    "RunResult": "stoker.train.runner",
-    "RunSummary": "stoker.train.compare",
-    "Scenario": "stoker.train.scenario",
-    "SmallCNN": "stoker.train.models",
+    "RunResult": "stoker.train.runner.from_config",
+    "RunSummary": "stoker.train.runner.compare",
+    "Scenario": "stoker.train.engine.scenario",
+    "SmallCNN": "stoker.train.runner.models",
     "TensorBoardLogger": "stoker.train.loggers",
-    "TrainConfig": "stoker.train.config",
-    "build_model": "stoker.train.models",
-    "compare_runs": "stoker.train.compare",
-    "demo_run": "stoker.train.runner",
-    "fit": "stoker.train.loop",
-    "format_table": "stoker.train.compare",
-    "load_checkpoint": "stoker.train.checkpoint",
-    "load_config": "stoker.train.config",
-    "plot_compare": "stoker.train.plots",
-    "plot_curves": "stoker.train.plots",
+    "TrainConfig": "stoker.train.runner.config",
+    "build_model": "stoker.train.runner.models",
+    "compare_runs": "stoker.train.runner.compare",
+    "demo_run": "stoker.train.runner.from_config",
+    "fit": "stoker.train.engine.loop",
+    "format_table": "stoker.train.runner.compare",
+    "load_checkpoint": "stoker.train.engine.checkpoint",
+    "load_config": "stoker.train.runner.config",
+    "plot_compare": "stoker.train.engine.plots",
+    "plot_curves": "stoker.train.engine.plots",
     "read_csv": "stoker.train.loggers",
-    "save_checkpoint": "stoker.train.checkpoint",
-    "train_from_config": "stoker.train.runner",
+    "save_checkpoint": "stoker.train.engine.checkpoint",
+    "train_from_config": "stoker.train.runner.from_config",
 }
 
 __getattr__, __dir__ = lazy_names(__name__, _HOMES, globals(), __all__)

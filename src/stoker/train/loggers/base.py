@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from stoker.train.history import EpochStats, History
+from stoker.train.engine.history import EpochStats, History
 
 __all__ = ["BatchProgress", "Logger", "RunInfo"]
 
@@ -109,4 +109,4 @@ class Logger:
         """The run ended (``history.stopped`` says why); flush and close."""
 
     def note(self, line: str) -> None:
-        """A line the run has to say while it trains, e.g. the loader setting adapt chose (:mod:`stoker.train.adapt`)."""
+        """A line the run has to say while it trains, e.g. the loader setting adapt chose (:mod:`stoker.train.engine.adapt`)."""

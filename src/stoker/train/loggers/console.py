@@ -8,7 +8,7 @@ from typing import TextIO
 
 from tqdm import tqdm
 
-from stoker.train.history import EpochStats, History
+from stoker.train.engine.history import EpochStats, History
 from stoker.train.loggers.base import BatchProgress, Logger, RunInfo
 
 __all__ = ["ConsoleLogger", "format_epoch"]

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import TextIO
 
 from stoker.errors import DataError
-from stoker.train.history import METRIC_COLUMNS, EpochStats, History
+from stoker.train.engine.history import METRIC_COLUMNS, EpochStats, History
 from stoker.train.loggers.base import Logger, RunInfo
 
 __all__ = ["CSV_COLUMNS", "CSV_FILE", "CsvLogger", "read_csv"]

@@ -15,7 +15,7 @@ import json
 import math
 from typing import TYPE_CHECKING
 
-from stoker.train.history import EpochStats, History
+from stoker.train.engine.history import EpochStats, History
 from stoker.train.loggers.base import Logger, RunInfo
 
 if TYPE_CHECKING:

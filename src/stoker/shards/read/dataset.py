@@ -1,0 +1,516 @@
+"""``ShardDataset``: a map-style torch Dataset over one split of a shard set, read a batch at a time."""
+
+from __future__ import annotations
+
+import copy
+import math
+import os
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any, Literal
+
+import numpy as np
+import torch
+from torch.utils.data import Dataset, default_collate, get_worker_info
+
+from stoker.cores import usable_cores
+from stoker.decode.image import is_png, png_decoder
+from stoker.decode.jpeg import decode_batch_on_device, decode_jpeg_resized, decode_jpegs_into, is_jpeg
+from stoker.errors import ConfigError, DataError
+from stoker.fs import PathOrURL
+from stoker.loading.collate import Batch, collate
+from stoker.loading.contract import MapReader, SupportsCollate, SupportsEpoch, SupportsLoaderDefaults
+from stoker.loading.skips import OnError, Skipped
+from stoker.shards.format.manifest import Manifest
+from stoker.shards.read.reader import ShardSet
+
+__all__ = ["DECODERS", "Decoder", "SNIFF_ROWS", "ShardBatch", "ShardDataset", "collate_shard_batch", "load_shard_image"]
+
+Transform = Callable[[torch.Tensor], Any]
+Decoder = Literal["auto", "full", "nvjpeg"]
+DECODERS: tuple[Decoder, ...] = ("auto", "full", "nvjpeg")  # how encoded shards decode (ShardDataset's decoder=)
+SNIFF_ROWS = 16  # rows read to tell what an encoded set holds (ShardDataset.mostly_jpeg)
+
+
+def _empty_uint8(shape: tuple[int, ...]) -> torch.Tensor:
+    """An uninitialised uint8 tensor for a batch.
+
+    In a DataLoader worker it is made in shared memory, as torch's own collate does, so
+    sending it to the main process copies nothing more. Elsewhere numpy allocates it:
+    numpy asks the kernel for huge pages for large arrays, which halves the cost of
+    touching a fresh batch-sized buffer.
+    """
+    if get_worker_info() is not None and hasattr(torch.UntypedStorage, "_new_shared"):
+        storage = torch.UntypedStorage._new_shared(math.prod(shape))
+        return torch.empty(0, dtype=torch.uint8).set_(storage).view(shape)
+    return torch.from_numpy(np.empty(shape, dtype=np.uint8))
+
+
+def load_shard_image(shards: ShardSet, index: int) -> torch.Tensor:
+    """Sample ``index`` as a uint8 RGB CHW tensor: pixels as stored, or decoded, cropped and resized.
+
+    Raises:
+        DecodeError: an encoded image does not decode (the message names shard, row and file).
+        ShardError: the row names a source the manifest does not list.
+    """
+    if shards.row_bytes:
+        height, width = shards.manifest.image_size  # type: ignore[misc]
+        out = torch.empty((1, shards.channels, height, width), dtype=torch.uint8)
+        shards.read_pixels(np.asarray([index], dtype=np.int64), out.numpy().reshape(1, -1))
+        return out[0]
+    shard, rows = shards.locate(np.asarray([index], dtype=np.int64))
+    return shards.decode(int(shard[0]), int(rows[0]))
+
+
+class ShardBatch(Sequence[Any]):
+    """The samples of one batch, gathered by one call; a sequence of ``(image, label)``.
+
+    :meth:`ShardDataset.collate_fn` turns it into a batch without copying again; any
+    other collate function (torch's ``default_collate``) sees an ordinary sequence of
+    samples and works, only slower.
+
+    Attributes:
+        images: ``uint8 [n, 3, H, W]`` when the images share a size and there is no
+            per-sample transform, else a list of per-sample results.
+        labels: ``int64 [n]``.
+        skipped: bad samples dropped under ``on_error="skip"``.
+    """
+
+    def __init__(self, images: torch.Tensor | list[Any], labels: torch.Tensor, skipped: list[Skipped]) -> None:
+        self.images = images
+        self.labels = labels
+        self.skipped = skipped
+
+    def __len__(self) -> int:
+        return len(self.labels)
+
+    def __getitem__(self, j: int) -> tuple[Any, int]:  # type: ignore[override]
+        return self.images[j], int(self.labels[j])
+
+    def __iter__(self) -> Iterator[tuple[Any, int]]:
+        # All the views in one call and all the labels in one call: a stream hands its samples out
+        # one by one through this, and indexing the two tensors per sample was about a third of a
+        # pass over pixel shards (2,000 samples of 32x32: ~4 of 13 ms).
+        images = self.images.unbind(0) if isinstance(self.images, torch.Tensor) else self.images
+        return zip(images, self.labels.tolist(), strict=True)
+
+
+def collate_shard_batch(samples: Any) -> Batch:
+    """Collate for shard data sets: a :class:`ShardBatch` passes through, anything else is collated.
+
+    Returns a stoker :class:`~stoker.loading.collate.Batch` whose ``data`` is
+    ``(images, labels)``; stoker's loader unwraps it and counts skipped samples.
+    """
+    if not isinstance(samples, ShardBatch):
+        return collate(samples)
+    if len(samples) == 0:
+        return Batch(None, 0, samples.skipped)
+    images = samples.images
+    if isinstance(images, list):
+        images = default_collate(images)
+    return Batch((images, samples.labels), len(samples), samples.skipped)
+
+
+class ShardDataset(Dataset, MapReader, SupportsEpoch, SupportsCollate, SupportsLoaderDefaults):
+    """A map-style torch Dataset over one split of a shard set made by ``stoker pack``.
+
+    Give it to :func:`stoker.make_loader` (or any torch DataLoader): the sampler shuffles
+    exactly over the whole split, and the loader fetches a batch with one call to
+    :meth:`__getitems__`, which gathers the batch's rows straight from the memory-mapped
+    shards into the batch tensor. Pixel shards decode nothing; encoded shards decode,
+    crop and (when the set has an image size) resize each image.
+
+    Opening is cheap and safe: it checks the manifest (strictly, with its checksum) and
+    every shard's size, and runs no code from the files (there is no pickle).
+
+    Args:
+        root: the folder ``stoker pack`` wrote.
+        split: which split to read (``"train"``, ``"valid"``, ...).
+        transform: applied to each uint8 CHW image tensor (per sample). Leave it out
+            for the fastest path and transform whole batches on the device instead.
+        on_error: ``"raise"`` (default) or ``"skip"`` samples that fail to decode
+            (skips are counted by stoker's loader and reported after the epoch).
+        cache_dir, cache_limit, storage_options: for a shard set at a URL
+            (``s3://bucket/packed``): the local cache its shards are downloaded to and
+            verified in, its size limit (``"50GB"``), and the fsspec filesystem's options
+            (see :class:`~stoker.shards.read.reader.ShardSet`).
+        decoder: how encoded images are decoded when the set has an image size and there
+            is no transform. ``"auto"`` (default): JPEGs at a reduced DCT scale where the
+            output allows, cropped, and resized a batch at a time (:mod:`stoker.decode.jpeg`),
+            within 2 grey levels of the full path; ``"full"``: every image decoded at full size
+            (the reference); ``"nvjpeg"``: whole batches decoded, cropped and resized on
+            ``decode_device`` by nvJPEG, batches come back there (falls back to the CPU
+            image by image, and for every image without CUDA). Pixel shards ignore it.
+        decode_device: the CUDA device of ``decoder="nvjpeg"``.
+
+    Raises:
+        ShardError: the manifest or a shard is missing, edited, truncated or grown.
+        ConfigError: the set has no such split.
+
+    Example:
+        >>> train = ShardDataset("packed", split="train")  # doctest: +SKIP
+        >>> loader = make_loader(train, batch_size=256, num_workers=0)  # doctest: +SKIP
+        >>> images, labels = next(iter(loader))  # uint8 [256, 3, 112, 112], int64 [256]  # doctest: +SKIP
+    """
+
+    def __init__(
+        self,
+        root: PathOrURL,
+        split: str = "train",
+        transform: Transform | None = None,
+        on_error: OnError = "raise",
+        *,
+        decoder: Decoder = "auto",
+        decode_device: str | torch.device = "cuda",
+        cache_dir: str | os.PathLike[str] | None = None,
+        cache_limit: int | str | None = None,
+        storage_options: dict[str, Any] | None = None,
+    ) -> None:
+        if on_error not in ("raise", "skip"):
+            raise ConfigError(f"on_error must be 'raise' or 'skip', got {on_error!r}")
+        if decoder not in DECODERS:
+            raise ConfigError(f"decoder must be one of {', '.join(DECODERS)}, got {decoder!r}")
+        self.shards = ShardSet(
+            root, split, cache_dir=cache_dir, cache_limit=cache_limit, storage_options=storage_options
+        )
+        self.shards.reduced_jpeg = decoder != "full"
+        self.transform = transform
+        self.on_error: OnError = on_error
+        self.decoder: Decoder = decoder
+        self.decode_device = str(decode_device)
+        self._rows: np.ndarray | None = None  # a view of some rows of the split (subset, split)
+        self._mostly_jpeg: bool | None = None  # what the shards hold (mostly_jpeg), once known
+        self._mostly_spng: bool | None = None  # mostly JPEG or PNG, with libspng for the PNGs (decodes_on_threads)
+
+    # -- what the set holds ---------------------------------------------------------
+    @property
+    def root(self) -> str:
+        """The shard set folder."""
+        return str(self.shards.root)
+
+    @property
+    def split(self) -> str:
+        """The split this data set reads."""
+        return self.shards.split
+
+    @property
+    def manifest(self) -> Manifest:
+        """The shard set's manifest."""
+        return self.shards.manifest
+
+    @property
+    def store(self) -> str:
+        """``"encoded"`` or ``"pixels"``."""
+        return self.shards.manifest.store
+
+    @property
+    def channels(self) -> int:
+        """Channels of every image read: 3 (RGB), or 1 for a gray pixels set (``--channels 1``)."""
+        return self.shards.channels
+
+    @property
+    def image_size(self) -> tuple[int, int] | None:
+        """``(height, width)`` of every image read, or ``None`` (encoded, each at its own size)."""
+        return self.shards.manifest.image_size
+
+    @property
+    def classes(self) -> tuple[str, ...]:
+        """Class names; ``classes[label]`` names a label."""
+        return self.shards.manifest.classes
+
+    @property
+    def num_classes(self) -> int:
+        """Number of classes."""
+        return len(self.shards.manifest.classes)
+
+    @property
+    def labels(self) -> np.ndarray:
+        """Every sample's label, in order (``int64``)."""
+        labels = self.shards.all_labels()
+        return labels if self._rows is None else labels[self._rows]
+
+    def subset(self, indices: Sequence[int] | np.ndarray) -> ShardDataset:
+        """A view of the given samples of this data set, in that order (no copy of the shards).
+
+        The view keeps everything the full set has — storage mode, loader defaults,
+        transform, bad-sample policy — so a loader reads it as fast as the whole set.
+        """
+        rows = np.asarray(indices, dtype=np.int64).reshape(-1)
+        if len(rows) and (rows.min() < 0 or rows.max() >= len(self)):
+            raise IndexError(f"subset: sample indices must be in 0..{len(self) - 1}")
+        view = copy.copy(self)
+        view._rows = rows if self._rows is None else self._rows[rows]
+        return view
+
+    @property
+    def loader_defaults(self) -> dict[str, Any]:
+        """The loader settings that measured fastest for this storage mode (``benchmarks/bench_shards.py``).
+
+        Pixel shards are read fastest in the training process itself (``num_workers=0``):
+        a batch is one numpy fancy index over the memory-mapped files
+        (:meth:`ShardSet.gather_pixels`, on a second copying thread while a core is idle:
+        :attr:`ShardSet.gather_threads`), and shipping it from a
+        worker process costs several times more than reading it. Encoded shards use one
+        loader worker per core (up to 4), of the kind that measured faster for what they
+        hold (``benchmarks/bench_decode.py``, 2 cores): JPEGs on threads (libjpeg-turbo and
+        the resize release the GIL, and a batch made in a thread is not copied again
+        between processes: 1.13x worker processes), PNGs too where libspng decodes them
+        (:func:`stoker.decode.image.png_decoder`; it releases the GIL: threads 1.12x worker
+        processes, ``python benchmarks/bench_png_guard.py --loader 3000``), and the other
+        formats (and PNGs under Pillow, whose Python around each decode holds the GIL:
+        threads were 0.92x) on worker processes. What they hold is read from the first
+        rows (:meth:`decodes_on_threads`). With a per-sample ``transform``, which holds
+        the GIL, worker processes.
+        ``decoder="nvjpeg"`` decodes on the GPU from one loader thread.
+
+        Example:
+            >>> loader = make_loader(ds, batch_size=256, **ds.loader_defaults)  # doctest: +SKIP
+        """
+        if self.store == "pixels":
+            return {"backend": "process", "num_workers": 0}
+        if self.decoder == "nvjpeg":
+            return {"backend": "thread", "num_workers": 1}
+        cores = usable_cores()
+        # A per-sample Python transform holds the GIL: then worker processes, as before.
+        backend = "thread" if self.transform is None and self.decodes_on_threads() else "process"
+        return {"backend": backend, "num_workers": min(4, cores)}
+
+    def decodes_on_threads(self) -> bool:
+        """Whether most stored images decode with the GIL released: JPEGs, and PNGs when libspng decodes them.
+
+        Judged by the first :data:`SNIFF_ROWS` rows, as :meth:`mostly_jpeg`.
+        """
+        if self.store != "encoded" or self.shards.remote is not None or self.mostly_jpeg():
+            return True
+        if png_decoder() != "libspng":
+            return False
+        if self._mostly_spng is None:
+            n = min(SNIFF_ROWS, len(self.shards))
+            heads = [self.shards.read_encoded(i)[0] for i in range(n)]
+            self._mostly_spng = 2 * sum(is_png(h) or is_jpeg(h) for h in heads) >= n
+        return self._mostly_spng
+
+    def mostly_jpeg(self) -> bool:
+        """Whether most stored images are JPEGs, judged by the first :data:`SNIFF_ROWS` rows (read once).
+
+        A packed set is shuffled, so its first rows stand for the rest. A remote set is
+        not downloaded only to decide: it counts as JPEG (loader threads).
+        """
+        if self._mostly_jpeg is None:
+            n = min(SNIFF_ROWS, len(self.shards))
+            if self.store != "encoded" or self.shards.remote is not None or n == 0:
+                self._mostly_jpeg = True
+            else:
+                jpegs = sum(is_jpeg(self.shards.read_encoded(i)[0]) for i in range(n))
+                self._mostly_jpeg = 2 * jpegs >= n
+        return self._mostly_jpeg
+
+    def trace(self, i: int) -> dict[str, Any]:
+        """Where sample ``i`` lives and came from: shard, row, key, source, file, label."""
+        i = self._check_index(i)
+        return self.shards.row_info(i if self._rows is None else int(self._rows[i]))
+
+    # -- the torch Dataset protocol ---------------------------------------------------
+    def __len__(self) -> int:
+        return len(self.shards) if self._rows is None else len(self._rows)
+
+    def _check_index(self, i: int) -> int:
+        i = int(i)
+        if i < 0:
+            i += len(self)
+        if not 0 <= i < len(self):
+            raise IndexError(f"sample index {i} is out of range for {len(self)} samples")
+        return i
+
+    def __getitem__(self, i: int) -> tuple[Any, int] | Skipped:
+        batch = self.__getitems__([self._check_index(i)])
+        if batch.skipped:
+            return batch.skipped[0]
+        return batch[0]
+
+    def __getitems__(self, indices: Sequence[int] | np.ndarray) -> ShardBatch:
+        """Gather a batch with one call (torch's DataLoader calls this for every batch)."""
+        idx = np.asarray(indices, dtype=np.int64).reshape(-1)
+        if self._rows is not None:
+            idx = self._rows[idx]
+        if self.shards.tight:  # a remote split larger than its cache: a shard at a time (see ShardSet.done_with)
+            return self._gather_by_shard(idx)
+        return self._gather(idx)
+
+    def _gather_by_shard(self, idx: np.ndarray) -> ShardBatch:
+        """:meth:`_gather` of each shard's samples in turn, letting go of each shard after its part; in ``idx`` order."""
+        shard_ids = self.shards.locate(idx)[0]
+        order = np.argsort(shard_ids, kind="stable")
+        parts: list[ShardBatch] = []
+        for s in dict.fromkeys(shard_ids[order].tolist()):
+            try:
+                parts.append(self._gather(idx[shard_ids == s]))
+            finally:
+                self.shards.done_with(s)
+        if len(parts) == 1:
+            return parts[0]
+        # numpy, not torch: torch's thread pool can hang in a forked worker (see _decode_batch)
+        labels = np.concatenate([p.labels.numpy() for p in parts])
+        skipped = [k for p in parts for k in p.skipped]
+        tensors = [p.images for p in parts if isinstance(p.images, torch.Tensor) and p.images.device.type == "cpu"]
+        if len(tensors) == len(parts) and len(labels) == len(idx):
+            out = _empty_uint8((len(idx), *tensors[0].shape[1:]))
+            out_array, in_order = out.numpy(), np.empty(len(idx), dtype=np.int64)
+            at = 0
+            for part in tensors:  # the parts hold idx[order], a shard after the other
+                out_array[order[at : at + len(part)]] = part.numpy()
+                at += len(part)
+            in_order[order] = labels
+            return ShardBatch(out, torch.from_numpy(in_order), skipped)
+        images: list[Any] = [image for p in parts for image in p.images]  # skips or per-sample results: by shard
+        return ShardBatch(images, torch.from_numpy(labels), skipped)
+
+    def _gather(self, idx: np.ndarray) -> ShardBatch:
+        if self.shards.row_bytes:
+            height, width = self.image_size  # type: ignore[misc]
+            shape = (len(idx), self.shards.channels, height, width)
+            if get_worker_info() is None:  # a reused buffer, or one fancy index (ShardSet.read_batch)
+                labels, pixels = self.shards.read_batch(idx)
+                images = torch.from_numpy(pixels).view(shape)
+            else:  # into a worker's shared memory
+                labels = self.shards.read_labels(idx)
+                images = _empty_uint8(shape)
+                self.shards.read_pixels(idx, images.numpy().reshape(len(idx), self.shards.row_bytes))
+            if self.transform is None:
+                return ShardBatch(images, torch.from_numpy(labels), [])
+            return ShardBatch([self.transform(image) for image in images], torch.from_numpy(labels), [])
+        return self._decode_batch(idx, self.shards.read_labels(idx))
+
+    def _decode_batch(self, idx: np.ndarray, labels: np.ndarray) -> ShardBatch:
+        size = self.image_size
+        if size is not None and self.transform is None and self.decoder != "full":
+            return self._decode_batch_resized(idx, labels, size)
+        shard_ids, rows = self.shards.locate(idx)
+        # With a fixed size and no transform each image goes straight into the batch
+        # tensor while it is still in the cache; otherwise they are collected.
+        out = _empty_uint8((len(idx), 3, *size)) if size is not None and self.transform is None else None
+        # numpy copies on this thread; torch would fan each small copy out to its thread
+        # pool, which costs more than the copy (and much more on a busy machine).
+        out_array = out.numpy() if out is not None else None
+        good: list[Any] = []
+        keep: list[int] = []
+        skipped: list[Skipped] = []
+        for j, (s, r) in enumerate(zip(shard_ids.tolist(), rows.tolist(), strict=True)):
+            try:
+                image = self.shards.decode(s, r)
+            except DataError as exc:
+                if self.on_error == "raise":
+                    raise
+                skipped.append(Skipped(f"{self.split}[{int(idx[j])}]", str(exc)))
+                continue
+            if out_array is not None:
+                out_array[len(keep)] = image.numpy()
+            else:
+                good.append(self.transform(image) if self.transform is not None else image)
+            keep.append(j)
+        kept_labels = torch.from_numpy(labels[keep] if len(keep) != len(idx) else labels)
+        if out is not None:
+            return ShardBatch(out[: len(keep)], kept_labels, skipped)
+        if self.transform is None and good:
+            self._check_same_size(good, idx[keep])
+            images = _empty_uint8((len(good), *good[0].shape))
+            torch.stack(good, out=images)
+            return ShardBatch(images, kept_labels, skipped)
+        return ShardBatch(good, kept_labels, skipped)
+
+    def _check_same_size(self, images: list[torch.Tensor], rows: np.ndarray) -> None:
+        """Images of one batch that cannot be stacked: the promised error, naming two of them.
+
+        Raises:
+            DataError: two images differ in size; names both (shard, row, source file)
+                and says to read them at one size (``--image-size``) or re-pack with ``--size``.
+        """
+        other = next((j for j, image in enumerate(images) if image.shape != images[0].shape), None)
+        if other is None:
+            return
+
+        def name(j: int) -> str:
+            info = self.shards.row_info(int(rows[j]))
+            return f"{info['shard']} row {info['row']} ({info['source']}/{info['file']}, {images[j].shape[-2]}x{images[j].shape[-1]})"
+
+        raise DataError(
+            f"{self.root} split {self.split!r}: {name(0)} and {name(other)} differ in size, so a batch cannot be "
+            "stacked; read the set at one size (stoker train --image-size N; image_size=N for open_data, or a "
+            "resizing transform) or re-pack it at one size (stoker pack ... --size HxW)"
+        )
+
+    def _decode_batch_resized(self, idx: np.ndarray, labels: np.ndarray, size: tuple[int, int]) -> ShardBatch:
+        """A batch at the set's image size: JPEGs decoded no more than needed and resized together.
+
+        ``decoder="nvjpeg"`` decodes on the CUDA device (the batch comes back there);
+        every image this path cannot take goes by the full path, one at a time.
+        """
+        shard_ids, rows = self.shards.locate(idx)
+        blobs: list[np.ndarray] = []
+        boxes: list[Any] = []
+        names: list[str] = []
+        keep: list[int] = []
+        skipped: list[Skipped] = []
+
+        def skip(j: int, exc: DataError) -> None:
+            if self.on_error == "raise":
+                raise exc
+            skipped.append(Skipped(f"{self.split}[{int(idx[j])}]", str(exc)))
+
+        for j, (s, r) in enumerate(zip(shard_ids.tolist(), rows.tolist(), strict=True)):
+            try:
+                data, name, box = self.shards.checked_bytes(s, r)
+            except DataError as exc:
+                skip(j, exc)
+                continue
+            blobs.append(data)
+            boxes.append(box)
+            names.append(name)
+            keep.append(j)
+        bad: list[int] = []  # positions in ``keep`` that fail by the full path too
+
+        def full_path(k: int) -> torch.Tensor:  # the bytes were checked above: not again
+            return self.shards.decode_checked(blobs[k], names[k], boxes[k])
+
+        if self.decoder == "nvjpeg":
+            device = torch.device(self.decode_device)
+
+            def on_cpu(k: int) -> torch.Tensor:  # the CPU's own path: reduced where it can, else full
+                image = decode_jpeg_resized(blobs[k], size, boxes[k])
+                if image is not None:
+                    return image
+                try:
+                    return full_path(k)
+                except DataError as exc:
+                    skip(keep[k], exc)
+                    bad.append(k)
+                    return torch.zeros((3, *size), dtype=torch.uint8)
+
+            images = decode_batch_on_device(blobs, boxes, size, device, on_cpu)
+        else:
+            images = _empty_uint8((len(blobs), 3, *size))
+            failed = decode_jpegs_into(blobs, boxes, size, images) if self.shards.reduced_jpeg else range(len(blobs))
+            for k in failed:  # not JPEG, CMYK, corrupt: the full path decodes or names the file
+                try:
+                    images[k] = full_path(k)
+                except DataError as exc:
+                    skip(keep[k], exc)
+                    bad.append(k)
+        if bad:
+            good = [k for k in range(len(keep)) if k not in set(bad)]
+            images = images[good]
+            keep = [keep[k] for k in good]
+        kept_labels = torch.from_numpy(labels[keep] if len(keep) != len(idx) else labels)
+        return ShardBatch(images, kept_labels, skipped)
+
+    # stoker's make_loader picks this up; torch's DataLoader takes it as collate_fn=.
+    collate_fn = staticmethod(collate_shard_batch)
+
+    def set_epoch(self, epoch: int) -> None:
+        """Nothing to do: a map-style data set is shuffled by the loader's sampler."""
+
+    def __repr__(self) -> str:
+        size = f"{self.image_size[0]}x{self.image_size[1]}" if self.image_size else "own size"
+        return (
+            f"ShardDataset({self.root!r}, split={self.split!r}: {len(self)} samples, "
+            f"{self.num_classes} classes, {self.store}, {size})"
+        )

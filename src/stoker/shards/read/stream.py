@@ -1,0 +1,479 @@
+"""``ShardStream``: an iterable torch Dataset over a shard set — several shards read at once, then a buffer.
+
+Each epoch, the shards of the split are put in a seeded random order
+(:func:`stoker.order.permutation` of the shards) and cut into groups of at most
+``shards_at_once`` consecutive shards, as equal as they can be: :data:`SHARDS_AT_ONCE`
+(32) for a local set, :data:`REMOTE_SHARDS_AT_ONCE` (8) for a set at a URL, or fewer
+when the cache holds fewer. The rows of a group are merged at random (drawn from
+``(INTERLEAVE,)`` of the epoch; each shard's rows keep their stored order, so each file
+is still read in runs), and the groups laid end to end. Every stretch of that sequence
+holds rows of a whole group of shards, so a batch mixes the classes of about
+``shards_at_once`` shards however the pack was cut. (One shard at a time, a class-sorted
+pack cut into shards of one class gave batches of about one class whenever the buffer
+held about one shard.)
+
+That sequence is split by the rule of :mod:`stoker.order`: rank ``r`` of ``R`` takes
+every ``R``-th row (so the ranks' shares differ by at most one sample), and deals its
+rows to its workers in blocks of ``block_rows``: worker ``w`` of ``N`` reads blocks
+``w, w + N, w + 2N, ...``. Every (rank, worker) therefore reads across the whole epoch,
+in step with the others, rather than one contiguous piece of it, so how well the
+batches are mixed does not depend on the number of workers or ranks. Every sample is
+read exactly once per epoch; nothing is trimmed. Each reader then shuffles its rows
+through a buffer of ``shuffle_buffer`` rows (:func:`stoker.order.buffer_shuffle`, drawn
+from ``(BUFFER, rank, worker)`` of the epoch). Its reads stay within one group of files
+at a time (good for a page cache, or a disk larger than memory): for a set at a URL,
+each shard of the group is a file in the local cache, fetched ahead while the one
+before is read and let go after its last read (:mod:`stoker.shards.read.fetch_ahead`). When
+the split is larger than the cache's ``cache_limit``, ``shards_at_once`` and
+``fetch_ahead`` are lowered to fit (:func:`cache_plan`), and a reader holds no shard
+between its reads. Several readers on one machine (workers, ranks of the host) are not
+in step, so each records the shards it reads now and next, and the cache evicts none of
+those (:mod:`stoker.shards.cache.readers`): a reader ahead waits for the slower ones, and
+each shard is downloaded once per epoch and machine.
+
+``len(stream)`` is what this rank reads per epoch, all its workers together, as for
+every stoker reader. How well a stream's batches are mixed, as a DataLoader with
+workers delivers them on each rank, and what setting would fix a poor mix, is measured
+by :func:`stoker.shards.check.quality.check_stream` (training runs it before the first epoch).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import numpy as np
+import torch
+from torch.utils.data import IterableDataset, get_worker_info
+
+from stoker.errors import ConfigError
+from stoker.loading.collate import Batch, collate
+from stoker.loading.contract import StreamReader, SupportsBatchesFrom, SupportsLoaderDefaults, SupportsOrderPlan
+from stoker.loading.placement import distributed_placement, local_ranks
+from stoker.loading.skips import OnError, Skipped
+from stoker.order import BUFFER, INTERLEAVE, buffer_shuffled, check_placement, epoch_rng, permutation, share, share_size
+from stoker.shards.cache.entries import entry_cost
+from stoker.shards.cache.readers import pass_tag
+from stoker.shards.read.dataset import ShardDataset, collate_shard_batch
+from stoker.shards.read.fetch_ahead import disk_peak, read_ahead, shard_room
+
+__all__ = [
+    "BLOCK_ROWS",
+    "READ_ROWS",
+    "REMOTE_SHARDS_AT_ONCE",
+    "SHARDS_AT_ONCE",
+    "ShardStream",
+    "cache_plan",
+    "shard_groups",
+    "shards_at_once_for",
+    "stream_order",
+]
+
+log = logging.getLogger("stoker")
+READ_ROWS = 256  # rows a read gathers when neither the caller nor a loader said
+BLOCK_ROWS = 64  # rows a worker takes at a time: small enough to interleave, large enough to read in runs
+# Shards whose rows are merged into one stretch of the epoch: a batch mixes about this many
+# shards' classes. A local file open at once costs an address range and shorter runs per read
+# (read_rows / shards_at_once rows of each file); a remote one costs a cached file on disk and
+# its download before the first batch, hence fewer.
+SHARDS_AT_ONCE = 32
+REMOTE_SHARDS_AT_ONCE = 8
+
+
+
+def shard_groups(shard_order: np.ndarray, shards_at_once: int) -> list[np.ndarray]:
+    """``shard_order`` cut into the fewest groups of at most ``shards_at_once`` consecutive shards, as equal as can be.
+
+    Example:
+        >>> [g.tolist() for g in shard_groups(np.arange(10), 4)]
+        [[0, 1, 2, 3], [4, 5, 6], [7, 8, 9]]
+    """
+    if shards_at_once < 1:
+        raise ConfigError(f"shards_at_once must be >= 1, got {shards_at_once}")
+    count = -(-len(shard_order) // shards_at_once)
+    return [g for g in np.array_split(np.asarray(shard_order, dtype=np.int64), max(count, 1)) if len(g)]
+
+
+def _merged(groups: list[np.ndarray], sizes: np.ndarray, starts: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """The rows of each group of shards merged at random (each shard's rows in order), the groups end to end.
+
+    The merge is uniform over the ways to interleave the group's shards: which shard
+    each place of the stretch reads is a random permutation of the group's rows' shards.
+    """
+    parts = []
+    for group in groups:
+        members = np.sort(group)  # shard numbers ascending: their rows are ascending too
+        rows = np.concatenate([np.arange(starts[k], starts[k + 1], dtype=np.int64) for k in members])
+        if len(members) == 1:
+            parts.append(rows)
+            continue
+        shard_of = np.repeat(members, sizes[members])[rng.permutation(len(rows))]  # the shard each place reads
+        merged = np.empty_like(rows)
+        merged[np.argsort(shard_of, kind="stable")] = rows  # each shard's places, in order, take its rows in order
+        parts.append(merged)
+    return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
+
+
+def stream_order(
+    shard_sizes: list[int] | np.ndarray,
+    *,
+    seed: int,
+    epoch: int,
+    shuffle: bool,
+    shuffle_buffer: int,
+    rank: int,
+    world_size: int,
+    worker: int,
+    num_workers: int,
+    block_rows: int = BLOCK_ROWS,
+    shards_at_once: int = SHARDS_AT_ONCE,
+) -> np.ndarray:
+    """The sample indices one (rank, worker) reads in one epoch, in the order it reads them.
+
+    Args:
+        shard_sizes: samples in each shard of the split, in manifest order.
+        seed, epoch: fix the shard order, the merge of each group and the buffer's draws.
+        shuffle: shuffle the shard order, merge groups of shards and run the buffer;
+            False reads in stored order.
+        shuffle_buffer: rows in the shuffle buffer.
+        rank, world_size, worker, num_workers: which part of the epoch to read.
+        block_rows: rows of a rank's sequence dealt to one worker at a time (fewer
+            when the smallest group of shards would not give every worker a block).
+        shards_at_once: shards whose rows are merged into one stretch of the epoch
+            (1: one shard after the other).
+
+    Returns:
+        ``int64`` sample indices (into the split, as :class:`ShardDataset` numbers them).
+
+    Example:
+        >>> order = [stream_order([3, 3], seed=0, epoch=0, shuffle=True, shuffle_buffer=4,
+        ...                       rank=0, world_size=1, worker=w, num_workers=2) for w in (0, 1)]
+        >>> sorted(np.concatenate(order).tolist())
+        [0, 1, 2, 3, 4, 5]
+    """
+    check_placement(rank, world_size, worker, num_workers, where="stream_order")
+    if block_rows < 1:
+        raise ConfigError(f"block_rows must be >= 1, got {block_rows}")
+    sizes = np.asarray(shard_sizes, dtype=np.int64)
+    starts = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+    if shuffle:
+        groups = shard_groups(permutation(len(sizes), seed, epoch), shards_at_once)
+        sequence = _merged(groups, sizes, starts, epoch_rng(seed, epoch, INTERLEAVE))
+    else:
+        groups = shard_groups(np.arange(len(sizes)), 1)
+        sequence = np.arange(int(starts[-1]), dtype=np.int64)
+    # Each group must give every worker a block, or a worker would miss that group's shards.
+    totals = np.asarray([int(sizes[g].sum()) for g in groups], dtype=np.int64)
+    smallest = int(totals[totals > 0].min()) if (totals > 0).any() else 1
+    block_rows = max(1, min(block_rows, smallest // (world_size * num_workers)))
+    mine = share(sequence, rank, world_size, worker, num_workers, block=block_rows)
+    if not shuffle:
+        return mine
+    rng = epoch_rng(seed, epoch, BUFFER, rank, worker)
+    return buffer_shuffled(mine, shuffle_buffer, rng)
+
+
+def cache_plan(shard_bytes: list[int], cache_limit: int, fetch_ahead: int, overhead: int = 0) -> tuple[int, int]:
+    """``(most shards at once, shards fetched ahead)`` that a stream's readers on one machine keep within ``cache_limit``.
+
+    The readers of a machine (workers, ranks) read the same group of shards at the
+    same time, and at a group's end some have moved on to the next group while others
+    finish this one: together they hold up to two groups, plus the shards fetched
+    ahead. So a limit that holds ``n`` of the largest shards (each with its stamp,
+    :func:`~stoker.shards.cache.entries.entry_cost`) gives ``fetch_ahead`` (at most
+    ``n - 2``) and groups of ``(n - fetch_ahead) // 2`` shards. ``cache_limit`` is the room
+    for shards (:attr:`~stoker.shards.cache.store.ShardCache.shard_room`); ``overhead``, what
+    the cache's own files take besides, goes into the message.
+
+    Raises:
+        ConfigError: the limit holds fewer than two shards; the message gives the smallest limit that works.
+
+    Example:
+        >>> cache_plan([2**20] * 20, 10 * 2**20, 2)
+        (3, 2)
+    """
+    largest = entry_cost(max(shard_bytes))
+    room = int(cache_limit) // largest
+    if room < 2:
+        raise ConfigError(
+            f"cache_limit {int(cache_limit) + overhead:,} bytes"
+            f"{f' ({overhead:,} of them for the cached manifests)' if overhead else ''} holds {room} of the largest "
+            f"shard ({max(shard_bytes):,} bytes, {largest:,} in the cache), and a stream reads 2 at once at a group's "
+            f"edge; the smallest limit that works is {2 * largest + overhead:,} bytes (--cache-limit, STOKER_CACHE_LIMIT)"
+        )
+    ahead = max(0, min(fetch_ahead, room - 2))
+    return max(1, (room - ahead) // 2), ahead
+
+
+def shards_at_once_for(
+    shard_bytes: list[int], wanted: int = SHARDS_AT_ONCE, cache_limit: int | None = None, fetch_ahead: int = 0
+) -> int:
+    """Shards a stream merges at once: ``wanted``, at most the shards there are, and what a cache limit holds.
+
+    A remote set keeps every shard being read in its local cache, and ``fetch_ahead``
+    more on the way; with ``cache_limit`` bytes, see :func:`cache_plan` (a split that
+    fits in the limit whole is not limited by it).
+
+    Example:
+        >>> shards_at_once_for([100] * 20), shards_at_once_for([100] * 3), shards_at_once_for([2**20] * 20, 8, 10 * 2**20, 2)
+        (20, 3, 3)
+    """
+    if isinstance(wanted, bool) or not isinstance(wanted, (int, np.integer)) or wanted < 1:
+        raise ConfigError(f"shards_at_once must be a positive integer, got {wanted!r}")
+    fits = int(wanted)
+    if cache_limit is not None and shard_bytes and sum(entry_cost(b) for b in shard_bytes) > cache_limit:
+        fits = min(fits, cache_plan(shard_bytes, cache_limit, fetch_ahead)[0])
+    return max(1, min(fits, len(shard_bytes)))
+
+
+class ShardStream(IterableDataset, StreamReader, SupportsBatchesFrom, SupportsLoaderDefaults, SupportsOrderPlan):
+    """An iterable torch Dataset over one split of a shard set: every sample once per epoch.
+
+    Use it where an iterable data set is wanted (streaming-style training, several
+    ranks); for an exact global shuffle use the map-style :class:`ShardDataset`. Under
+    DataLoader workers and ``torch.distributed`` ranks each reader takes its own piece of
+    the epoch (see the module docs). The epoch number (from :meth:`set_epoch`, which
+    stoker's loader calls) lives in shared memory, so persistent workers follow it.
+
+    Args:
+        root: the folder ``stoker pack`` wrote.
+        split: which split to read.
+        transform: applied to each uint8 CHW image tensor.
+        shuffle: shuffle shard order and rows each epoch (default True).
+        shuffle_buffer: rows in each reader's shuffle buffer.
+        seed: base seed of the shuffle.
+        rank, world_size: this process's place among ranks; default: from
+            ``torch.distributed`` when it is initialised, else one rank.
+        on_error: ``"raise"`` or ``"skip"`` samples that fail to decode.
+        read_rows: rows gathered per read (one call per this many samples); default: the
+            batch size of the first stoker loader made over it (:meth:`take_batch_size`), so
+            each read is a batch handed over whole, and :data:`READ_ROWS` until then.
+        cache_dir, cache_limit, storage_options: for a shard set at a URL: the verified
+            local cache, its size limit and the filesystem's options (see :class:`ShardDataset`).
+        fetch_ahead: shards of a remote set downloaded ahead of the one being read.
+        shards_at_once: shards whose rows are merged into one stretch of the epoch;
+            default :data:`SHARDS_AT_ONCE` (32) for a local set,
+            :data:`REMOTE_SHARDS_AT_ONCE` (8) for a URL. Fewer when the split has fewer,
+            or when a remote set's ``cache_limit`` holds fewer (see
+            :func:`shards_at_once_for`); the attribute ``shards_at_once`` is the number used.
+            The epoch's order depends on it: to read a local copy and its URL in the same
+            order (and resume one from the other), give both the same value.
+
+    Example:
+        >>> stream = ShardStream("packed", split="train", shuffle_buffer=10_000)  # doctest: +SKIP
+        >>> loader = make_loader(stream, batch_size=256, num_workers=2)  # doctest: +SKIP
+    """
+
+    def __init__(
+        self,
+        root: str | os.PathLike[str],
+        split: str = "train",
+        transform: Callable[[torch.Tensor], Any] | None = None,
+        *,
+        shuffle: bool = True,
+        shuffle_buffer: int = 10_000,
+        seed: int = 0,
+        rank: int | None = None,
+        world_size: int | None = None,
+        on_error: OnError = "raise",
+        read_rows: int | None = None,
+        cache_dir: str | os.PathLike[str] | None = None,
+        cache_limit: int | str | None = None,
+        storage_options: dict[str, Any] | None = None,
+        fetch_ahead: int = 2,
+        shards_at_once: int | None = None,
+    ) -> None:
+        if shuffle_buffer < 1 or (read_rows is not None and read_rows < 1):
+            raise ConfigError(f"shuffle_buffer and read_rows must be >= 1, got {shuffle_buffer} and {read_rows}")
+        if (rank is None) != (world_size is None):
+            raise ConfigError("give rank and world_size together, or neither")
+        if rank is not None and world_size is not None and not 0 <= rank < world_size:
+            raise ConfigError(f"rank={rank} is out of range for world_size={world_size}")
+        self.dataset = ShardDataset(
+            root, split, transform, on_error,
+            cache_dir=cache_dir, cache_limit=cache_limit, storage_options=storage_options,
+        )
+        shards = self.dataset.shards
+        shards.streaming = True  # this stream lets go of each shard after its last read (read_ahead)
+        infos = shards.infos
+        cache = shards.cache
+        limit = cache.shard_room if cache is not None and shards.tight else None  # a split that fits whole is not limited
+        if limit is not None and cache is not None and cache.limit is not None and infos:
+            fetch_ahead = cache_plan([info.bytes for info in infos], limit, fetch_ahead, cache.limit - limit)[1]
+        self.fetch_ahead = fetch_ahead
+        wanted = shards_at_once if shards_at_once is not None else SHARDS_AT_ONCE if cache is None else REMOTE_SHARDS_AT_ONCE
+        self.shards_at_once = shards_at_once_for([info.bytes for info in infos], wanted, limit, fetch_ahead)
+        self.shuffle = shuffle
+        self.shuffle_buffer = shuffle_buffer
+        self.seed = seed
+        self._read_rows = read_rows  # None: the first loader's batch size (take_batch_size)
+        self._placement = (rank, world_size) if rank is not None and world_size is not None else None
+        self._epoch = torch.zeros((), dtype=torch.int64).share_memory_()
+        self._said_buffer = False
+
+    @property
+    def epoch(self) -> int:
+        """The epoch the next iteration reads."""
+        return int(self._epoch)
+
+    def set_epoch(self, epoch: int) -> None:
+        """Fix the epoch the next iteration reads (its shard order and buffer draws)."""
+        self._epoch.fill_(int(epoch))
+
+    def placement(self) -> tuple[int, int, int, int]:
+        """``(rank, world_size, worker, num_workers)`` of the current process."""
+        rank, world_size = self._placement or distributed_placement() or (0, 1)
+        info = get_worker_info()
+        return (rank, world_size, 0, 1) if info is None else (rank, world_size, info.id, info.num_workers)
+
+    def order(self, rank: int = 0, world_size: int = 1, worker: int = 0, num_workers: int = 1) -> np.ndarray:
+        """The sample indices a (rank, worker) reads this epoch, in order (see :func:`stream_order`).
+
+        A split larger than its cache is read with a smaller buffer where this reader's
+        order would otherwise need more shards on disk at once than the limit holds
+        (:func:`~stoker.shards.read.fetch_ahead.disk_peak`): halved until it fits, and said once.
+        """
+        shards = self.dataset.shards
+        buffer = self.shuffle_buffer
+        while True:
+            rows = stream_order(
+                [info.samples for info in shards.infos],
+                seed=self.seed,
+                epoch=self.epoch,
+                shuffle=self.shuffle,
+                shuffle_buffer=buffer,
+                rank=rank,
+                world_size=world_size,
+                worker=worker,
+                num_workers=num_workers,
+                shards_at_once=self.shards_at_once,
+            )
+            if not (self.shuffle and shards.tight) or buffer == 1:
+                break
+            peak, room = disk_peak(shards.locate(rows)[0], self.read_rows), shard_room(shards)
+            if peak <= room:
+                break
+            if not self._said_buffer:
+                self._said_buffer = True
+                log.warning(
+                    "%s: the shuffle buffer of %d rows is lowered for this reader (rank %d, worker %d) until its reads "
+                    "need at most the %d shards the cache limit holds at once (with %d rows they need %d); a larger "
+                    "--cache-limit keeps the buffer", shards.root, self.shuffle_buffer, rank, worker, room, buffer, peak,
+                )
+            buffer //= 2
+        return rows
+
+    @property
+    def loader_defaults(self) -> dict[str, Any]:
+        """The loader settings a stream over pixel shards reads fastest with: in the training process (``num_workers=0``).
+
+        As for the map-style :class:`ShardDataset`, a pixel read is a copy out of the
+        memory-mapped files, and shipping it from a worker process costs several times
+        more: with the fallback of 2 worker processes a 112x112 pixel stream ran at about
+        an eighth of the map-style set (``benchmarks/bench_peers.py``, the ShardStream
+        rows). Encoded shards say nothing, so the loader's fixed fallback
+        (:data:`~stoker.loading.workers.FALLBACK_WORKERS`) applies: the worker count splits
+        a stream, and a count that followed the machine's cores would change its batches
+        from one machine to the next.
+        """
+        return {"backend": "process", "num_workers": 0} if self.dataset.store == "pixels" else {}
+
+    def order_plan(self) -> dict[str, Any]:
+        """What fixes the order besides seed, epoch and placement; the loader refuses a mid-epoch resume under another.
+
+        ``cache_room`` (the shards a limit smaller than the split holds, else None) plans
+        each reader's buffer (:meth:`order`), as ``shards_at_once`` may be lowered by it.
+        """
+        shards = self.dataset.shards
+        return {
+            "shuffle": self.shuffle,
+            "shuffle_buffer": self.shuffle_buffer,
+            "shards_at_once": self.shards_at_once,
+            "read_rows": self.read_rows,
+            "cache_room": shard_room(shards) if self.shuffle and shards.tight else None,
+        }
+
+    def __iter__(self) -> Iterator[tuple[Any, int] | Skipped]:
+        return self.iter_from(0)
+
+    def iter_from(self, start: int) -> Iterator[tuple[Any, int] | Skipped]:
+        """This reader's items of the epoch from position ``start`` on (what stoker's loader resumes with).
+
+        The rows before ``start`` are not read: the read that holds row ``start`` is
+        made as in an uninterrupted pass and its first items are dropped, so the items
+        that follow (and the bad-sample markers among them) are exactly the same.
+
+        Args:
+            start: how many of this reader's items to leave out.
+
+        Returns:
+            The iterator of the remaining samples and :class:`Skipped` markers.
+        """
+        rows = self.order(*self.placement())
+        first = start // self.read_rows * self.read_rows
+        return self._read(rows, first, start - first)
+
+    def _read(self, rows: np.ndarray, first: int, drop: int) -> Iterator[tuple[Any, int] | Skipped]:
+        for chunk in self._reads(rows[first:]):  # first is a multiple of read_rows: the same reads
+            batch = self.dataset.__getitems__(chunk)
+            items: list[Any] = [*batch.skipped, *batch]
+            yield from items[drop:] if drop else items
+            drop = 0
+
+    @property
+    def read_rows(self) -> int:
+        """Rows gathered per read: as given, else the first loader's batch size, else :data:`READ_ROWS`."""
+        return self._read_rows if self._read_rows is not None else READ_ROWS
+
+    def take_batch_size(self, batch_size: int) -> bool:
+        """Told by a loader made over it: True when its reads are that loader's batches (it takes :meth:`batches_from`).
+
+        A stream made without ``read_rows`` reads in batches of the first loader's
+        ``batch_size`` from then on. Item by item, a batch is the items of one read (its
+        bad samples' markers first), so a read's rows collated at once are exactly that
+        batch; with reads of another size a batch would straddle two, and that loader
+        reads item by item.
+        """
+        if self._read_rows is None:
+            self._read_rows = int(batch_size)
+        return batch_size == self._read_rows
+
+    def batches_from(self, start: int, batch_size: int) -> Iterator[tuple[int, Batch]]:
+        """This reader's batches of the epoch from item ``start`` on, each read collated whole (``(items, batch)``).
+
+        The batches :func:`~stoker.make_loader` gives item by item, without handing each
+        image through Python and copying it into a batch again (``benchmarks/bench_peers.py``,
+        the ShardStream rows).
+
+        Raises:
+            ConfigError: ``batch_size`` is not ``read_rows``, or ``start`` not a multiple of it.
+        """
+        if batch_size != self.read_rows or start % batch_size:
+            raise ConfigError(f"batches_from: reads of {self.read_rows} rows cannot give batches of {batch_size} "
+                              f"from item {start}; read item by item (iter_from)")
+        rows = self.order(*self.placement())
+        for chunk in self._reads(rows[start:]):
+            yield len(chunk), collate_shard_batch(self.dataset.__getitems__(chunk))
+
+    def _reads(self, rows: np.ndarray) -> Iterator[np.ndarray]:
+        """``rows`` cut into reads of ``read_rows``; a remote set's next shards are fetched ahead meanwhile."""
+        _, world_size, _, num_workers = self.placement()
+        readers = num_workers * local_ranks(unknown=world_size)  # without torchrun's count, every rank may be here
+        shards = self.dataset.shards
+        tag = pass_tag(  # what fixes this epoch's order: every reader of it on this machine names it alike
+            shards.root, shards.split, [info.sha256 for info in shards.infos], self.seed, self.epoch, world_size,
+            num_workers, sorted(self.order_plan().items()),
+        )
+        return read_ahead(shards, rows, self.read_rows, self.fetch_ahead, readers=readers, tag=tag)
+
+    def __len__(self) -> int:
+        """Samples this rank reads per epoch (all its workers together), as for every stoker reader."""
+        rank, world_size, _, _ = self.placement()
+        return share_size(len(self.dataset), rank, world_size)
+
+    collate_fn = staticmethod(collate)
+
+    def __repr__(self) -> str:
+        return f"ShardStream({self.dataset.root!r}, split={self.dataset.split!r}: {len(self.dataset)} samples)"

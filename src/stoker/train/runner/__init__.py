@@ -1,0 +1,1 @@
+"""Config-driven runs (``stoker train``): the TOML keys, data and models by name, the test split, run comparison."""
