@@ -171,7 +171,9 @@ class ShardSet:
         """
         if self.remote is not None:
             if offline_since(self.remote.url) is not None and self.cache is not None:  # the store is unreachable
-                require_cached(self.remote.url, self.split, self.infos, self.cache.has)
+                # check_entry: a copied cache (same bytes, new stamps) is recognised by its SHA-256, once
+                require_cached(self.remote.url, self.split, self.infos, self.cache.check_entry)
+                self.cache.say_if_over_limit(self.remote.url)
                 return
             sizes = listing.result() if listing is not None else self.remote.sizes()
             for info in self.infos:
