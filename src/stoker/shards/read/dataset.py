@@ -13,6 +13,7 @@ import torch
 from torch.utils.data import Dataset, default_collate, get_worker_info
 
 from stoker.cores import usable_cores
+from stoker.decode.device import Ready, device_decoder
 from stoker.decode.image import is_png, png_decoder
 from stoker.decode.jpeg import decode_batch_on_device, decode_jpeg_resized, decode_jpegs_into, is_jpeg
 from stoker.errors import ConfigError, DataError
@@ -73,12 +74,25 @@ class ShardBatch(Sequence[Any]):
             per-sample transform, else a list of per-sample results.
         labels: ``int64 [n]``.
         skipped: bad samples dropped under ``on_error="skip"``.
+        ready: for images decoded on a CUDA device, the event they are ready at
+            (:class:`stoker.decode.device.Ready`); reading :attr:`images` waits for it on the
+            reader's stream, and stoker's loader waits for it on the consumer's.
     """
 
-    def __init__(self, images: torch.Tensor | list[Any], labels: torch.Tensor, skipped: list[Skipped]) -> None:
-        self.images = images
+    def __init__(
+        self, images: torch.Tensor | list[Any], labels: torch.Tensor, skipped: list[Skipped], ready: Ready | None = None
+    ) -> None:
+        self._images = images
         self.labels = labels
         self.skipped = skipped
+        self.ready = ready
+
+    @property
+    def images(self) -> torch.Tensor | list[Any]:
+        """The images, once ready on the current stream (see ``ready``)."""
+        if self.ready is not None:
+            self.ready.wait()
+        return self._images
 
     def __len__(self) -> int:
         return len(self.labels)
@@ -104,10 +118,10 @@ def collate_shard_batch(samples: Any) -> Batch:
         return collate(samples)
     if len(samples) == 0:
         return Batch(None, 0, samples.skipped)
-    images = samples.images
+    images = samples._images  # not waited for here: the loader waits on the consumer's stream (Batch.ready)
     if isinstance(images, list):
         images = default_collate(images)
-    return Batch((images, samples.labels), len(samples), samples.skipped)
+    return Batch((images, samples.labels), len(samples), samples.skipped, samples.ready)
 
 
 class ShardDataset(Dataset, MapReader, SupportsEpoch, SupportsCollate, SupportsLoaderDefaults):
@@ -467,6 +481,7 @@ class ShardDataset(Dataset, MapReader, SupportsEpoch, SupportsCollate, SupportsL
             names.append(name)
             keep.append(j)
         bad: list[int] = []  # positions in ``keep`` that fail by the full path too
+        ready: Ready | None = None  # set when the batch was decoded on a CUDA device
 
         def full_path(k: int) -> torch.Tensor:  # the bytes were checked above: not again
             return self.shards.decode_checked(blobs[k], names[k], boxes[k])
@@ -485,7 +500,11 @@ class ShardDataset(Dataset, MapReader, SupportsEpoch, SupportsCollate, SupportsL
                     bad.append(k)
                     return torch.zeros((3, *size), dtype=torch.uint8)
 
-            images = decode_batch_on_device(blobs, boxes, size, device, on_cpu)
+            if device.type == "cuda" and torch.cuda.is_available():
+                decoded = device_decoder(device).decode(blobs, boxes, size, on_cpu)
+                images, ready = decoded.images, decoded.ready
+            else:  # no CUDA: the CPU path, image by image
+                images = decode_batch_on_device(blobs, boxes, size, device, on_cpu)
         else:
             images = _empty_uint8((len(blobs), 3, *size))
             failed = decode_jpegs_into(blobs, boxes, size, images) if self.shards.reduced_jpeg else range(len(blobs))
@@ -497,10 +516,15 @@ class ShardDataset(Dataset, MapReader, SupportsEpoch, SupportsCollate, SupportsL
                     bad.append(k)
         if bad:
             good = [k for k in range(len(keep)) if k not in set(bad)]
-            images = images[good]
+            if ready is not None:  # the copy of the good rows waits for the decode, on this thread's stream
+                ready.wait()
+                images = images[good]
+                ready = Ready.now(images)
+            else:
+                images = images[good]
             keep = [keep[k] for k in good]
         kept_labels = torch.from_numpy(labels[keep] if len(keep) != len(idx) else labels)
-        return ShardBatch(images, kept_labels, skipped)
+        return ShardBatch(images, kept_labels, skipped, ready)
 
     # stoker's make_loader picks this up; torch's DataLoader takes it as collate_fn=.
     collate_fn = staticmethod(collate_shard_batch)
