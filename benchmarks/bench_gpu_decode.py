@@ -129,10 +129,16 @@ def read_rows(root: Path, device: torch.device, workers: list[int], batch_size: 
 
 def agreement(root: Path, device: torch.device, batch_size: int) -> dict[str, float]:
     """The device path's first batch against the CPU full path: mean and max absolute difference (grey levels)."""
-    idx = np.arange(min(batch_size, len(ShardDataset(root, "train"))))
-    on_device = ShardDataset(root, "train", decoder="nvjpeg", decode_device=str(device)).__getitems__(idx)
-    full = ShardDataset(root, "train", decoder="full").__getitems__(idx)
-    diff = (on_device.images.cpu().int() - full.images.int()).abs()
+    full_set = ShardDataset(root, "train", decoder="full")
+    idx = np.arange(min(batch_size, len(full_set)))
+    ids, positions = full_set.shards.locate(idx)
+    blobs, _, boxes = zip(*(full_set.shards.checked_bytes(int(s), int(r)) for s, r in zip(ids, positions, strict=True)),
+                          strict=True)
+    full = full_set.__getitems__(idx).images
+    decoded = DeviceDecoder(device).decode(list(blobs), list(boxes), SIZE, lambda k: full[k])
+    if decoded.ready is not None:
+        decoded.ready.wait()
+    diff = (decoded.images.cpu().int() - full.int()).abs()
     return {"mean_abs_diff": float(diff.float().mean()), "max_abs_diff": int(diff.max()), "images": len(idx),
             "worst_image_mean_abs_diff": float(diff.float().mean(dim=(1, 2, 3)).max())}
 

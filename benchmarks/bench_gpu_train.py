@@ -327,7 +327,9 @@ def main() -> None:
         print("no CUDA device: nothing to measure (use --allow-cpu for a smoke test)", file=sys.stderr)
         raise SystemExit(2)
     args.out.mkdir(parents=True, exist_ok=True)
-    files, shards = prepare_data(args.out / "data", args.n, args.classes, args.workers)
+    needs_files = any(case.partition(":")[0] in ("files", "shards", "pixels") for case in args.cases)
+    files, shards = prepare_data(args.out / "data", args.n, args.classes, args.workers) if needs_files else (
+        args.out / "data" / "digiface", args.out / "data" / "shards")
     transfer = check_transfer(device, args.batch_size, 112) if device.type == "cuda" else None
     results = [run_case(case, args, device, files, shards) for case in args.cases]
     decode = None

@@ -64,22 +64,24 @@ part() {  # part NAME SECONDS COMMAND...: run COMMAND with a limit; its log in $
 
 if [ "$quick" = "decode" ]; then
     D="$OUT/issue37"
+    x=1  # limits x4 for TINY: a small shared CPU machine imports torch in seconds, not tenths
     if [ -n "${TINY:-}" ]; then  # on the CPU, a few images: the script runs, nothing is measured
+        x=4
         read_args=(--tiny --n 96 --batch-size 16 --workers 0,2 --seconds 1)
-        train_args=(--allow-cpu --model small_cnn --batch-size 16 --n 96 --epochs 1 --workers 2
+        train_args=(--allow-cpu --model small_cnn --batch-size 16 --n 96 --classes 4 --epochs 1 --workers 2
                     --cases synthetic:off jpeg:off nvjpeg:off autojpeg:off)
     else
         read_args=(--n 8000 --batch-size 256 --workers 0,8,14 --seconds 3)
         train_args=(--suite issue37 --n 8000 --epochs 2)
     fi
-    part env 15 "$PYTHON" -c "
+    part env $((15 * x)) "$PYTHON" -c "
 import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda, 'available', torch.cuda.is_available())
 from stoker.decode.device import nvimagecodec_available; print('nvimagecodec', nvimagecodec_available())"
-    part decode-tests 60 "$PYTHON" -m pytest -q -p no:cacheprovider tests/test_decode_device.py \
+    part decode-tests $((60 * x)) "$PYTHON" -m pytest -q -p no:cacheprovider tests/test_decode_device.py \
         tests/shards/test_fast_paths.py -k "device or auto or nvjpeg or crafted"
-    part decode-read 110 "$PYTHON" benchmarks/bench_gpu_decode.py --out "$D" "${read_args[@]}"
-    part decode-train 100 "$PYTHON" benchmarks/bench_gpu_train.py --out "$D" --no-decode --quiet "${train_args[@]}"
-    part decode-table 10 "$PYTHON" benchmarks/bench_gpu_decode.py --out "$D" --table
+    part decode-read $((100 * x)) "$PYTHON" benchmarks/bench_gpu_decode.py --out "$D" "${read_args[@]}"
+    part decode-train $((95 * x)) "$PYTHON" benchmarks/bench_gpu_train.py --out "$D" --no-decode --quiet "${train_args[@]}"
+    part decode-table $((10 * x)) "$PYTHON" benchmarks/bench_gpu_decode.py --out "$D" --table
     cat "$D/table.md" 2>/dev/null
     rm -rf "$D/data" "$D/runs"/*/*.pt 2>/dev/null  # generated data and checkpoints: not worth bringing back
     echo "done: $OUT/summary.txt"

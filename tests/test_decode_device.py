@@ -69,8 +69,10 @@ def test_a_batch_decodes_as_the_cpu_path_within_the_resize_rounding() -> None:
     blobs = [_blob(encode(photo(218, 178, seed=i))) for i in range(5)]
     blobs += [_blob(encode(photo(90, 120, seed=7), "L")), _blob(encode(photo(64, 64, seed=8), subsampling=1))]
     blobs += [_blob(encode(photo(218, 178, seed=9), progressive=True)), _blob(encode(photo(40, 30, seed=10)))]
-    # Two crop sizes, whole images of three sizes, one crop already at the output size: four resize groups.
-    boxes = [(40, 20, 138, 138)] * 3 + [(0, 0, 100, 90), None, None, (8, 8, 56, 48), (40, 20, 138, 138), None]
+    # Crops of one size at two places in images of one size (a gather), two other crop sizes, whole images of
+    # three sizes, one crop already at the output size.
+    boxes = [(40, 20, 138, 138), (30, 10, 138, 138), (40, 20, 138, 138), (0, 0, 100, 90), None, None,
+             (8, 8, 56, 48), (40, 20, 138, 138), None]
     calls: list[int] = []
 
     def on_cpu(j: int) -> torch.Tensor:

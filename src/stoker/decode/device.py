@@ -246,14 +246,14 @@ class DeviceDecoder:
             out[j] = on_cpu(j).to(self.device)
         return out, len(failed)
 
-    def _decode_part(self, tensors: list[torch.Tensor]) -> list[torch.Tensor | None]:
-        """The images decoded (CHW uint8 on the device), None where the device could not decode one."""
+    def _decode_part(self, tensors: list[torch.Tensor]) -> tuple[list[torch.Tensor | None], bool]:
+        """The images decoded (uint8 on the device; None where one could not be), and whether they are HWC (else CHW)."""
         if self._nvimagecodec is not None:
-            return self._nvimagecodec.decode(tensors, self.stream)
+            return self._nvimagecodec.decode(tensors, self.stream), True
         from torchvision.io import ImageReadMode, decode_jpeg
 
         try:
-            return list(decode_jpeg(tensors, mode=ImageReadMode.RGB, device=self.device))
+            return list(decode_jpeg(tensors, mode=ImageReadMode.RGB, device=self.device)), False
         except Exception as exc:  # noqa: BLE001 - one bad file fails the batch (whatever it raises): one at a time
             log.debug("batch JPEG decode on %s failed (%s); decoding image by image", self.device, exc)
         decoded: list[torch.Tensor | None] = []
@@ -262,23 +262,32 @@ class DeviceDecoder:
                 decoded.append(decode_jpeg(tensor, mode=ImageReadMode.RGB, device=self.device))
             except Exception:  # noqa: BLE001 - crafted bytes may make the decoder raise anything: the CPU decides
                 decoded.append(None)
-        return decoded
+        return decoded, False
 
     def _crop_resize(
         self,
-        decoded: list[torch.Tensor | None],
+        decoded: tuple[list[torch.Tensor | None], bool],
         members: np.ndarray,
         boxes: Sequence[Box | None],
         size: tuple[int, int],
         out: torch.Tensor,
     ) -> list[int]:
-        """``out[members] = resize(crop(decoded))``, one resize per crop size; the positions that failed."""
+        """``out[members] = resize(crop(decoded))``, one resize per crop size; the positions that failed.
+
+        Within a crop size, images of one decoded size are stacked whole (contiguous inputs: one
+        batched copy, where views would cost a copy each) and cropped by one slice, or by one
+        gather where their boxes differ.
+        """
+        images, hwc = decoded
+        first = next((image for image in images if image is not None), None)
+        if not hwc and first is not None and first.stride(0) == 1:  # CHW views of HWC memory (torchvision on the CPU)
+            images, hwc = [None if image is None else image.permute(1, 2, 0) for image in images], True
         k = len(members)
         shapes = np.zeros((k, 3), dtype=np.int64)  # channels, height, width as decoded (0: not decoded)
         crops = np.zeros((k, 4), dtype=np.int64)
-        for i, (image, j) in enumerate(zip(decoded, members.tolist(), strict=True)):
+        for i, (image, j) in enumerate(zip(images, members.tolist(), strict=True)):
             if image is not None:
-                shapes[i] = image.shape
+                shapes[i] = (image.shape[2], image.shape[0], image.shape[1]) if hwc else image.shape
                 box = boxes[j]
                 crops[i] = box if box is not None else (0, 0, shapes[i, 1], shapes[i, 2])
         top, left, height, width = crops.T
@@ -290,16 +299,35 @@ class DeviceDecoder:
         good = np.flatnonzero(fits)
         if len(good) == 0:
             return failed
-        sizes, group_of = np.unique(crops[good, 2:], axis=0, return_inverse=True)
-        for g, (crop_h, crop_w) in enumerate(sizes.tolist()):
-            inside = good[group_of.reshape(-1) == g]
-            t, le = top[inside].tolist(), left[inside].tolist()
-            stacked = torch.stack(
-                [decoded[i][:, y : y + crop_h, x : x + crop_w] for i, y, x in zip(inside.tolist(), t, le, strict=True)]
-            )
-            where = torch.from_numpy(members[inside]).to(self.device, non_blocking=True)
-            out.index_copy_(0, where, resize_batch(stacked, size))
+        keys = np.concatenate([crops[good, 2:], shapes[good, 1:]], axis=1)  # crop size, then decoded size
+        groups, group_of = np.unique(keys, axis=0, return_inverse=True)
+        group_of = group_of.reshape(-1)
+        for crop_size in np.unique(groups[:, :2], axis=0).tolist():
+            parts: list[torch.Tensor] = []
+            order: list[np.ndarray] = []
+            for g in np.flatnonzero((groups[:, :2] == crop_size).all(axis=1)):
+                inside = good[group_of == g]
+                whole = torch.stack([images[i] for i in inside.tolist()])  # type: ignore[misc]
+                whole = whole.permute(0, 3, 1, 2) if hwc else whole
+                parts.append(_crop(whole, top[inside], left[inside], *crop_size))
+                order.append(members[inside])
+            batch = parts[0] if len(parts) == 1 else torch.cat([p.contiguous() for p in parts])
+            where = torch.from_numpy(np.concatenate(order)).to(self.device, non_blocking=True)
+            out.index_copy_(0, where, resize_batch(batch, (int(size[0]), int(size[1]))))
         return failed
+
+
+def _crop(whole: torch.Tensor, top: np.ndarray, left: np.ndarray, height: int, width: int) -> torch.Tensor:
+    """Crop each image of ``whole`` (``[k, C, H, W]``) at its own ``(top, left)``: one slice when they agree, else one gather."""
+    if (top == top[0]).all() and (left == left[0]).all():
+        t, le = int(top[0]), int(left[0])
+        return whole[:, :, t : t + height, le : le + width]
+    device = whole.device
+    k = torch.arange(len(top), device=device)[:, None, None, None]
+    c = torch.arange(whole.shape[1], device=device)[None, :, None, None]
+    rows = (torch.from_numpy(top).to(device)[:, None] + torch.arange(height, device=device))[:, None, :, None]
+    cols = (torch.from_numpy(left).to(device)[:, None] + torch.arange(width, device=device))[:, None, None, :]
+    return whole[k, c, rows, cols]
 
 
 def resize_batch(images: torch.Tensor, size: tuple[int, int]) -> torch.Tensor:
@@ -345,11 +373,11 @@ class _NvImageCodec:
         return cls(nvimgcodec, decoder, device)
 
     def decode(self, tensors: list[torch.Tensor], stream: Any) -> list[torch.Tensor | None]:
+        """HWC uint8 tensors on the device (each keeps its nvImageCodec image alive), None where one failed."""
         streams = [self.module.CodeStream(t.numpy()) for t in tensors]
         with self.lock:
             images = self.decoder.decode(streams, params=self.params, cuda_stream=stream.cuda_stream)
-        # HWC on the device (its memory kept alive by the tensor); CHW views for the crop.
-        return [None if im is None else torch.as_tensor(im, device=self.device).permute(2, 0, 1) for im in images]
+        return [None if im is None else torch.as_tensor(im, device=self.device) for im in images]
 
 
 def nvimagecodec_available() -> bool:
