@@ -28,7 +28,7 @@ many batches (and one budget of decoded pixels) are held on the device.
 
 Per image, Python only makes views (a bytes view, a crop); every kernel serves a group.
 The nvImageCodec branch cannot run without a CUDA device and the package: it is the small
-:class:`_NvImageCodec` and is measured by ``benchmarks/gpu_decode.sh``.
+:class:`_NvImageCodec` and is measured by ``bash benchmarks/gpu_check.sh decode``.
 """
 
 from __future__ import annotations
@@ -242,6 +242,11 @@ class DeviceDecoder:
             members = take[part_of == part]
             decoded = self._decode_part([views[j] for j in members.tolist()])
             failed += self._crop_resize(decoded, members, boxes, size, out)
+            if decoded[1] and self.stream is not None:
+                # nvImageCodec owns the decoded images' memory, outside torch's stream-ordered allocator:
+                # they are let go only once the copies out of them are done.
+                self.stream.synchronize()
+            del decoded
         for j in sorted(failed):  # not for the device, or it failed there: the CPU path decodes or raises
             out[j] = on_cpu(j).to(self.device)
         return out, len(failed)
@@ -249,7 +254,12 @@ class DeviceDecoder:
     def _decode_part(self, tensors: list[torch.Tensor]) -> tuple[list[torch.Tensor | None], bool]:
         """The images decoded (uint8 on the device; None where one could not be), and whether they are HWC (else CHW)."""
         if self._nvimagecodec is not None:
-            return self._nvimagecodec.decode(tensors, self.stream), True
+            try:
+                return self._nvimagecodec.decode(tensors, self.stream), True
+            except Exception as exc:  # noqa: BLE001 - the optional engine failing as a whole: torchvision from now on
+                log.warning("nvImageCodec failed on %s (%s: %s); decoding with torchvision.io from now on",
+                            self.device, type(exc).__name__, exc)
+                self._nvimagecodec, self.engine = None, "torchvision"
         from torchvision.io import ImageReadMode, decode_jpeg
 
         try:
@@ -343,15 +353,15 @@ def resize_batch(images: torch.Tensor, size: tuple[int, int]) -> torch.Tensor:
 class _NvImageCodec:
     """nvImageCodec's batched decoder: the hardware JPEG engine first, then nvJPEG on the GPU (CUDA only).
 
-    Not run by the CPU tests (it needs the package and a device); ``benchmarks/gpu_decode.sh``
+    Not run by the CPU tests (it needs the package and a device); ``bash benchmarks/gpu_check.sh decode``
     runs it on a GPU against the torchvision path.
     """
 
-    def __init__(self, module: Any, decoder: Any, device: torch.device) -> None:
+    def __init__(self, module: Any, decoder: Any, params: Any, device: torch.device) -> None:
         self.module = module
         self.decoder = decoder
+        self.params = params
         self.device = device
-        self.params = module.DecodeParams(apply_exif_orientation=False, allow_any_depth=False)
         self.lock = threading.Lock()  # one decoder, loader threads take turns
 
     @classmethod
@@ -364,17 +374,20 @@ class _NvImageCodec:
         try:
             kinds = nvimgcodec.BackendKind
             backends = [nvimgcodec.Backend(kinds.HW_GPU_ONLY), nvimgcodec.Backend(kinds.GPU_ONLY)]
-            decoder = nvimgcodec.Decoder(
-                device_id=device.index or 0, backends=backends, options=":fancy_upsampling=1"
-            )
+            params = nvimgcodec.DecodeParams(apply_exif_orientation=False, allow_any_depth=False)
+            try:  # libjpeg-turbo's chroma upsampling, as the CPU path decodes
+                decoder = nvimgcodec.Decoder(device_id=device.index or 0, backends=backends,
+                                             options=":fancy_upsampling=1")
+            except Exception:  # noqa: BLE001 - an option this version does not know: its default
+                decoder = nvimgcodec.Decoder(device_id=device.index or 0, backends=backends)
         except Exception as exc:  # noqa: BLE001 - no engine, no driver: torchvision decodes
             log.info("nvImageCodec did not start on %s (%s): decoding with torchvision.io", device, exc)
             return None
-        return cls(nvimgcodec, decoder, device)
+        return cls(nvimgcodec, decoder, params, device)
 
     def decode(self, tensors: list[torch.Tensor], stream: Any) -> list[torch.Tensor | None]:
         """HWC uint8 tensors on the device (each keeps its nvImageCodec image alive), None where one failed."""
-        streams = [self.module.CodeStream(t.numpy()) for t in tensors]
+        streams = [self.module.CodeStream(t.numpy().tobytes()) for t in tensors]
         with self.lock:
             images = self.decoder.decode(streams, params=self.params, cuda_stream=stream.cuda_stream)
         return [None if im is None else torch.as_tensor(im, device=self.device) for im in images]
