@@ -78,7 +78,8 @@ if [ "$quick" = "decode" ]; then
 import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda, 'available', torch.cuda.is_available())
 from stoker.decode.device import nvimagecodec_available; print('nvimagecodec', nvimagecodec_available())"
     part decode-tests $((60 * x)) "$PYTHON" -m pytest -q -p no:cacheprovider tests/test_decode_device.py \
-        tests/shards/test_fast_paths.py -k "device or auto or nvjpeg or crafted"
+        tests/shards/test_fast_paths.py tests/test_jpeg.py tests/reliability/test_decode_crafted_jpeg.py \
+        -k "device or auto or nvjpeg or crafted_jpegs_through_the_batched or huge_header"
     part decode-read $((100 * x)) "$PYTHON" benchmarks/bench_gpu_decode.py --out "$D" "${read_args[@]}"
     part decode-train $((95 * x)) "$PYTHON" benchmarks/bench_gpu_train.py --out "$D" --no-decode --quiet "${train_args[@]}"
     part decode-table $((10 * x)) "$PYTHON" benchmarks/bench_gpu_decode.py --out "$D" --table
