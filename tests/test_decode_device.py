@@ -242,3 +242,25 @@ def test_on_cuda_the_batch_is_ready_after_its_event_and_matches_the_cpu_run() ->
     torchvision.ready.wait()  # type: ignore[union-attr]
     cpu = dev.DeviceDecoder("cpu").decode(blobs, boxes, size, on_cpu).images
     assert float((torchvision.images.cpu().float() - cpu.float()).abs().mean()) <= MAX_MEAN_ABS_DIFF
+
+
+def test_a_batch_over_the_decode_budget_is_decoded_a_part_at_a_time_with_the_same_result(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    size = (24, 24)
+    blobs = [_blob(encode(photo(60 + 4 * i, 50, seed=i))) for i in range(6)]
+    boxes = [None] * 6
+    whole = dev.DeviceDecoder("cpu").decode(blobs, boxes, size, lambda j: pytest.fail(f"image {j} fell back"))
+    parts: list[int] = []
+    decoder = dev.DeviceDecoder("cpu")
+    original = decoder._decode_part
+
+    def counted(tensors: list[torch.Tensor]) -> tuple[list[torch.Tensor | None], bool]:
+        parts.append(len(tensors))
+        return original(tensors)
+
+    monkeypatch.setattr(decoder, "_decode_part", counted)
+    monkeypatch.setattr(dev, "DECODE_BUDGET_BYTES", 2 * 3 * 64 * 50)  # about two images a part
+    split = decoder.decode(blobs, boxes, size, lambda j: pytest.fail(f"image {j} fell back"))
+    assert len(parts) >= 3 and sum(parts) == 6 and max(parts) <= 3
+    assert torch.equal(split.images, whole.images)
