@@ -150,6 +150,8 @@ def table(out: Path) -> str:
     lines = [f"JPEG shards on {read['device_name']} ({read['cores']} cores), {read['n']} images at 112x112, "
              f"batch {read['batch_size']}, {read['date']}", "", "| read | img/s | busy CPU s per 1,000 images |",
              "|---|---:|---:|"]
+    if read["device_name"] == "CPU":
+        lines[0] += " (--tiny on a CPU: a check that the script runs, not a measurement; the targets are for a GPU)"
     for r in read["rows"]:
         lines.append(f"| {r['read']}, no training | {r['img_per_s']:,.0f} | {r['cpu_s_per_1000']:.2f} |")
     by_source = {r["source"]: r for r in train["results"]}
