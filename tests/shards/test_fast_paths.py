@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import json
 import os
 import subprocess
 import sys
@@ -503,7 +504,7 @@ def test_the_auto_measurement_times_both_paths_and_chooses_the_faster(jpeg_shard
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 def test_auto_on_cuda_chooses_once_and_the_loader_delivers_ready_batches(
-    jpeg_shards: Callable[..., Path],
+    jpeg_shards: Callable[..., Path], tmp_path: Path
 ) -> None:
     root = jpeg_shards((16, 16), (8, 4, 56, 56))
     auto, full = ShardDataset(root), ShardDataset(root, decoder="full")
@@ -513,6 +514,17 @@ def test_auto_on_cuda_chooses_once_and_the_loader_delivers_ready_batches(
         assert images.device.type == "cuda"
         seen += len(labels)
     assert seen == len(auto) and auto.decode_choice is not None and auto.decode_choice["decoder"] in ("gpu", "cpu")
+    from torch import nn
+
+    from stoker.train import Scenario, SmallCNN, fit
+
+    train = ShardDataset(root)
+    model = SmallCNN(train.num_classes, width=8)
+    history = fit(Scenario(model, torch.optim.SGD(model.parameters(), lr=0.01), nn.CrossEntropyLoss(),
+                           make_loader(train, batch_size=8, device="cuda", **train.loader_defaults), None, epochs=1,
+                           device="cuda", log_dir=tmp_path, name="auto", progress=False, loggers=("csv",)))
+    record = json.loads((history.run_dir / "run.json").read_text())  # type: ignore[operator]
+    assert record["decode"] == train.decode_choice and record["decode"]["device"].startswith("cuda")
     nv = ShardDataset(root, decoder="nvjpeg")
     a, b = nv.__getitems__(np.arange(12)), full.__getitems__(np.arange(12))
     assert a.ready is not None and a.images.device.type == "cuda"
