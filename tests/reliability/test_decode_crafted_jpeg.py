@@ -120,10 +120,11 @@ def test_verify_reports_what_escapes_a_decoder_instead_of_dying(tmp_path: Path, 
 
 
 def test_a_huge_header_never_goes_to_nvjpeg() -> None:
-    good = _jpeg()
-    assert jpeg._fits_on_device(good)
-    assert not jpeg._fits_on_device(_with_size(good, 48679, 59164))
-    assert not jpeg._fits_on_device(b"\x89PNG\r\n\x1a\n")
+    from stoker.decode.device import check_headers
+
+    blobs = [_jpeg(), _with_size(_jpeg(), 48679, 59164), b"\x89PNG\r\n\x1a\n"]
+    offsets = np.cumsum([0] + [len(b) for b in blobs])
+    assert check_headers(np.frombuffer(b"".join(blobs), np.uint8), offsets).ok.tolist() == [True, False, False]
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")

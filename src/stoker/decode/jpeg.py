@@ -16,9 +16,9 @@ path cannot read the file (CMYK, a decoder warning, simplejpeg not installed), t
 functions return ``None`` and the caller takes the full path (:func:`decode_sample` +
 :func:`resize`), which also names the file in its error.
 
-:func:`decode_batch_on_device` decodes a whole batch on a CUDA device with nvJPEG
-(``torchvision.io.decode_jpeg(list, device="cuda")``), crops and resizes there, and falls
-back to the CPU image by image when a decode fails or there is no CUDA device.
+:func:`decode_batch_on_device` decodes a whole batch on a CUDA device
+(:mod:`stoker.decode.device`: one header pass, one decode call, one resize per crop size)
+and falls back to the CPU image by image when a decode fails or there is no CUDA device.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from stoker.decode.image import Box, declared_size, decode_sample, get_max_pixels, resize
+from stoker.decode.image import Box, decode_sample, get_max_pixels, resize
 
 __all__ = [
     "JPEG_SCALES",
@@ -282,13 +282,14 @@ def decode_batch_on_device(
     device: torch.device,
     on_cpu: Callable[[int], torch.Tensor],
 ) -> torch.Tensor:
-    """Decode a batch of JPEGs on a CUDA device (nvJPEG), crop and resize there.
+    """Decode a batch of JPEGs on a CUDA device, crop and resize there (:mod:`stoker.decode.device`).
 
     Falls back to ``on_cpu(j)`` for image ``j`` when the device cannot decode it (not a
-    JPEG, corrupt, CMYK, whatever nvJPEG raises), when its header declares more than
-    ``STOKER_MAX_PIXELS`` (or cannot be read: nvJPEG would allocate what it declares on
-    the device), and for every image when ``device`` is not CUDA or CUDA is not
-    available, so the result is the same batch either way (within the decoders' rounding).
+    JPEG, corrupt, CMYK, whatever the decoder raises), when a header declares more than
+    ``STOKER_MAX_PIXELS`` (or cannot be read: a device decoder allocates what it
+    declares), and for every image when ``device`` is not CUDA or CUDA is not available,
+    so the result is the same batch either way (within the decoders' rounding). The
+    calling thread's current stream waits for the batch.
 
     Args:
         blobs: each image's encoded bytes.
@@ -307,50 +308,12 @@ def decode_batch_on_device(
         for j in range(n):
             out[j] = on_cpu(j)
         return out
-    from torchvision.io import ImageReadMode, decode_jpeg
+    from stoker.decode.device import device_decoder
 
-    out = torch.empty((n, 3, *size), dtype=torch.uint8, device=device)
-    todo = [j for j in range(n) if _fits_on_device(blobs[j])]
-    decoded: dict[int, torch.Tensor] = {}
-    if todo:
-        tensors = [torch.from_numpy(np.array(blobs[j], dtype=np.uint8)) for j in todo]
-        try:
-            decoded = dict(zip(todo, decode_jpeg(tensors, mode=ImageReadMode.RGB, device=device), strict=True))
-        except Exception as exc:  # noqa: BLE001 - one bad file fails the batch (whatever it raises): one at a time
-            log.debug("nvJPEG batch decode failed (%s); decoding image by image", exc)
-            for j, tensor in zip(todo, tensors, strict=True):
-                try:
-                    decoded[j] = decode_jpeg(tensor, mode=ImageReadMode.RGB, device=device)
-                except Exception:  # noqa: BLE001 - crafted bytes may make nvJPEG raise anything: the CPU decides
-                    pass
-    for j in range(n):
-        image = decoded.get(j)
-        if image is None:
-            out[j] = on_cpu(j).to(device)
-            continue
-        box = boxes[j]
-        if box is not None:
-            top, left, box_h, box_w = box
-            _, height, width = image.shape
-            if top < 0 or left < 0 or top + box_h > height or left + box_w > width:
-                out[j] = on_cpu(j).to(device)  # the CPU path raises the error that names the file
-                continue
-            image = image[:, top : top + box_h, left : left + box_w]
-        out[j] = _resize_on_device(image, size)
-    return out
-
-
-def _fits_on_device(data: np.ndarray | bytes) -> bool:
-    """Whether nvJPEG may have this image: a JPEG whose declared size is known and within the pixel limit.
-
-    nvJPEG allocates the whole image on the device from the header, so a crafted header
-    (48679x59164 in 80 KB) is never handed to it: the CPU path refuses it with the error
-    that names the row, and an image whose size cannot be told goes there too.
-    """
-    if not is_jpeg(data):
-        return False
-    size = declared_size(data)
-    return size is not None and 0 < size[0] * size[1] <= get_max_pixels()
+    batch = device_decoder(device).decode(blobs, boxes, size, on_cpu)
+    if batch.ready is not None:
+        batch.ready.wait()
+    return batch.images
 
 
 def decode_stored(
@@ -374,15 +337,3 @@ def decode_stored(
             return image
     return resize(decode_sample(data, name, box), size)
 
-
-def _resize_on_device(image: torch.Tensor, size: tuple[int, int]) -> torch.Tensor:
-    """Antialiased resize of a uint8 CHW image on its device (through float where uint8 is not supported)."""
-    if tuple(image.shape[-2:]) == tuple(size):
-        return image
-    try:
-        return resize(image, size)
-    except RuntimeError:
-        scaled = torch.nn.functional.interpolate(
-            image.unsqueeze(0).float(), size=list(size), mode="bilinear", antialias=True, align_corners=False
-        )
-        return scaled[0].round_().clamp_(0, 255).to(torch.uint8)

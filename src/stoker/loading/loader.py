@@ -426,6 +426,8 @@ class Loader:
         steps = EqualSteps(self._counted(batches)) if self._agrees() else None
         self.trimmed = self._split_tail
         for item in steps if steps is not None else self._counted(batches):
+            if isinstance(item, Batch) and item.ready is not None:  # decoded on a side stream (stoker.decode.device)
+                item.ready.wait()
             yield to_device(item.data if isinstance(item, Batch) else item, self.device, non_blocking=self._pin)
         if steps is not None:
             self.trimmed += steps.trimmed
