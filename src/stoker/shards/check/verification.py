@@ -153,14 +153,22 @@ def _decode_problem(data: Any, name: str, box: Any, size: tuple[int, int] | None
     """Why a stored image does not decode as training decodes it, or None when it does.
 
     Training decodes through :func:`stoker.decode.jpeg.decode_stored`: the full path with
-    ``decoder="full"`` (and wherever the reduced JPEG path does not take an image), the
-    reduced path first by default. Both are run, so "ok" holds whichever decoder a run
-    uses (the GPU path falls back to the CPU's for whatever nvJPEG does not decode).
+    ``decoder="full"`` (and wherever the fast JPEG path does not take an image), the fast
+    path first by default. Both are run and must give the same pixels (one file, one
+    answer: docs/format-pixels.md), so "ok" holds whichever decoder a run uses (the GPU
+    path falls back to the CPU's for whatever nvJPEG does not decode).
     """
     try:
-        decode_stored(data, name, box, size, reduced=False)
+        full = decode_stored(data, name, box, size, reduced=False)
         if size is not None and is_jpeg(data):
-            decode_stored(data, name, box, size, reduced=True)
+            fast = decode_stored(data, name, box, size, reduced=True)
+            if not torch.equal(fast, full):
+                differ = int((fast.int() - full.int()).abs().max())
+                return (
+                    f"{name}: the fast JPEG decoder gives other pixels than the full decode (up to {differ} grey "
+                    "levels), so a run would read other pixels than a folder of the same files; please report it, "
+                    "and read the set with ShardDataset(..., decoder=\"full\") meanwhile"
+                )
     except DataError as exc:
         return str(exc)
     except Exception as exc:  # noqa: BLE001 - escaped a decoder's guard: a fault to report, never a verify that dies
