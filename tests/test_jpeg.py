@@ -219,7 +219,7 @@ def test_crafted_headers_are_left_to_the_full_path_whatever_simplejpeg_raises() 
 
 
 def test_a_huge_declared_size_is_refused_before_any_allocation() -> None:
-    """48679x59164 declared in a small file: the reduced path does not take it; the full path refuses it by the limit."""
+    """48679x59164 declared in a small file: the fast path does not take it; the full path refuses it by the limit."""
     import tracemalloc
 
     from stoker.errors import DecodeError

@@ -114,7 +114,7 @@ def test_verify_reports_what_escapes_a_decoder_instead_of_dying(tmp_path: Path, 
     def broken(*args: object) -> None:
         raise KeyError(6)
 
-    monkeypatch.setattr(jpeg, "decode_jpeg_resized", broken)  # the reduced path verify runs, as training does
+    monkeypatch.setattr(jpeg, "decode_jpeg_resized", broken)  # the fast path verify runs, as training does
     report = verify(tmp_path / "shards", workers=0)
     assert not report.ok and "the decoder raised KeyError" in report.faults[0].problem
     assert report.faults[0].row == 0

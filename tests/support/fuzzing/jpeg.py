@@ -7,7 +7,7 @@ time), and read in a child process four ways:
 
 * ``file``: :func:`stoker.decode.image.decode_sample`, the file-dataset path;
 * ``shard batch``: ``ShardDataset(on_error="skip").__getitems__`` at a small image size
-  (the reduced-scale JPEG path, then the full path for what it does not take);
+  (the fast JPEG path, then the full path for what it does not take);
 * ``shard row``: ``ShardDataset(...)[i]`` (:meth:`ShardSet.decode`, as ``stoker inspect``);
 * ``verify``: :func:`stoker.shards.verify`, whose faults are matched to rows.
 
