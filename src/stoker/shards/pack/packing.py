@@ -23,6 +23,8 @@ interruptions: the same arguments give byte-identical shards and manifest.
 from __future__ import annotations
 
 import errno
+import hashlib
+import json
 import multiprocessing
 import os
 import shutil
@@ -55,7 +57,7 @@ from stoker.shards.format.schema import (
 from stoker.shards.pack.claim import check_place, claim, reuse_finished
 from stoker.shards.pack.plan import PackPlan, ShardPlan, make_plan
 from stoker.shards.pack.ray_engine import ENGINES, import_ray, write_on_ray
-from stoker.shards.pack.replace import LOCK_NAME, is_ours, pack_lock, staging_dir, swap_in
+from stoker.shards.pack.replace import LOCK_NAME, finish_swap, is_ours, pack_lock, staging_dir, swap_in
 from stoker.shards.pack.rows import RowSource, as_rows, row_values
 from stoker.shards.pack.upload import RemoteOut, upload_shard
 from stoker.shards.pack.writer import WrittenShard, say_resized
@@ -395,6 +397,9 @@ def write_shards(
         "plan": plan.fingerprint,
         **({} if shuffle else {"shuffle": False}),
     }
+    in_place = _replacing_its_source(datasets, out)
+    if in_place:  # recorded only here, so other packs keep their bytes
+        made_by["replaced_in_place"] = _fingerprint_of(settings)
     write = _Writing(plan, rows, store, size, workers, progress, classes, sources, made_by, engine, place.name, channels,
                      size_given=size_given)
     if remote is not None:
@@ -408,6 +413,10 @@ def write_shards(
         return manifest
     check_place(out, sources)
     with pack_lock(out):
+        if in_place:
+            done = _replaced_already(out, made_by["replaced_in_place"])
+            if done is not None:
+                return done
         target, finished, known = _claim_target(out, sources, plan.fingerprint, overwrite)
         if finished is not None:
             return finished
@@ -419,6 +428,42 @@ def write_shards(
             raise
         if target != out:
             swap_in(target, out)  # the new set is complete: only now does the old one go
+    return manifest
+
+
+def _replacing_its_source(datasets: Mapping[str, Any], out: Path) -> bool:
+    """Whether this pack re-packs the shard set in ``out`` into ``out`` itself (``stoker pack S S --overwrite``)."""
+    for dataset in datasets.values():
+        root = dataset.shards.root if isinstance(dataset, ShardDataset) else None
+        if isinstance(root, Path) and root.resolve() == out.resolve():
+            return True
+    return False
+
+
+def _fingerprint_of(settings: Mapping[str, Any]) -> str:
+    """A SHA-256 of a pack's settings (not of its rows): what an in-place re-pack records and compares."""
+    return hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()
+
+
+def _replaced_already(out: Path, fingerprint: str) -> Manifest | None:
+    """The set in ``out`` when these same settings already re-packed it in place; finishes an interrupted swap.
+
+    A re-run of ``stoker pack S S --overwrite`` interrupted after the swap would read the
+    new set and shuffle it again: the set it made is the answer, so it is kept (and what
+    the swap left of the old set beside it is cleared). Re-running it after a complete
+    pack keeps the set too: the same arguments give the same shards.
+    """
+    try:
+        manifest = Manifest.load(out)
+    except ShardError:
+        return None
+    if manifest.made_by.get("replaced_in_place") != fingerprint:
+        return None
+    for info in manifest.shards:
+        path = out / info.name
+        if not path.is_file() or path.stat().st_size != info.bytes:
+            return None  # a shard missing or changed since: not the finished set (the pack decides as before)
+    finish_swap(out)
     return manifest
 
 
