@@ -76,4 +76,11 @@ class CheckpointError(StokerError):
 
 
 class TrainingError(StokerError):
-    """Training cannot go on, for example because the loss is not finite."""
+    """Training cannot go on, for example because the loss is not finite.
+
+    ``stopped`` is the reason a run's history records (``"non-finite loss"``, ``"no readable batch"``...).
+    """
+
+    def __init__(self, message: str, stopped: str = "non-finite loss") -> None:
+        super().__init__(message)
+        self.stopped = stopped

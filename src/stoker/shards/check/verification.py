@@ -29,9 +29,6 @@ from stoker.shards.read.shard_file import ShardFile
 
 __all__ = ["Fault", "VerifyReport", "verify"]
 
-_MAX_ROW_FAULTS = 10  # per shard; the first is what matters
-
-
 @dataclass(frozen=True)
 class Fault:
     """One problem found: the shard (or ``manifest.json``), the row when known, and what is wrong."""
@@ -39,6 +36,7 @@ class Fault:
     shard: str
     row: int | None
     problem: str
+    decodes_badly: bool = False  # a row that does not decode as training reads it (not damage: a re-pack writes it again)
 
     def __str__(self) -> str:
         where = self.shard if self.row is None else f"{self.shard} row {self.row}"
@@ -53,7 +51,7 @@ class VerifyReport:
         root: the shard set folder.
         shards: shards checked.
         samples: samples checked.
-        faults: every problem found, in manifest order (at most a few rows per shard).
+        faults: every problem found, in manifest order (every bad row).
     """
 
     root: str
@@ -87,11 +85,23 @@ class VerifyReport:
             return f"ok: {self.shards} shards, {self.samples} samples verified in {self.root}{how}"
         row = self.first_bad_row
         first = str(self.faults[0]) + (f" (first bad row: {row.row}: {row.problem})" if row and row != self.faults[0] else "")
-        return (
-            f"FAULTY: {len(self.faults)} problem(s) in {self.root}; first: {first}. "
-            "Delete the bad shards and re-run the same `stoker pack` command (it rewrites only the "
-            f"missing ones), or re-pack with --overwrite.{how}"
-        )
+        bad_rows = [f for f in self.faults if f.row is not None]
+        shards = len({f.shard for f in bad_rows})
+        counted = f" ({len(bad_rows)} bad row(s) in {shards} shard(s))" if bad_rows else ""
+        advice = []
+        if any(not f.decodes_badly for f in self.faults):
+            advice.append(
+                "Delete the damaged shards and re-run the same `stoker pack` command (it rewrites only the "
+                "missing ones), or re-pack with --overwrite."
+            )
+        undecodable = sum(f.decodes_badly for f in self.faults)
+        if undecodable:
+            advice.append(
+                f"{undecodable} row(s) do not decode as training reads them, and the same `stoker pack` command "
+                "would write them again: fix the source files, or the setting that makes them unreadable (a crop "
+                "box that does not fit the images: --crop), then re-pack with --overwrite."
+            )
+        return f"FAULTY: {len(self.faults)} problem(s) in {self.root}{counted}; first: {first}. {' '.join(advice)}{how}"
 
 
 def _sha256(path: Path) -> str:
@@ -131,8 +141,6 @@ def _verify_shard(root: Path, manifest: Manifest, info: ShardInfo, decode: bool,
         sources, files = opened.column("source"), opened.column("file")
         crcs = opened.crc32().tolist()
         for row in range(len(opened)):
-            if len(faults) > _MAX_ROW_FAULTS:
-                break
             # ndarray has the buffer protocol; numpy's stubs declare __buffer__ only for Python >= 3.12
             if zlib.crc32(opened.image_bytes(row)) != crcs[row]:  # type: ignore[arg-type]
                 faults.append(Fault(info.name, row, "image bytes do not match their CRC-32 (damaged)"))
@@ -143,7 +151,7 @@ def _verify_shard(root: Path, manifest: Manifest, info: ShardInfo, decode: bool,
             if decode and manifest.store == "encoded":
                 problem = _decode_problem(opened.encoded(row), f"{sources[row]}/{files[row]}", crops[sources[row]], manifest.image_size)
                 if problem is not None:
-                    faults.append(Fault(info.name, row, problem))
+                    faults.append(Fault(info.name, row, problem, decodes_badly=True))
     finally:
         opened.close()
     return faults

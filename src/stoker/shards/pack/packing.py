@@ -41,7 +41,8 @@ import torch
 from tqdm import tqdm
 
 from stoker.cores import usable_cores
-from stoker.decode.image import resize
+from stoker.decode.headers import declared_size
+from stoker.decode.image import ARRAY_SUFFIXES, check_box, resize
 from stoker.errors import ConfigError, DataError, ShardError
 from stoker.fs import Location, where
 from stoker.lifetime import die_with_parent
@@ -199,15 +200,38 @@ def _pixels(rows: RowSource, i: int, size: tuple[int, int], channels: int = 3) -
     return image.contiguous(), resized
 
 
+def _check_crop(rows: RowSource, i: int, data: bytes | np.ndarray, crops: Mapping[str, Any]) -> None:
+    """Refuse an encoded row whose source's crop box does not fit the image (a pixel pack finds it by decoding).
+
+    The size comes from the header; an image whose header stoker does not read (an array
+    file, a BMP or TIFF) is decoded and cropped to check it.
+
+    Raises:
+        DecodeError: the box does not fit (the message names the file).
+    """
+    box = crops.get(str(rows.source_names[i]))
+    if box is None:
+        return
+    name = f"{rows.source_names[i]}/{rows.files[i]}"
+    size = None if str(rows.files[i]).lower().endswith(ARRAY_SUFFIXES) else declared_size(data)
+    if size is None:
+        rows.read_pixels(i)  # decodes and crops: raises the error that names the file
+        return
+    width, height = size
+    check_box(tuple(box), (height, width), name)  # type: ignore[arg-type]
+
+
 def _write_shard(job: _Job, plan: ShardPlan, report: Callable[[int], None]) -> ShardInfo:
     from stoker.shards.pack.writer import ShardWriter
 
     rows = job.rows[plan.split]
     pending = resized = 0
+    crops = {s.name: s.crop for s in rows.sources}
     with ShardWriter(job.out / plan.name, plan.split, job.store, job.size, channels=job.channels) as writer:
         for i in plan.rows.tolist():
             if job.store == "encoded":
                 image: Any = rows.read_encoded(i)
+                _check_crop(rows, i, image, crops)
             else:
                 image, changed = _pixels(rows, i, job.size, job.channels)  # type: ignore[arg-type]
                 resized += changed
