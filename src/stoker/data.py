@@ -132,8 +132,8 @@ def detect_layout(path: PathLike) -> Layout:
     p = where(path)  # a local path or a URL: the same questions (stoker.fs)
     try:
         is_file = p.is_file()
-    except NetworkError:  # the store is unreachable: a shard set whose manifest is cached still opens, offline
-        if has_cached(p.url):
+    except NetworkError as exc:  # the store is unreachable: a shard set whose manifest is cached still opens, offline
+        if exc.unreachable and has_cached(p.url):
             return "shards"
         raise
     if is_file:

@@ -59,6 +59,7 @@ class VerifyReport:
     samples: int = 0
     faults: list[Fault] = field(default_factory=list)
     checked: str = ""  # a set at a URL: how its store was checked (read, compared checksums, or offline)
+    offline: bool = False  # a set at a URL whose store could not be reached: only the cached copies were checked
 
     @property
     def ok(self) -> bool:
@@ -274,11 +275,14 @@ def verify(
     and its SHA-256 — the store's own where it keeps a trustworthy one (S3's
     ``ChecksumSHA256``), else by reading every byte (a shard not yet cached is downloaded
     into the verified cache, hashed on the way). The cached copies are then checked like
-    a local set. ``report.checked`` says which was done. With the store unreachable, a
-    set whose manifest is cached is checked from the cache (and says so).
+    a local set. ``report.checked`` says which was done. With the store unreachable
+    (nothing answers), a set whose manifest is cached is checked from the cache, and
+    ``report.offline`` is True (``stoker verify URL`` then fails unless ``--accept-cache``).
 
     Raises:
-        NetworkError: the store cannot be reached and the set is not fully cached.
+        NetworkError: the store cannot be reached and the set is not fully cached, or it
+            answered with an error (HTTP 503).
+        ConfigError: the store denied access (401, 403).
 
     Args:
         root: the shard set folder, or its URL.
@@ -314,6 +318,7 @@ def verify(
         cache = ShardCache(cache_dir)
         if offline_since(place.url) is not None:
             paths, fetch_faults, report.checked = _cached_only(place.url, manifest, cache)
+            report.offline = True
         else:
             paths, fetch_faults, report.checked = _check_store(place, manifest, cache, progress)
         root = Path(".")  # unused: every shard's path is given
