@@ -50,6 +50,8 @@ ENV_TIMEOUT = "STOKER_NET_TIMEOUT"
 ENV_RETRIES = "STOKER_NET_RETRIES"
 _DEFAULT_TIMEOUT_S = 60.0
 _DEFAULT_RETRIES = 3
+_MAX_RETRIES = 100  # with the backoff capped at 8 s, 100 retries already wait over 13 minutes per call
+_MAX_TIMEOUT_S = 86400.0
 _BACKOFF_S = 0.5
 _BACKOFF_MAX_S = 8.0
 #: The slowest transfer a whole-object call is given time for, on a filesystem run against a deadline.
@@ -88,16 +90,20 @@ class NetSettings:
         timeout, retries = os.environ.get(ENV_TIMEOUT, ""), os.environ.get(ENV_RETRIES, "")
         try:
             timeout_s = float(timeout) if timeout.strip() else _DEFAULT_TIMEOUT_S
-            if not timeout_s > 0 or timeout_s == float("inf"):
+            if not 0 < timeout_s <= _MAX_TIMEOUT_S:
                 raise ValueError
         except ValueError:
-            raise ConfigError(f"{ENV_TIMEOUT}={timeout!r}: must be a number of seconds > 0, for example 60") from None
+            raise ConfigError(
+                f"{ENV_TIMEOUT}={timeout!r}: must be a number of seconds > 0 and <= {_MAX_TIMEOUT_S:g} (a day), for example 60"
+            ) from None
         try:
             count = int(retries) if retries.strip() else _DEFAULT_RETRIES
-            if count < 0:
+            if not 0 <= count <= _MAX_RETRIES:
                 raise ValueError
         except ValueError:
-            raise ConfigError(f"{ENV_RETRIES}={retries!r}: must be a whole number >= 0, for example 3") from None
+            raise ConfigError(
+                f"{ENV_RETRIES}={retries!r}: must be a whole number from 0 to {_MAX_RETRIES}, for example 3"
+            ) from None
         return cls(timeout_s, count)
 
     def backoff_s(self, attempt: int) -> float:
