@@ -268,3 +268,19 @@ def test_nvjpeg_matches_the_cpu_within_two_grey_levels() -> None:
     assert batch.device.type == "cuda" and cpu_calls == [4]
     for j in range(4):
         assert mean_abs_diff(batch[j].cpu(), reference(blobs[j].tobytes(), size, boxes[j])) <= 2.0  # nvJPEG is another decoder: its rounding
+
+
+def test_the_fast_decoder_is_trusted_only_where_it_decodes_as_the_full_path() -> None:
+    import simplejpeg
+
+    class Drifted:  # another libjpeg-turbo build: one grey level off somewhere
+        __version__ = "drifted"
+
+        @staticmethod
+        def decode_jpeg(data: bytes, **options: object) -> np.ndarray:
+            pixels = simplejpeg.decode_jpeg(data, **options).copy()
+            pixels[0, 0, 0] ^= 1
+            return pixels
+
+    assert jpeg._same_pixels_as_the_full_path(simplejpeg)
+    assert not jpeg._same_pixels_as_the_full_path(Drifted())

@@ -62,8 +62,51 @@ def _decoder() -> Any | None:
             import simplejpeg
         except ImportError:
             simplejpeg = None
-        _simplejpeg, _checked = simplejpeg, True
+        with _check_lock:
+            if not _checked:
+                if simplejpeg is not None and not _same_pixels_as_the_full_path(simplejpeg):
+                    log.warning(
+                        "simplejpeg %s decodes other pixels than torchvision's JPEG decoder here (another "
+                        "libjpeg-turbo build): every JPEG takes the full path, so that one file gives one answer",
+                        getattr(simplejpeg, "__version__", "?"),
+                    )
+                    simplejpeg = None
+                _simplejpeg, _checked = simplejpeg, True
     return _simplejpeg
+
+
+_check_lock = threading.Lock()
+
+
+def _same_pixels_as_the_full_path(simplejpeg: Any) -> bool:
+    """Whether simplejpeg decodes as the full path does, bit for bit, on this install (checked once per process).
+
+    The rule (one file, one answer) rests on both being the same libjpeg-turbo IDCT,
+    upsampling and colour conversion; two builds could differ, so a few small noise
+    JPEGs (every chroma subsampling Pillow writes, gray, progressive, odd sizes) are
+    decoded both ways before the fast path is trusted.
+    """
+    import io
+
+    from PIL import Image
+
+    from stoker.decode.image import decode_image
+
+    noise = np.random.default_rng(0).integers(0, 256, (29, 37, 3), dtype=np.uint8)
+    cases: list[tuple[Image.Image, dict[str, Any]]] = [
+        (Image.fromarray(noise), {"subsampling": sub}) for sub in (0, 1, 2)
+    ] + [(Image.fromarray(noise).convert("L"), {}), (Image.fromarray(noise), {"progressive": True})]
+    for image, options in cases:
+        buffer = io.BytesIO()
+        image.save(buffer, "JPEG", quality=90, **options)
+        data = buffer.getvalue()
+        try:
+            fast = simplejpeg.decode_jpeg(data, colorspace="RGB", strict=True)
+        except Exception:  # noqa: BLE001 - a broken install: the full path it is
+            return False
+        if not np.array_equal(fast.transpose(2, 0, 1), decode_image(data, "check.jpg").numpy()):
+            return False
+    return True
 
 
 def is_jpeg(data: np.ndarray | bytes) -> bool:
