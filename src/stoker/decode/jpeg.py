@@ -4,7 +4,8 @@ One file has one answer: every reader (files, encoded shards by either decoder, 
 verify``, the GPU path's fallback) gives the pixels of the full path, a full-size decode,
 the crop, then :func:`stoker.decode.image.resize`. This module's path decodes with
 libjpeg-turbo through `simplejpeg <https://gitlab.com/jfolz/simplejpeg>`_ (which bundles
-it; its decode equals torchvision's bit for bit) at full scale, and is faster than the
+it; its decode equals torchvision's bit for bit, which is checked once per process
+before it is used) at full scale, and is faster than the
 full path by how it handles memory: the decoder writes into a buffer each thread keeps
 (memory already mapped: a fresh array per image costs a page fault per 4 KiB), the
 resize reads a chunk of crops where they are, and one numpy copy puts them in the batch.
