@@ -10,7 +10,7 @@ model for a few epochs per case and records the last epoch's img/s and data-wait
 
 * ``files``: the PNG class folders, worker processes;
 * ``shards`` or ``pixels``: pixel shards, the loader settings they pick themselves;
-* ``jpeg``: encoded JPEG shards decoded on the CPU (reduced-scale path, loader threads);
+* ``jpeg``: encoded JPEG shards decoded on the CPU (fast path, loader threads);
 * ``nvjpeg``: the same shards decoded on the GPU (``decoder="nvjpeg"``: stoker.decode.device);
 * ``autojpeg``: the same shards with ``decoder="auto"`` (GPU or CPU, as the first batch measured);
 * ``synthetic``: random uint8 batches already on the device (the model's own ceiling).

@@ -90,7 +90,9 @@ def test_a_fully_cached_set_reads_inspects_and_verifies_with_the_store_down(
     report = verify(url, workers=0)
     assert report.ok, report.summary()
     assert "offline: checked the cached copies, not the store" in report.summary()
-    for command in (["inspect", url], ["verify", url, "--quiet", "--workers", "0"]):
+    result = CliRunner().invoke(cli, ["verify", url, "--quiet", "--workers", "0"])
+    assert result.exit_code == 1 and "pass --accept-cache" in result.output  # verify checked the cache, not the store
+    for command in (["inspect", url], ["verify", url, "--quiet", "--workers", "0", "--accept-cache"]):
         result = CliRunner().invoke(cli, command)
         assert result.exit_code == 0, result.output
         assert "Traceback" not in result.output

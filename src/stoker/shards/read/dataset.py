@@ -155,14 +155,14 @@ class ShardDataset(Dataset, MapReader, SupportsEpoch, SupportsCollate, SupportsL
             verified in, its size limit (``"50GB"``), and the fsspec filesystem's options
             (see :class:`~stoker.shards.read.reader.ShardSet`).
         decoder: how encoded images are decoded when the set has an image size and there
-            is no transform. ``"auto"`` (default): JPEGs at a reduced DCT scale where the
-            output allows, cropped, and resized a batch at a time (:mod:`stoker.decode.jpeg`),
-            within 2 grey levels of the full path; where ``decode_device`` is an available CUDA
-            device and the set is mostly JPEG, the first batch is decoded both ways and the
-            faster keeps decoding (said once in the log, :attr:`decode_choice`, ``run.json``'s
-            ``"decode"``); ``"full"``: every image decoded at full size (the reference);
-            ``"nvjpeg"``: whole batches decoded, cropped and resized on ``decode_device``
-            (:mod:`stoker.decode.device`), batches come back there (falls back to the CPU
+            is no transform. ``"auto"`` (default): JPEGs decoded into reused buffers,
+            cropped, and resized a batch at a time (:mod:`stoker.decode.jpeg`), to the same
+            pixels as the full path; where ``decode_device`` is an available CUDA device and
+            the set is mostly JPEG, the first batch is decoded both ways and the faster keeps
+            decoding (said once in the log, :attr:`decode_choice`, ``run.json``'s ``"decode"``);
+            ``"full"``: every image by the full path (the reference); ``"nvjpeg"``: whole
+            batches decoded, cropped and resized on ``decode_device`` (:mod:`stoker.decode.device`),
+            batches come back there (falls back to the CPU
             image by image, and for every image without CUDA). Pixel shards ignore it.
         decode_device: the CUDA device of ``decoder="nvjpeg"`` and of ``"auto"``'s GPU trial.
 
@@ -568,7 +568,7 @@ class ShardDataset(Dataset, MapReader, SupportsEpoch, SupportsCollate, SupportsL
         if self.decoder == "nvjpeg" or self._on_gpu(blobs, boxes, size):
             device = torch.device(self.decode_device)
 
-            def on_cpu(k: int) -> torch.Tensor:  # the CPU's own path: reduced where it can, else full
+            def on_cpu(k: int) -> torch.Tensor:  # the CPU's own path: the fast one where it can, else full
                 image = decode_jpeg_resized(blobs[k], size, boxes[k])
                 if image is not None:
                     return image

@@ -195,8 +195,8 @@ def _ending(run: Run, record: dict[str, Any]) -> Iterator[None]:
     history = run.history
     try:
         yield
-    except TrainingError:
-        history.stopped = "non-finite loss"
+    except TrainingError as exc:
+        history.stopped = exc.stopped
         raise
     except KeyboardInterrupt:
         history.stopped = "interrupted"
