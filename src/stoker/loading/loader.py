@@ -190,10 +190,10 @@ class Loader:
         )
         # A Pipe cuts its batches at shard(): what a later stage drops shortens that batch only.
         self._batch_lists = self._elastic and not self._whole_batches and isinstance(dataset, SupportsBatchLists)
+        self.drop_last = drop_last
         self._positioned: Positioned | None = None
         self._make_positioned()
         self._pin = device.type == "cuda"
-        self.drop_last = drop_last
         self.persistent_workers = persistent_workers
         self._dataloader: DataLoader | None = None
         self._pool: ThreadPoolExecutor | None = None
