@@ -86,10 +86,11 @@ class Context:
             block: items dealt to one worker at a time.
         """
         rank, world_size = distributed_placement() or placement or (0, 1)
-        worker, num_workers = worker_placement()  # a DataLoader worker, or a thread of the loader's thread backend
         info = get_worker_info()
-        loader_seed = info.seed - info.id if info is not None and world_size == 1 else None
-        return cls(epoch, iteration, loader_seed, rank, world_size, worker, num_workers, block)
+        if info is None:  # the loader's process, or a thread of its thread backend
+            return cls(epoch, iteration, None, rank, world_size, *worker_placement(), block)
+        loader_seed = info.seed - info.id if world_size == 1 else None
+        return cls(epoch, iteration, loader_seed, rank, world_size, info.id, info.num_workers, block)
 
     @property
     def order_epoch(self) -> int:
