@@ -8,7 +8,7 @@ and ``shard`` stages, ``ShardStream`` and the pack plan. The rule, in words:
 a numpy ``SeedSequence`` over the run's ``seed``, the ``epoch`` number and a few
 integers that name what the numbers are for (``stream``). An empty stream is the
 epoch's order itself; other uses name theirs, so they draw independent numbers:
-``(BUFFER, rank, worker)`` for one reader's shuffle buffer, ``(INTERLEAVE,)`` for how
+``(BUFFER, rank, 0)`` for a rank's shuffle buffer (``ShardStream``), ``(INTERLEAVE,)`` for how
 ``ShardStream`` merges the rows of the shards it reads at once, ``(WORKER_SEEDS,)`` for the
 seeds of the loader's worker processes, ``(PACK, crc32(split))`` for the pack plan,
 ``(LOADER_SEED, base_seed)`` for a ``Pipe`` in a DataLoader that never set its epoch. The
@@ -98,7 +98,7 @@ T = TypeVar("T")
 
 # What the numbers of an epoch are for, as the first integer of ``stream`` (the epoch's
 # order itself has an empty stream).
-BUFFER = 1  # one reader's shuffle buffer: (BUFFER, rank, worker)
+BUFFER = 1  # a rank's shuffle buffer: (BUFFER, rank, 0), the 0 where a worker id stood before the batch split
 WORKER_SEEDS = 2  # the base seed of the loader's worker processes
 PACK = 3  # the pack plan: (PACK, crc32(split))
 LOADER_SEED = 4  # a Pipe's order in a DataLoader epoch it was never told: (LOADER_SEED, base seed)

@@ -129,6 +129,27 @@ def test_a_state_taken_with_2_workers_resumes_with_0_and_with_3(data: dict[str, 
             assert _epochs(resumed) == [straight[0][k:], straight[1]], (k, workers, backend)
 
 
+@MANY_WORKERS
+@pytest.mark.parametrize("reader", ["pipe", "stream_encoded"])
+def test_a_stream_changes_its_workers_mid_epoch_and_keeps_its_batches(data: dict[str, str], reader: str) -> None:
+    straight = _epochs(_loader(data, reader, 0, "process"))
+    loader = _loader(data, reader, 0, "process")
+    settings = [("thread", 2), ("process", 3), ("process", 1)]
+    got = []
+    for _ in range(2):
+        batches = iter(loader)
+        epoch = []
+        for backend, workers in settings:
+            epoch += [(_digest(b), _ids(b)) for b in (next(batches) for _ in range(2))]
+            position = loader.state_dict()
+            batches.close()  # type: ignore[attr-defined]
+            loader.reconfigure(backend=backend, num_workers=workers)  # type: ignore[arg-type]
+            loader.load_state_dict(position)
+            batches = iter(loader)
+        got.append(epoch + [(_digest(b), _ids(b)) for b in batches])
+    assert got == straight
+
+
 def test_a_stream_state_without_the_batch_split_is_refused_mid_epoch(data: dict[str, str]) -> None:
     state = _loader(data, "pipe", 2, "process").state_dict()
     assert state["split"] == "batch"

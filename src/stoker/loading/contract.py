@@ -226,8 +226,10 @@ class StreamReader(SupportsEpoch, SupportsIterFrom, SupportsCollate, Protocol):
     """An iterable reader: the epoch's order from :meth:`set_epoch`, resumable with :meth:`iter_from`.
 
     Under DataLoader workers and ``torch.distributed`` ranks each process reads its own
-    part of the epoch, so over all of them every item is read once. The ranks' parts may
-    differ in length: the loader keeps their steps equal (:mod:`stoker.loading.steps`).
+    part of the epoch, so over all of them every item is read once; stoker's readers deal
+    a rank's part to its workers a batch at a time (:class:`SupportsBatchSplit`). The
+    ranks' parts may differ in length: the loader keeps their steps equal
+    (:mod:`stoker.loading.steps`).
     """
 
     def __iter__(self) -> Iterator[Any]:

@@ -9,7 +9,7 @@ is a recipe that can be iterated again (a new epoch) and handed to DataLoader wo
     pipe = (
         Pipe.list_files("train/", masks="*.jpg", recursive=True)
         .shuffle(buffer_size=10_000, seed=0)   # same permutation in every worker and rank
-        .shard()                               # each worker x rank keeps a disjoint slice
+        .shard()                               # each rank keeps a disjoint share; the loader's cut
         .load_image()                          # a registered stage: path -> (path, image)
     )
     loader = DataLoader(pipe, batch_size=64, num_workers=8, persistent_workers=True)
@@ -197,7 +197,9 @@ class Pipe(IterableDataset[T], StreamReader, SupportsBatchSplit, SupportsBatchLi
 
         Item ``i`` goes to rank ``i % world_size`` and, within that rank's share, to
         worker ``i // world_size % num_workers`` (the split rule of :mod:`stoker.order`,
-        the same for every stoker reader). Values left out are read when the pipe runs: the rank and
+        the same for every stoker reader); under stoker's loader, a whole batch of the
+        rank's share at a time, so the batches do not depend on the worker count (the
+        cut, see the module docs). Values left out are read when the pipe runs: the rank and
         world size from torch.distributed (0 and 1 when it is not initialised), the
         worker from ``torch.utils.data.get_worker_info()`` (0 of 1 in the main process).
 
