@@ -21,7 +21,15 @@ the loader's batch size: :meth:`ShardStream.split_by_batch`): batch ``b`` of the
 read whole by worker ``b % N``, so the batches a rank sees do not depend on the worker
 count or the backend, and a mid-epoch position resumes under another worker count.
 Every sample is read exactly once per epoch; nothing is trimmed. Each worker reads
-across the whole epoch, in step with the others. Its reads stay within one group of files
+across the whole epoch, in step with the others.
+
+One exception: a remote split larger than its cache limit is read as before the batch
+split, so that its workers read the same shards at once (with a batch each, they would
+read different ones, and the limit would force shards out before others' last reads):
+each worker takes blocks of :data:`BLOCK_ROWS` rows (fewer when a group of shards would
+not give every worker a block) of the rank's share, through a buffer of its own (drawn
+from ``(BUFFER, rank, worker)``). Its batches then depend on the worker count, and the
+loader says so (it keeps that count for a resume, and refuses the thread backend). Its reads stay within one group of files
 at a time (good for a page cache, or a disk larger than memory): for a set at a URL,
 each shard of the group is a file in the local cache, fetched ahead while the one
 before is read and let go after its last read (:mod:`stoker.shards.read.fetch_ahead`). When
@@ -67,6 +75,7 @@ from stoker.shards.read.dataset import ShardDataset, collate_shard_batch
 from stoker.shards.read.fetch_ahead import disk_peak, read_ahead, shard_room
 
 __all__ = [
+    "BLOCK_ROWS",
     "READ_ROWS",
     "REMOTE_SHARDS_AT_ONCE",
     "SHARDS_AT_ONCE",
@@ -79,6 +88,7 @@ __all__ = [
 
 log = logging.getLogger("stoker")
 READ_ROWS = 256  # rows a read gathers (and a worker takes at a time) when neither the caller nor a loader said
+BLOCK_ROWS = 64  # rows a worker takes at a time from a split larger than its cache (not split by batch)
 # Shards whose rows are merged into one stretch of the epoch: a batch mixes about this many
 # shards' classes. A local file open at once costs an address range and shorter runs per read
 # (read_rows / shards_at_once rows of each file); a remote one costs a cached file on disk and
@@ -134,6 +144,7 @@ def stream_order(
     num_workers: int,
     block_rows: int = READ_ROWS,
     shards_at_once: int = SHARDS_AT_ONCE,
+    by_batch: bool = True,
 ) -> np.ndarray:
     """The sample indices one (rank, worker) reads in one epoch, in the order it reads them.
 
@@ -151,6 +162,10 @@ def stream_order(
             batch size, so that each batch is read whole by one worker.
         shards_at_once: shards whose rows are merged into one stretch of the epoch
             (1: one shard after the other).
+        by_batch: deal the rank's order (one buffer per rank) in blocks of ``block_rows``;
+            False: the split of a stream larger than its cache (see the module docs): each
+            worker takes blocks of at most ``block_rows`` of the rank's share, fewer where
+            a group of shards would not give every worker one, through its own buffer.
 
     Returns:
         ``int64`` sample indices (into the split, as :class:`ShardDataset` numbers them).
@@ -175,6 +190,14 @@ def stream_order(
         sequence = _merged(groups, sizes, starts, epoch_rng(seed, epoch, INTERLEAVE))
     else:
         sequence = np.arange(int(starts[-1]), dtype=np.int64)
+    if not by_batch:
+        # Each group must give every worker a block, or a worker would miss that group's shards.
+        groups = groups if shuffle else [np.arange(len(sizes))[k : k + 1] for k in range(len(sizes))]
+        totals = np.asarray([int(sizes[g].sum()) for g in groups], dtype=np.int64)
+        smallest = int(totals[totals > 0].min()) if (totals > 0).any() else 1
+        block = max(1, min(block_rows, smallest // (world_size * num_workers)))
+        mine = share(sequence, rank, world_size, worker, num_workers, block=block)
+        return buffer_shuffled(mine, shuffle_buffer, epoch_rng(seed, epoch, BUFFER, rank, worker)) if shuffle else mine
     mine = share(sequence, rank, world_size)
     if shuffle:  # the rank's buffer: drawn as the one worker of a rank always drew it
         mine = buffer_shuffled(mine, shuffle_buffer, epoch_rng(seed, epoch, BUFFER, rank, 0))
@@ -319,6 +342,7 @@ class ShardStream(
         self.seed = seed
         self._read_rows = read_rows  # None: the first loader's batch size (take_batch_size)
         self._block: int | None = None  # rows dealt to a worker at a time: the loader's batch size (split_by_batch)
+        self._by_batch = not shards.tight  # a split larger than its cache: its workers read the same shards at once
         self._placement = (rank, world_size) if rank is not None and world_size is not None else None
         self._epoch = torch.zeros((), dtype=torch.int64).share_memory_()
         self._said_buffer = False
@@ -339,16 +363,23 @@ class ShardStream(
 
     @property
     def block_rows(self) -> int:
-        """Rows of the rank's order dealt to one worker at a time: the loader's batch size, else :attr:`read_rows`."""
+        """Rows of the rank's order dealt to one worker at a time: the loader's batch size, else :attr:`read_rows`
+        (:data:`BLOCK_ROWS` at most for a split larger than its cache, see the module docs)."""
+        if not self._by_batch:
+            return BLOCK_ROWS
         return self._block if self._block is not None else self.read_rows
 
     def split_by_batch(self, batch_size: int) -> bool:
         """Deal the rank's order to the workers a batch of ``batch_size`` rows at a time (stoker's loader calls it).
 
-        Returns True: a stream always can, so its batches are the same for any worker count.
+        Returns:
+            True: its batches are then the same for any worker count; False for a remote
+            split larger than its cache limit, read as the module docs say (its batches
+            depend on the worker count).
         """
-        self._block = int(batch_size)
-        return True
+        if self._by_batch:
+            self._block = int(batch_size)
+        return self._by_batch
 
     def order(self, rank: int = 0, world_size: int = 1, worker: int = 0, num_workers: int = 1) -> np.ndarray:
         """The sample indices a (rank, worker) reads this epoch, in order (see :func:`stream_order`).
@@ -358,10 +389,13 @@ class ShardStream(
         (:func:`~stoker.shards.read.fetch_ahead.disk_peak`): halved until it fits, and said
         once. The rank's order decides it, so every worker count reads the same.
         """
-        return share(self._rank_order(rank, world_size), 0, 1, worker, num_workers, block=self.block_rows)
+        if not self._by_batch:  # a split larger than its cache: each worker's own blocks and buffer
+            return self._reader_order(rank, world_size, worker, num_workers)
+        return share(self._reader_order(rank, world_size), 0, 1, worker, num_workers, block=self.block_rows)
 
-    def _rank_order(self, rank: int, world_size: int) -> np.ndarray:
-        """The rank's order of the epoch, all its workers together (its buffer lowered to fit a tight cache)."""
+    def _reader_order(self, rank: int, world_size: int, worker: int = 0, num_workers: int = 1) -> np.ndarray:
+        """The order of the rank (worker 0 of 1), or of one worker of a stream not split by batch, its buffer
+        lowered to fit a tight cache."""
         shards = self.dataset.shards
         buffer = self.shuffle_buffer
         while True:
@@ -373,9 +407,11 @@ class ShardStream(
                 shuffle_buffer=buffer,
                 rank=rank,
                 world_size=world_size,
-                worker=0,
-                num_workers=1,
+                worker=worker,
+                num_workers=num_workers,
+                block_rows=self.block_rows,
                 shards_at_once=self.shards_at_once,
+                by_batch=self._by_batch,
             )
             if not (self.shuffle and shards.tight) or buffer == 1:
                 break
@@ -385,9 +421,9 @@ class ShardStream(
             if not self._said_buffer:
                 self._said_buffer = True
                 log.warning(
-                    "%s: the shuffle buffer of %d rows is lowered for rank %d until its reads need at most the %d "
-                    "shards the cache limit holds at once (with %d rows they need %d); a larger --cache-limit keeps "
-                    "the buffer", shards.root, self.shuffle_buffer, rank, room, buffer, peak,
+                    "%s: the shuffle buffer of %d rows is lowered for this reader (rank %d, worker %d) until its reads "
+                    "need at most the %d shards the cache limit holds at once (with %d rows they need %d); a larger "
+                    "--cache-limit keeps the buffer", shards.root, self.shuffle_buffer, rank, worker, room, buffer, peak,
                 )
             buffer //= 2
         return rows
@@ -488,7 +524,9 @@ class ShardStream(
         Item by item, a read's bad-sample markers come first; a read inside one block
         (one batch) keeps every sample in its batch whatever the worker count.
         """
-        return self.read_rows if self.block_rows % self.read_rows == 0 else self.block_rows
+        if not self._by_batch or self.block_rows % self.read_rows == 0:
+            return self.read_rows
+        return self.block_rows
 
     def _reads(self, rows: np.ndarray) -> Iterator[np.ndarray]:
         """``rows`` cut into reads (:meth:`_read_size`); a remote set's next shards are fetched ahead meanwhile."""
