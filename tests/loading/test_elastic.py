@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -198,3 +199,24 @@ def test_batches_are_the_same_for_every_worker_count_and_backend_under_two_ranks
         # Equal steps: the ranks stop at the step where the first runs out (a map-style set drops the odd sample).
         assert len(found[0][reader]["0-process"][0]) == len(found[1][reader]["0-process"][0])
     assert torch.distributed.is_available()
+
+
+def _fails_at_5(item: int) -> torch.Tensor:
+    if item == 5:
+        raise ConfigError("item 5 is bad")
+    return torch.tensor(item)
+
+
+def test_an_error_in_a_thread_reader_is_raised_and_an_abandoned_epoch_lets_its_threads_go() -> None:
+    loader = make_loader(Pipe.from_iterable(range(40)).shard().map(_fails_at_5), batch_size=4, num_workers=2,
+                         backend="thread", device="cpu")
+    seen = []
+    with pytest.raises(ConfigError, match="item 5 is bad"):
+        for batch in loader:
+            seen.append(batch.tolist())
+    assert seen == [[0, 1, 2, 3]]  # batch 1 (worker 1's first) holds item 5: raised in its turn
+    batches = iter(make_loader(Pipe.from_iterable(range(400)).shard().map(torch.tensor), batch_size=4, num_workers=3,
+                               backend="thread", device="cpu"))
+    assert next(batches).tolist() == [0, 1, 2, 3]
+    batches.close()  # type: ignore[attr-defined]
+    assert not [t for t in threading.enumerate() if t.name.startswith("stoker-stream-")]
