@@ -82,7 +82,8 @@ class Loader:
     The batches do not depend on ``num_workers`` or ``backend``: a map-style data set's
     order is its sampler's, and a ``Pipe`` (cut at ``shard()``) or a ``ShardStream`` deals
     its rank's order to the workers a whole batch at a time (the "Batches" rule of
-    :mod:`stoker.order`; :class:`~stoker.loading.contract.SupportsBatchSplit`).
+    :mod:`stoker.order`; :class:`~stoker.loading.contract.SupportsBatchSplit`; a remote
+    ``ShardStream`` larger than its cache limit cannot, and keeps its worker count).
 
     Between two batches, :meth:`state_dict` says where the loader stands, and a new
     loader given it with :meth:`load_state_dict` yields exactly the next batch of that

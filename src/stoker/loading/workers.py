@@ -8,7 +8,8 @@ The worker count is a speed setting only: for every reader (map-style, ``Pipe``,
 ``ShardStream``) the batches a rank sees are the same for any worker count and either
 backend, and a mid-epoch checkpoint resumes under another count (the "Batches" rule of
 :mod:`stoker.order`), so a default may differ from one machine to the next without
-changing a run. Two workers keep decoding beside the training step on any machine with
+changing a run. (One exception, said where it applies: a ``ShardStream`` over a remote
+split larger than its cache limit, whose workers must read the same shards at once.) Two workers keep decoding beside the training step on any machine with
 two cores or more, and are what the README's baseline rows ran with.
 
 ``make_loader``, ``stoker train`` (``data.workers`` left out) and ``stoker inspect``
