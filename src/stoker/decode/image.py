@@ -345,10 +345,37 @@ def crop(image: torch.Tensor, box: Box | None, name: str = "<tensor>") -> torch.
 
 
 def resize(image: torch.Tensor, size: Sequence[int] | None) -> torch.Tensor:
-    """Resize a uint8 CHW tensor to ``size = (height, width)`` with antialiasing."""
+    """Resize a uint8 CHW tensor to ``size = (height, width)`` with antialiasing: torchvision's ``resize``, to the bit.
+
+    One image on the CPU where torchvision resizes uint8 natively takes its kernel's own
+    steps without its per-call dispatch, the same pixels and strides
+    (``tests/test_decode_resize.py``); anything else goes through ``torchvision.transforms.v2.functional.resize``.
+    """
     if size is None or tuple(image.shape[-2:]) == tuple(size):
         return image
-    return _functional().resize(image, list(size), antialias=True)
+    height, width = int(size[0]), int(size[1])
+    if image.ndim == 3 and image.dtype == torch.uint8 and image.device.type == "cpu" and image.numel() and _native_uint8():
+        channels, old_height, old_width = image.shape
+        batch = image.reshape(-1, channels, old_height, old_width)  # as torchvision's resize_image, step by step
+        strides = batch.stride()
+        if batch.is_contiguous(memory_format=torch.channels_last) and image.numel() != strides[0]:
+            # torchvision's restride of a channels_last 1CHW batch, so that the output keeps that layout
+            batch = batch.as_strided((1, channels, old_height, old_width), [image.numel(), *strides[1:]])
+        out = torch.nn.functional.interpolate(batch, size=[height, width], mode="bilinear", align_corners=False,
+                                              antialias=True)
+        return out.reshape(channels, height, width)
+    return _functional().resize(image, [height, width], antialias=True)
+
+
+@functools.cache
+def _native_uint8() -> bool:
+    """Whether torchvision resizes uint8 images bilinearly as they are on this CPU (else through float32)."""
+    try:
+        from torchvision.transforms.v2 import InterpolationMode
+        from torchvision.transforms.v2.functional._geometry import _do_native_uint8_resize_on_cpu
+    except ImportError:  # another torchvision: its public resize, always
+        return False
+    return bool(_do_native_uint8_resize_on_cpu(InterpolationMode.BILINEAR))
 
 
 @functools.cache
