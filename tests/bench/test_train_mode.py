@@ -67,6 +67,11 @@ def test_a_step_still_waiting_says_so_and_plain_files_can_be_the_answer() -> Non
     line = recommendation(_trained([_run("files", 2, 20_000.0), _run("shards-encoded", 4, 40_000.0)], step_ms=4.096))
     assert "plain files feed 32% of the step (2 workers); encoded shards 64% of the step (4 workers): pack with " \
            "`stoker pack DATA OUT --store encoded`; the step still waits for data" in line
+    assert line.endswith("the step still waits for data (36% of its rate is not fed): try more workers.")
+    on_cpu = _trained([_run("files", 2, 20_000.0), _run("shards-encoded", 4, 40_000.0)], step_ms=4.096)
+    on_cpu.step = StepSetting("small_cnn", "cpu", "off", False, "adamw")
+    assert recommendation(on_cpu).endswith("on the CPU the readers take cores the step itself uses, so no method "
+                                           "reaches the step alone.")
     alone = recommendation(_trained([_run("files", 2, 50_000.0), _run("pipe", 2, 30_000.0)], step_ms=4.096))
     assert alone.endswith("plain files feed 80% of the step (2 workers): no method tried fed it more; "
                           "use plain files with 2 workers.")

@@ -431,7 +431,10 @@ def _train_recommendation(result: BenchResult, runs: list[RunResult], best: RunR
     how_to = f"pack with {_pixels_command(result)}" if top.method == "shards-pixels" else _HOW.get(top.method, f"use {name}")
     text += f"; {name} {_share_of_step(top_share)} ({_setting(top, backends)}): {how_to}"
     if top_share < STEP_LIMIT_SHARE:
-        text += f"; the step still waits for data ({1 - top_share:.0%} of its rate is not fed): try more workers"
+        text += f"; the step still waits for data ({1 - top_share:.0%} of its rate is not fed)"
+        on_cpu = step is not None and step.device.startswith("cpu")
+        text += (": on the CPU the readers take cores the step itself uses, so no method reaches the step alone"
+                 if on_cpu else ": try more workers")
     return text + "."
 
 
