@@ -17,6 +17,12 @@ machine whose cores go to the loaders (max(1, cores - workers)). Generated data,
   ``apt-get install libopencv-dev libturbojpeg0-dev pkg-config`` first, then run this
   script with the python it was installed in). Also the same stoker loader with torch's
   default intra-op threads against 1 (its resize must not depend on it);
+- **files**: the same CelebA-like JPEG files read as files: stoker's file data set
+  (``open_data`` with the crop and ``image_size``, every guard on: paths inside the
+  root, regular files only, the size and pixel limits, the error policy) through
+  ``make_loader`` with 2 worker processes, against the hand-written torchvision Dataset +
+  DataLoader with 2 workers (both prefetch 4, persistent workers): what stoker's reading
+  of a file costs per sample beyond the decode and resize both do;
 - **png**: DigiFace-like PNGs (112x112 RGBA): encoded PNG shards (stoker's pick) against
   the torchvision Dataset (2 workers) and against LitData (0 workers, where ``import
   litdata`` works);
@@ -69,6 +75,7 @@ import torch
 
 warnings.filterwarnings("ignore", message="The image decoding and encoding capabilities of TorchVision")
 
+from stoker.data import open_data  # noqa: E402
 from stoker.loading import make_loader  # noqa: E402
 from stoker.loading.collate import collate  # noqa: E402
 from stoker.packer import pack  # noqa: E402
@@ -376,6 +383,12 @@ def comparisons(p: dict[str, Path], root: Path, cores: int) -> tuple[list[tuple[
     peer("jpeg", "ffcv", "FFCV", ffcv_timer(p["celeba"], root, cores), f"encoded JPEG shards ({picked})", 1.3)
     timers["jpeg:stoker, torch default threads"] = with_torch_threads(cores, timers["jpeg:stoker"])
     rows.append(("jpeg", "encoded JPEG shards, torch threads 1", f"the same, torch threads {cores}", 0.95))
+    # Files: the same JPEG files, crop, resize and worker count, stoker's file data set against the hand-written one
+    files_set = open_data(p["celeba"], split="train", crop=CROP, image_size=SIZE, label_order="sorted")
+    timers["files:stoker"] = timer_of(lambda: make_loader(files_set, batch_size=BATCH, shuffle=True, num_workers=workers,
+                                                          backend="process", prefetch_factor=4, device=None))
+    timers["files:torchvision"] = timers["jpeg:torchvision"]
+    rows.append(("files", f"file data set, {workers} worker processes", "torchvision Dataset + DataLoader, 2 workers", 1.0))
     # PNG
     picked, timers["png:stoker"] = stoker_loader(p["png"])
     timers["png:torchvision"] = torchvision_loader(p["digiface"], None)
@@ -453,7 +466,7 @@ def main() -> None:
     parser.add_argument("--classes", type=int, default=50)
     parser.add_argument("--seconds", type=float, default=2.0, help="seconds each method is timed per round")
     parser.add_argument("--rounds", type=int, default=5, help="interleaved rounds (at least 5)")
-    parser.add_argument("--only", nargs="+", choices=["jpeg", "png", "pixels"], help="run these parts only")
+    parser.add_argument("--only", nargs="+", choices=["jpeg", "files", "png", "pixels"], help="run these parts only")
     parser.add_argument("--batch", type=int, default=BATCH, help="samples per batch")
     parser.add_argument("--quick", action="store_true", help="a smoke test: 64 images, batch 16, 0.05 s per timing")
     parser.add_argument("--out", type=Path, default=Path(tempfile.gettempdir()) / "stoker-bench-peers")

@@ -71,6 +71,7 @@ def test_bench_gpu_train_issue_cases_smoke_on_cpu(tmp_path: Path) -> None:
         ("bench_shuffle_quality.py", ("--n", "5000", "--classes", "50"), "packed class-sorted"),
         ("bench_threads.py", ("--n", "64", "--workers", "1", "--repeats", "1"), "lowered / default"),
         ("bench_png_guard.py", ("--quick", "--loader", "64", "--out", "png"), "encoded shards, thread x2 (libspng)"),
+        ("bench_file_reader.py", ("--quick", "--out", "reader"), "| CPU seconds per image, all processes"),
         ("fuzz_decode.py", ("--cases", "40", "--baseline", "0", "--jpeg", "40"), "| **all** | 40 |"),
     ],
 )

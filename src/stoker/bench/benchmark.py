@@ -38,12 +38,13 @@ import torch
 
 from stoker.bench.limits import Limits, evict_from_page_cache, measure_limits, measure_sequential_reads
 from stoker.bench.methods import METHODS, PACK_SPLIT, BenchData, Method
-from stoker.bench.plan import DEFAULT_WORKERS, BenchPlan
+from stoker.bench.plan import DEFAULT_WORKERS, TRAIN_OPTIMIZER, BenchPlan
 from stoker.bench.results import BenchResult
-from stoker.bench.runner import Expected, RunResult, Step, run_method
+from stoker.bench.runner import Expected, RunResult, Step, run_method, split_batch
 from stoker.bench.settings import LoaderSettings
 from stoker.bench.shard_data import check_packed, fetch_all, measure_shard_limits, open_shard_set, shard_methods
 from stoker.bench.shares import share_text
+from stoker.bench.step import StepSetting, make_train_step, measure_ceiling
 from stoker.decode.image import resize
 from stoker.errors import ConfigError
 from stoker.fs import where
@@ -114,27 +115,10 @@ def pack_for_bench(
     return time.perf_counter() - start
 
 
-def _train_step(model_name: str, num_classes: int, device: torch.device) -> Step:
-    """One SGD step of a fresh ``model_name`` on each batch, as ``stoker train`` would run it."""
-    from stoker.train.engine.scenario import Preprocess
-    from stoker.train.runner.models import build_model
-
-    model = build_model(model_name, max(num_classes, 2)).to(device)
-    preprocess = Preprocess().to(device)
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
-    loss_fn = torch.nn.CrossEntropyLoss()
-    model.train()
-
-    def step(images: torch.Tensor, labels: torch.Tensor) -> None:
-        images = images.to(device, non_blocking=True)  # [B, 3, H, W] uint8
-        labels = labels.to(device, non_blocking=True)
-        loss = loss_fn(model(preprocess(images)), labels)
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        optimizer.step()
-        loss.item()  # wait for the device, so the next wait for data is real idle time
-
-    return step
+def _train_step(plan: BenchPlan, num_classes: int, device: torch.device) -> tuple[Step, StepSetting]:
+    """A fresh model and the step ``stoker train`` would run on ``device`` (:mod:`stoker.bench.step`)."""
+    return make_train_step(plan.model, num_classes, device, amp=plan.amp, channels_last=plan.channels_last,
+                           optimizer=plan.optimizer)
 
 
 def bench(
@@ -145,6 +129,9 @@ def bench(
     *,
     mode: str = "load",
     model: str = "resnet18",
+    amp: str | None = None,
+    channels_last: bool | None = None,
+    optimizer: str = TRAIN_OPTIMIZER,
     batch_size: int = 256,
     epochs: int = 1,
     max_seconds: float | None = None,
@@ -171,7 +158,7 @@ def bench(
             by default every registered method.
         workers: numbers of loader workers to try.
         backends: ``"process"`` and/or ``"thread"``.
-        mode, model, batch_size, epochs, max_seconds, size, packed, prefetch_factor,
+        mode, model, amp, channels_last, optimizer, batch_size, epochs, max_seconds, size, packed, prefetch_factor,
             shuffle_buffer, device, cold, limits_time_s, seed, progress: as in
             :class:`~stoker.bench.plan.BenchPlan`.
         echo: called with one line per finished run (default: nothing).
@@ -189,7 +176,8 @@ def bench(
         1650.2
     """
     plan = BenchPlan(
-        data, methods, workers, backends, mode=mode, model=model, batch_size=batch_size, epochs=epochs,
+        data, methods, workers, backends, mode=mode, model=model, amp=amp, channels_last=channels_last,
+        optimizer=optimizer, batch_size=batch_size, epochs=epochs,
         max_seconds=max_seconds, size=size, packed=packed, prefetch_factor=prefetch_factor,
         shuffle_buffer=shuffle_buffer, device=device, cold=cold, limits_time_s=limits_time_s, seed=seed,
         progress=progress,
@@ -287,8 +275,15 @@ def run_bench(plan: BenchPlan, echo: Echo | None = None) -> BenchResult:
         if data.packed and shard_set is None:  # first: a URL's download rate is measured as its shards come
             result.limits = _packed_reads(limits, list(data.packed.values()), plan.limits_time_s)
         result.stream_quality, result.stream_fixes = _stream_qualities(data, plan)
-        _warm_up(data)
+        images, labels = _warm_up(data)
+        if plan.mode == "train":
+            _measure_ceiling(result, plan, images, labels, expected, device, say)
         _run_all(result, data, plan, expected, device, say)
+        if plan.mode == "train":  # again after the runs: the faster of the two is the step's own rate
+            _measure_ceiling(result, plan, images, labels, expected, device, say)
+            for run in result.runs:
+                if "fraction_of_ceiling" in run.extra and result.ceiling is not None:
+                    run.extra["fraction_of_ceiling"] = (run.img_per_s or 0.0) / result.ceiling.img_per_s
     finally:
         if workdir is not None:
             shutil.rmtree(workdir, ignore_errors=True)
@@ -337,8 +332,24 @@ def _stream_qualities(data: BenchData, plan: BenchPlan) -> tuple[dict[str, dict[
     return out, fixes
 
 
-def _warm_up(data: BenchData) -> None:
-    """Load one batch in this process before timing, so no run pays one-off start-up costs.
+def _measure_ceiling(result: BenchResult, plan: BenchPlan, images: torch.Tensor, labels: torch.Tensor,
+                     expected: Expected, device: torch.device, say: Echo) -> None:
+    """The no-loading row: the step on one real batch already on the device, as many steps as an epoch has.
+
+    Measured before the runs and after them; the faster measurement is kept (the ceiling is
+    the most the step takes, and another program on the machine only slows a measurement).
+    """
+    step, result.step = _train_step(plan, expected.num_classes, device)
+    steps = max(3, -(-expected.samples * plan.epochs // plan.batch_size))
+    ceiling = measure_ceiling(step, images, labels, device, steps, plan.max_seconds)
+    if result.ceiling is None or ceiling.step_s < result.ceiling.step_s:
+        result.ceiling = ceiling
+    say(f"no loading ({result.step.describe()}): {ceiling.step_s * 1e3:,.1f} ms per step of {len(labels)}, "
+        f"{ceiling.img_per_s:,.0f} img/s" + (": the ceiling" if result.ceiling is ceiling else ""))
+
+
+def _warm_up(data: BenchData) -> tuple[torch.Tensor, torch.Tensor]:
+    """Load one batch in this process before timing, so no run pays one-off start-up costs; return it.
 
     The first batch a process collates starts torch's thread pool and loads lazy
     modules; on a busy machine that took over a second, charged to whichever run came first.
@@ -349,10 +360,13 @@ def _warm_up(data: BenchData) -> None:
         batches = iter(build_files(data, LoaderSettings(workers=0)))
     else:
         batches = iter(build_shards(next(iter(data.packed)), data, LoaderSettings(workers=0)))
-    next(batches, None)
+    first = next(batches, None)
     close = getattr(batches, "close", None)
     if close is not None:
         close()
+    if first is None:
+        raise ConfigError("the data gave no batch; check that it holds samples and that --batch-size is not above their number")
+    return split_batch(first)
 
 
 def _total_memory() -> int:
@@ -396,7 +410,7 @@ def _run_all(result: BenchResult, data: BenchData, plan: BenchPlan, expected: Ex
                 local = where(root).local_path  # a URL's shards are in the cache: its files stay warm
                 if local is not None:
                     evict_from_page_cache([str(p) for p in local.rglob("*") if p.is_file()])
-        step = _train_step(plan.model, expected.num_classes, device) if plan.mode == "train" else None
+        step = _train_step(plan, expected.num_classes, device)[0] if plan.mode == "train" else None
         total = expected.samples * plan.epochs
         with tqdm(total=total, desc=label, unit="img", leave=False, file=sys.stderr, disable=not plan.progress, dynamic_ncols=True) as bar:
             run = run_method(
@@ -418,6 +432,8 @@ def _run_all(result: BenchResult, data: BenchData, plan: BenchPlan, expected: Ex
         run.extra["limit_img_per_s"] = limit
         run.extra["limit_name"] = limit_name
         run.extra["fraction_of_limit"] = run.img_per_s / limit if run.timed and run.img_per_s else None
+        if result.ceiling is not None and run.timed and run.img_per_s:
+            run.extra["fraction_of_ceiling"] = run.img_per_s / result.ceiling.img_per_s
         result.runs.append(run)
         if run.timed:
             say(f"{label}: {run.status}, {run.epoch_s:,.1f} s, {run.img_per_s:,.0f} img/s ({share_text(run)})")

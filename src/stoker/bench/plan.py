@@ -20,14 +20,16 @@ from typing import TYPE_CHECKING
 from stoker.bench.methods import Method, resolve_methods
 from stoker.errors import ConfigError
 from stoker.loading.backends import BACKENDS
+from stoker.train.runner.config import AMP_MODES, OPTIMIZERS, OptimConfig
 
 if TYPE_CHECKING:
     from stoker.sources.dataset import FileDataset
 
-__all__ = ["DEFAULT_WORKERS", "MODES", "BenchPlan"]
+__all__ = ["DEFAULT_WORKERS", "MODES", "TRAIN_OPTIMIZER", "BenchPlan"]
 
 DEFAULT_WORKERS: tuple[int, ...] = (0, 1, 2, 4)
 MODES: tuple[str, ...] = ("load", "train")
+TRAIN_OPTIMIZER: str = OptimConfig().name  # stoker train's default optimizer
 
 
 @dataclass(frozen=True)
@@ -44,6 +46,11 @@ class BenchPlan:
         mode: ``"load"`` only loads batches; ``"train"`` also runs a training step of
             ``model`` on each, and reports the share of time spent waiting for data.
         model: the model of train mode (``small_cnn`` or a torchvision classifier).
+        amp: train mode's precision, ``"off"``, ``"bf16"`` or ``"fp16"``; ``None``: bf16
+            on CUDA, float32 elsewhere (:mod:`stoker.bench.step`).
+        channels_last: train mode's memory format, as ``stoker train`` takes it (``None``:
+            its default, on for a convolutional model on CUDA under AMP).
+        optimizer: train mode's optimizer, as ``stoker train --optimizer`` (default: its default).
         batch_size: samples per batch.
         epochs: epochs per run (each checked).
         max_seconds: stop each run after this long (the result is then ``partial``).
@@ -69,6 +76,9 @@ class BenchPlan:
     backends: Sequence[str] = BACKENDS[:1]  # the process backend
     mode: str = "load"
     model: str = "resnet18"
+    amp: str | None = None
+    channels_last: bool | None = None
+    optimizer: str = TRAIN_OPTIMIZER
     batch_size: int = 256
     epochs: int = 1
     max_seconds: float | None = None
@@ -92,6 +102,10 @@ class BenchPlan:
             raise ConfigError(f"backends must be among {', '.join(BACKENDS)}, got {list(self.backends)!r}")
         if self.mode not in MODES:
             raise ConfigError(f"mode must be {' or '.join(repr(m) for m in MODES)}, got {self.mode!r}")
+        if self.amp is not None and self.amp not in AMP_MODES:
+            raise ConfigError(f"amp must be one of {', '.join(AMP_MODES)}, got {self.amp!r}")
+        if self.optimizer not in OPTIMIZERS:
+            raise ConfigError(f"optimizer must be one of {', '.join(OPTIMIZERS)}, got {self.optimizer!r}")
         if self.batch_size < 1 or self.epochs < 1:
             raise ConfigError(f"batch_size and epochs must be >= 1, got {self.batch_size} and {self.epochs}")
         if self.max_seconds is not None and self.max_seconds <= 0:

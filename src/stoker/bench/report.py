@@ -4,8 +4,12 @@ The main table is shaped like the published comparison: one row per number of
 workers, one column per method (and backend), each cell the epoch time and images per
 second, with the share of this machine's limit in brackets, then the CPU time per 1,000
 images and the peak memory. A cell says INCORRECT instead of a time when the method did
-not deliver every sample exactly once. The report ends with :func:`recommendation`: the
-fastest correct setting, in one line.
+not deliver every sample exactly once. In train mode a last row, "no loading", gives the
+training step's own rate (one batch already on the device), and every cell says what
+share of it the method fed. The report ends with :func:`recommendation`: the fastest
+correct setting, in one line; in train mode in training terms (how long the step takes,
+what share of it each method feeds, whether the step is the limit), in load mode with
+what a training step would have to consume before loading limits it.
 """
 
 from __future__ import annotations
@@ -15,7 +19,7 @@ import math
 import os
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import psutil
 
@@ -28,6 +32,7 @@ if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
     from stoker.bench.results import BenchResult
+    from stoker.bench.step import Ceiling
 
 __all__ = [
     "figure",
@@ -80,14 +85,17 @@ def _cell(run: RunResult | None) -> str:
     if run.status == "failed":
         return f"failed ({run.reason})"
     share = f" ({share_text(run)})" if run.extra.get("fraction_of_limit") is not None else ""
-    text = f"{_seconds(run.epoch_s)} s · {run.img_per_s:,.0f} img/s{share}{_cost(run)}"
+    fed = run.extra.get("fraction_of_ceiling")
+    feeds = f" · feeds {_share_of_step(fed)}" if fed is not None else ""
+    text = f"{_seconds(run.epoch_s)} s · {run.img_per_s:,.0f} img/s{share}{feeds}{_cost(run)}"
     return f"partial: {text}" if run.status == "partial" else text
 
 
-def render_summary_table(runs: Sequence[RunResult]) -> str:
-    """The published-style table: rows are workers, columns methods.
+def render_summary_table(runs: Sequence[RunResult], ceiling: Ceiling | None = None) -> str:
+    """The published-style table: rows are workers, columns methods; with a ``ceiling``, a last "no loading" row.
 
-    A cell is ``seconds · img/s (share of the machine's limit) · CPU-s/1k img · peak GB``.
+    A cell is ``seconds · img/s (share of the machine's limit) · CPU-s/1k img · peak GB``
+    (train mode: also the share of the step's own rate the method fed).
     """
     backends = sorted({r.backend for r in runs}, key=BACKENDS.index)
     columns = list(dict.fromkeys(_column(r, backends) for r in runs))
@@ -99,6 +107,10 @@ def render_summary_table(runs: Sequence[RunResult]) -> str:
     ]
     for w in workers:
         lines.append(f"| {w} | " + " | ".join(_cell(by_key.get((w, c))) for c in columns) + " |")
+    if ceiling is not None:
+        row = (f"{ceiling.step_s * 1e3:,.2f} ms per step · {ceiling.img_per_s:,.0f} img/s: the ceiling "
+               "(one batch already on the device)")
+        lines.append("| no loading | " + " | ".join([row] + ["—"] * (len(columns) - 1)) + " |")
     return "\n".join(lines)
 
 
@@ -250,10 +262,13 @@ STEP_HEADROOM = 1.25
 def step_img_per_s(result: BenchResult) -> float | None:
     """Images per second the training step alone could take (train mode), or ``None``.
 
-    A train-mode run spends ``1 - data_wait_share`` of its time computing, so its step
+    The no-loading row measures it directly (:attr:`BenchResult.ceiling`). Without it, a
+    train-mode run spends ``1 - data_wait_share`` of its time computing, so its step
     rate without waiting is ``img_per_s / (1 - data_wait_share)``; the run that waited
     least measures it best (its compute is least disturbed by waiting).
     """
+    if result.ceiling is not None:
+        return result.ceiling.img_per_s
     measured = [r for r in result.runs if r.timed and r.img_per_s and r.data_wait_share is not None
                 and r.data_wait_share < 1.0]
     if not measured:
@@ -337,6 +352,8 @@ def recommendation(result: BenchResult) -> str:
     if best is None:
         return "Recommendation: none: no method delivered a correct epoch here (see the notes above)."
     backends = sorted({r.backend for r in result.runs if r.status != "unsupported"}, key=BACKENDS.index)
+    if result.ceiling is not None:
+        return _train_recommendation(result, runs, best, backends)
     name = _PLAIN_NAMES.get(best.method, best.method)
     text = f"Recommendation: use {name} with {_setting(best, backends)}: {best.img_per_s:,.0f} img/s"
     files = max((r for r in runs if r.method == "files"), key=lambda r: r.img_per_s or 0.0, default=None)
@@ -352,6 +369,72 @@ def recommendation(result: BenchResult) -> str:
     text += _decode_case(result, runs, backends)
     if best.status == "partial":
         text += " (partial runs: stopped by --max-seconds)"
+    return text + "." + (_only_loading(result, best) if result.mode == "load" else "")
+
+
+# A method that feeds this share of the step's own rate leaves the step the limit: another method gains little.
+STEP_LIMIT_SHARE = 0.9
+
+# How to switch to a built-in method, after "pack with" / "use".
+_HOW: dict[str, str] = {
+    "shards-encoded": "pack with `stoker pack DATA OUT --store encoded`",
+    "pipe": "read the files as a streaming Pipe",
+}
+
+
+def _share_of_step(share: float) -> str:
+    """``"62% of the step"``; at or above 100 % (the loaded run kept up with the step alone, within noise): ``"all of the step"``."""
+    return "all of the step" if share >= 1.0 else f"{share:.0%} of the step"
+
+
+def _only_loading(result: BenchResult, best: RunResult) -> str:
+    """Load mode's last words: only loading was timed, and what a training step would need for loading to limit it."""
+    rate = best.img_per_s or 0.0
+    per_batch_ms = result.batch_size / rate * 1e3 if rate else 0.0
+    return (f" Only loading was timed: a training step waits for none of these methods only if it takes at least "
+            f"{per_batch_ms:,.1f} ms per batch of {result.batch_size} ({rate:,.0f} img/s, the fastest here); "
+            f"`stoker bench DATA --mode train --model NAME` times the step itself and each method as a share of it.")
+
+
+def _train_recommendation(result: BenchResult, runs: list[RunResult], best: RunResult, backends: Sequence[str]) -> str:
+    """Train mode's line: the step's time, what share of it plain files and the best method feed, and what to do.
+
+    Each method is judged by its fastest correct run as a share of the no-loading rate.
+    When plain files feed :data:`STEP_LIMIT_SHARE` of it or more, the step is the limit
+    and the line says how little another method can gain.
+    """
+    ceiling = cast("Ceiling", result.ceiling)
+    c = ceiling.img_per_s
+    step = result.step
+    how = f" ({step.describe()})" if step is not None else ""
+    text = f"Recommendation: the step takes {ceiling.step_s * 1e3:,.1f} ms per batch of {ceiling.batch_size}{how}"
+    ok = [r for r in runs if r.status == "ok"] or runs
+    files = max((r for r in ok if r.method == "files"), key=lambda r: r.img_per_s or 0.0, default=None)
+    top = max(ok, key=lambda r: r.img_per_s or 0.0)
+    name = _PLAIN_NAMES.get(top.method, top.method)
+    if files is None:
+        share = (top.img_per_s or 0.0) / c
+        text += f"; {name} feed {_share_of_step(share)} ({_setting(top, backends)})"
+        return text + (": the step is the limit" if share >= STEP_LIMIT_SHARE else "") + "."
+    files_share = (files.img_per_s or 0.0) / c
+    text += f"; plain files feed {_share_of_step(files_share)} ({_setting(files, backends)})"
+    top_share = (top.img_per_s or 0.0) / c
+    if top is files:
+        if files_share >= STEP_LIMIT_SHARE:
+            return text + ": the step is the limit, and no method tried fed it more: keep plain files."
+        return text + f": no method tried fed it more; use plain files with {_setting(files, backends)}."
+    if files_share >= STEP_LIMIT_SHARE:
+        gain = min(top_share, 1.0) / files_share - 1.0
+        gained = f"at most {gain:.0%} faster training" if gain >= 0.01 else "no faster training"
+        return (text + f": the step is the limit, so another method gains little: {name} feed "
+                f"{_share_of_step(top_share)} ({_setting(top, backends)}), {gained}.")
+    how_to = f"pack with {_pixels_command(result)}" if top.method == "shards-pixels" else _HOW.get(top.method, f"use {name}")
+    text += f"; {name} {_share_of_step(top_share)} ({_setting(top, backends)}): {how_to}"
+    if top_share < STEP_LIMIT_SHARE:
+        text += f"; the step still waits for data ({1 - top_share:.0%} of its rate is not fed)"
+        on_cpu = step is not None and step.device.startswith("cpu")
+        text += (": on the CPU the readers take cores the step itself uses, so no method reaches the step alone"
+                 if on_cpu else ": try more workers")
     return text + "."
 
 
@@ -366,10 +449,10 @@ def render_markdown(result: BenchResult, details: bool = True, recommend: bool =
     parts = [
         f"**{result.description}** — {result.samples} images, {result.num_classes} classes, "
         f"batch {result.batch_size}, mode {result.mode}"
-        + (f" ({result.model})" if result.mode == "train" else "")
+        + (f" ({result.step.describe() if result.step is not None else result.model})" if result.mode == "train" else "")
         + (f", at most {result.max_seconds:g} s per run" if result.max_seconds else ""),
         "",
-        render_summary_table(result.runs),
+        render_summary_table(result.runs, result.ceiling),
         "",
         share_explanation(result),
     ]

@@ -9,6 +9,7 @@ import numpy as np
 
 from stoker.bench.limits import Limits
 from stoker.bench.runner import RunResult
+from stoker.bench.step import Ceiling, StepSetting
 from stoker.errors import ConfigError
 from stoker.loading.backends import BACKENDS
 from stoker.mixing import ShuffleQuality, suggest_buffer_size
@@ -44,6 +45,10 @@ class BenchResult:
             ``shuffle_buffer``): ``{store: {workers: quality}}``.
         stream_fixes: for each store whose stream is not well mixed, the setting that
             fixes it, in words (:meth:`stoker.shards.check.quality.MixingCheck.advice`).
+        step: train mode: how the training step ran (model, device, precision, memory
+            format, optimizer), else ``None``.
+        ceiling: train mode: the step's rate with no loading (one batch already on the
+            device), the yardstick of every run, else ``None``.
     """
 
     description: str
@@ -66,6 +71,8 @@ class BenchResult:
     cold: bool = False
     stream_quality: dict[str, dict[int, ShuffleQuality]] = field(default_factory=dict)
     stream_fixes: dict[str, str] = field(default_factory=dict)
+    step: StepSetting | None = None
+    ceiling: Ceiling | None = None
     _suggested_buffer: int | None = field(default=None, repr=False)
 
     def run(self, method: str, workers: int, backend: str = BACKENDS[0]) -> RunResult:
@@ -115,5 +122,7 @@ class BenchResult:
                 store: {str(w): q.to_dict() for w, q in by_workers.items()} for store, by_workers in self.stream_quality.items()
             },
             "stream_fixes": dict(self.stream_fixes),
+            "step": self.step.to_dict() if self.step is not None else None,
+            "ceiling": self.ceiling.to_dict() if self.ceiling is not None else None,
             "runs": [r.to_dict() for r in self.runs],
         }

@@ -27,7 +27,7 @@ from stoker.errors import StokerError
 from stoker.mixing import ShuffleQuality, shuffle_quality
 from stoker.train.engine.timing import PhaseTimer
 
-__all__ = ["STATUSES", "Expected", "RunResult", "Step", "run_method"]
+__all__ = ["STATUSES", "Expected", "RunResult", "Step", "run_method", "split_batch"]
 
 # ok: a whole epoch, correct. partial: stopped by the time limit; what was seen is
 # consistent. incorrect: samples missing, repeated or malformed. failed: raised an error.
@@ -142,7 +142,7 @@ class RunResult:
         return out
 
 
-def _split_batch(batch: Any) -> tuple[torch.Tensor, torch.Tensor]:
+def split_batch(batch: Any) -> tuple[torch.Tensor, torch.Tensor]:
     """``(images, labels)`` of a batch, or a StokerError saying what the batch looked like."""
     if isinstance(batch, dict) and "image" in batch and "label" in batch:
         batch = (batch["image"], batch["label"])
@@ -228,7 +228,7 @@ def run_method(
                 batches = timer.iterate(loader)
                 try:
                     for batch in batches:
-                        images, labels = _split_batch(batch)
+                        images, labels = split_batch(batch)
                         if result.first_batch_s is None:
                             result.first_batch_s = time.perf_counter() - start
                             first_batch_samples = len(labels)

@@ -8,9 +8,10 @@ from pathlib import Path
 import click
 
 from stoker.bench.methods import method_names
-from stoker.bench.plan import DEFAULT_WORKERS, MODES
+from stoker.bench.plan import DEFAULT_WORKERS, MODES, TRAIN_OPTIMIZER
 from stoker.errors import ConfigError
 from stoker.loading.backends import BACKENDS
+from stoker.train.runner.config import AMP_MODES, OPTIMIZERS
 
 _METHODS = ",".join(method_names())
 
@@ -54,6 +55,13 @@ def parse_size(text: str | None) -> tuple[int, int] | None:
 @click.option("--mode", type=click.Choice(MODES), default=MODES[0], show_default=True,
               help="load: batches only; train: a training step per batch, reporting the data-wait share.")
 @click.option("--model", default="resnet18", show_default=True, help="Model of --mode train (small_cnn or a torchvision classifier).")
+@click.option("--amp", type=click.Choice(AMP_MODES), default=None,
+              help="Precision of --mode train's step, as `stoker train --amp`. [default: bf16 on CUDA, off elsewhere]")
+@click.option("--channels-last/--no-channels-last", "channels_last", default=None,
+              help="Memory format of --mode train's step, as `stoker train`. [default: on for a convolutional model on "
+                   "CUDA under AMP]")
+@click.option("--optimizer", type=click.Choice(OPTIMIZERS), default=TRAIN_OPTIMIZER, show_default=True,
+              help="Optimizer of --mode train's step, as `stoker train --optimizer`.")
 @click.option("--batch-size", type=click.IntRange(min=1), default=256, show_default=True)
 @click.option("--epochs", type=click.IntRange(min=1), default=1, show_default=True)
 @click.option("--max-seconds", type=click.FloatRange(min=0, min_open=True), default=None,
@@ -78,6 +86,9 @@ def bench(
     backend_text: str,
     mode: str,
     model: str,
+    amp: str | None,
+    channels_last: bool | None,
+    optimizer: str,
     batch_size: int,
     epochs: int,
     max_seconds: float | None,
@@ -111,6 +122,9 @@ def bench(
         backends=split_list(backend_text, "backend"),
         mode=mode,
         model=model,
+        amp=amp,
+        channels_last=channels_last,
+        optimizer=optimizer,
         batch_size=batch_size,
         epochs=epochs,
         max_seconds=max_seconds,

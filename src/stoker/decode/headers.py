@@ -16,9 +16,16 @@ import zipfile
 
 import numpy as np
 
+try:
+    from simplejpeg import decode_jpeg_header as _jpeg_header
+except ImportError:  # pragma: no cover - a dependency; the marker walk alone then
+    _jpeg_header = None  # type: ignore[assignment]
+
 from stoker.errors import DecodeError
 
-__all__ = ["BAD_SAMPLE_HINT", "MAX_CHANNELS", "PNG_SIGNATURE", "check_npy_header", "check_pt_entries", "declared_size"]
+__all__ = [
+    "BAD_SAMPLE_HINT", "MAX_CHANNELS", "PNG_SIGNATURE", "check_npy_header", "check_pt_entries", "declared_size", "declared_size_of",
+]
 
 #: What a bad sample message tells the user to do.
 BAD_SAMPLE_HINT = "delete or re-export the file, or load with on_error='skip' to skip bad samples"
@@ -92,12 +99,10 @@ def _libjpeg_size(data: np.ndarray) -> tuple[int, int] | None:
     crafted header makes it raise (``KeyError`` for a luma sampling byte of 0x14) means
     "no opinion", never an error out of stoker.
     """
-    try:
-        import simplejpeg
-    except ImportError:  # pragma: no cover - a dependency; the marker walk alone then
+    if _jpeg_header is None:  # pragma: no cover - a dependency; the marker walk alone then
         return None
     try:
-        height, width, _, _ = simplejpeg.decode_jpeg_header(data)
+        height, width, _, _ = _jpeg_header(data)
     except Exception:  # noqa: BLE001 - crafted headers make it raise anything
         return None
     return int(width), int(height)
@@ -111,7 +116,11 @@ def declared_size(data: bytes | bytearray | memoryview | np.ndarray) -> tuple[in
     """
     buffer = np.frombuffer(data, dtype=np.uint8) if not isinstance(data, np.ndarray) else data.reshape(-1)
     view = memoryview(buffer)  # type: ignore[arg-type]  # ndarray is a buffer (stubs < 3.12 disagree)
-    head = view[:8].tobytes()
+    return declared_size_of(buffer, view, view[:8].tobytes())
+
+
+def declared_size_of(buffer: np.ndarray, view: memoryview, head: bytes) -> tuple[int, int] | None:
+    """:func:`declared_size` of bytes a caller already holds as a flat ``uint8`` array, its memoryview and first 8 bytes."""
     size = _declared_size(view, head)
     if head[:2] == b"\xff\xd8":
         other = _libjpeg_size(buffer)

@@ -15,12 +15,14 @@ Grayscale, grayscale+alpha and RGBA all become RGB here and nowhere else.
 
 from __future__ import annotations
 
+import functools
 import io
 import os
 import re
 import zlib
 from collections.abc import Sequence
 from pathlib import PurePath
+from typing import Any
 
 import numpy as np
 import torch
@@ -28,7 +30,14 @@ from torchvision.io import ImageReadMode
 from torchvision.io import decode_image as _tv_decode_image
 
 from stoker.decode.headers import BAD_SAMPLE_HINT as _BAD_SAMPLE_HINT
-from stoker.decode.headers import MAX_CHANNELS, PNG_SIGNATURE, check_npy_header, check_pt_entries, declared_size
+from stoker.decode.headers import (
+    MAX_CHANNELS,
+    PNG_SIGNATURE,
+    check_npy_header,
+    check_pt_entries,
+    declared_size,
+    declared_size_of,
+)
 from stoker.errors import ConfigError, DecodeError
 
 try:  # libspng, bundled in imagecodecs' wheel: PNG at 1.2-1.6x Pillow's speed, GIL released
@@ -113,7 +122,7 @@ def decode_image(
         raise DecodeError(f"{name}: the file is empty; {_BAD_SAMPLE_HINT}")
     view = memoryview(buffer)  # type: ignore[arg-type]  # ndarray is a buffer (stubs < 3.12 disagree)
     head = view[:8].tobytes()
-    size = declared_size(buffer)
+    size = declared_size_of(buffer, view, head)
     if size is not None:
         _check_pixels(size, limit, name)
     if head == PNG_SIGNATURE:
@@ -123,7 +132,8 @@ def decode_image(
             if image is not None:
                 return image
         return _decode_with_pil(view, name, limit)
-    encoded = torch.from_numpy(buffer.copy())  # torchvision wants a writable tensor
+    # torchvision wants a writable tensor (it does not write to it): a read-only buffer (bytes) is copied first.
+    encoded = torch.from_numpy(buffer if buffer.flags.writeable and buffer.dtype == np.uint8 else buffer.copy())
     try:
         image = _tv_decode_image(encoded, mode=ImageReadMode.RGB)
     except Exception:  # noqa: BLE001 - not a format it reads, corrupt, or crafted (it may raise anything): PIL decides
@@ -347,16 +357,49 @@ def check_box(box: Box, image_hw: tuple[int, int], name: str = "<tensor>") -> No
 
 
 def resize(image: torch.Tensor, size: Sequence[int] | None) -> torch.Tensor:
-    """Resize a uint8 CHW tensor to ``size = (height, width)`` with antialiasing."""
+    """Resize a uint8 CHW tensor to ``size = (height, width)`` with antialiasing: torchvision's ``resize``, to the bit.
+
+    One image on the CPU where torchvision resizes uint8 natively takes its kernel's own
+    steps without its per-call dispatch, the same pixels and strides
+    (``tests/test_decode_resize.py``); anything else goes through ``torchvision.transforms.v2.functional.resize``.
+    """
     if size is None or tuple(image.shape[-2:]) == tuple(size):
         return image
-    from torchvision.transforms.v2 import functional as F
+    height, width = int(size[0]), int(size[1])
+    if image.ndim == 3 and image.dtype == torch.uint8 and image.device.type == "cpu" and image.numel() and _native_uint8():
+        channels, old_height, old_width = image.shape
+        batch = image.reshape(-1, channels, old_height, old_width)  # as torchvision's resize_image, step by step
+        strides = batch.stride()
+        if batch.is_contiguous(memory_format=torch.channels_last) and image.numel() != strides[0]:
+            # torchvision's restride of a channels_last 1CHW batch, so that the output keeps that layout
+            batch = batch.as_strided((1, channels, old_height, old_width), [image.numel(), *strides[1:]])
+        out = torch.nn.functional.interpolate(batch, size=[height, width], mode="bilinear", align_corners=False,
+                                              antialias=True)
+        return out.reshape(channels, height, width)
+    return _functional().resize(image, [height, width], antialias=True)
 
-    return F.resize(image, list(size), antialias=True)
+
+@functools.cache
+def _native_uint8() -> bool:
+    """Whether torchvision resizes uint8 images bilinearly as they are on this CPU (else through float32)."""
+    try:
+        from torchvision.transforms.v2 import InterpolationMode
+        from torchvision.transforms.v2.functional._geometry import _do_native_uint8_resize_on_cpu
+    except ImportError:  # another torchvision: its public resize, always
+        return False
+    return bool(_do_native_uint8_resize_on_cpu(InterpolationMode.BILINEAR))
+
+
+@functools.cache
+def _functional() -> Any:
+    """torchvision's v2 functional transforms, imported on the first resize (not at every one)."""
+    from torchvision.transforms.v2 import functional
+
+    return functional
 
 
 def decode_sample(data: bytes | bytearray | memoryview | np.ndarray, name: str, box: Box | None = None) -> torch.Tensor:
     """Decode one sample file by its suffix (image or array) and apply its source's crop."""
-    suffix = PurePath(name).suffix.lower()
+    suffix = os.path.splitext(name)[1].lower()  # PurePath(name).suffix, without building a path per sample
     image = decode_array(data, name) if suffix in ARRAY_SUFFIXES else decode_image(data, name)
     return crop(image, box, name)

@@ -21,10 +21,12 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import IO
 
+import numpy as np
+
 from stoker.errors import DataError, LabelError, MissingFileError
 from stoker.fs.location import FileKinds, Location, walk_kinds
 
-__all__ = ["LocalLocation", "is_within", "open_regular", "read_inside", "resolve_inside", "scan_kinds"]
+__all__ = ["LocalLocation", "is_within", "open_regular", "read_inside", "read_inside_array", "resolve_inside", "scan_kinds"]
 
 # O_NONBLOCK: opening a FIFO must not wait for a writer; the fstat then refuses it.
 _OPEN_FLAGS = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
@@ -48,6 +50,13 @@ def open_regular(
         DataError: it is not a regular file (a FIFO, device or folder), is too large,
             cannot be opened, or (``inside``) is outside every folder given.
     """
+    return os.fdopen(_open_checked(path, shown, max_bytes, inside)[0], "rb")
+
+
+def _open_checked(
+    path: str | os.PathLike[str], shown: str, max_bytes: int | None, inside: Sequence[str] | None
+) -> tuple[int, os.stat_result]:
+    """The descriptor of ``path`` and its ``fstat``, with every check of :func:`open_regular` passed (else closed)."""
     try:
         fd = os.open(path, _OPEN_FLAGS)
     except FileNotFoundError:
@@ -70,7 +79,7 @@ def open_regular(
     if max_bytes is not None and info.st_size > max_bytes:
         os.close(fd)
         raise DataError(f"{shown}: {info.st_size:,} bytes, larger than {max_bytes:,} bytes")
-    return os.fdopen(fd, "rb")
+    return fd, info
 
 
 def is_within(path: str, folder: str) -> bool:
@@ -116,6 +125,45 @@ def read_inside(path: str, shown: str, inside: Sequence[str], max_bytes: int | N
             return f.read()
         except OSError as exc:
             raise DataError(f"{shown}: cannot read file ({exc.strerror or exc})") from None
+
+
+def read_inside_array(path: str, shown: str, inside: Sequence[str], max_bytes: int | None = None) -> np.ndarray:
+    """:func:`read_inside`, into a new writable ``uint8`` array: the same checks, no bytes object and no copy of it.
+
+    The file is read to its end (a file that grew since its ``fstat`` is read whole, and
+    refused when it grew past ``max_bytes``); a decoder that wants writable memory
+    (torchvision) takes the array as it is.
+
+    Raises:
+        MissingFileError: there is no such file.
+        DataError: it is not a regular file, is too large, cannot be read, or is outside the folders.
+    """
+    fd, info = _open_checked(path, shown, max_bytes, inside)
+    try:
+        buffer = np.empty(info.st_size + 1, dtype=np.uint8)  # one byte more: a read that fills it means the file grew
+        view, got = memoryview(buffer), 0  # type: ignore[arg-type]  # ndarray is a buffer (stubs < 3.12 disagree)
+        while got < len(buffer):
+            n = os.readv(fd, [view[got:]])
+            if n == 0:
+                return buffer[:got]
+            got += n
+        rest = _read_rest(fd, shown, max_bytes, got)
+        return np.concatenate([buffer, np.frombuffer(rest, dtype=np.uint8)]) if rest else buffer
+    except OSError as exc:
+        raise DataError(f"{shown}: cannot read file ({exc.strerror or exc})") from None
+    finally:
+        os.close(fd)
+
+
+def _read_rest(fd: int, shown: str, max_bytes: int | None, got: int) -> bytes:
+    """What a file that grew while it was read holds past the first ``got`` bytes, within ``max_bytes``."""
+    chunks: list[bytes] = []
+    while chunk := os.read(fd, 1 << 20):
+        got += len(chunk)
+        if max_bytes is not None and got > max_bytes:
+            raise DataError(f"{shown}: grew to more than {max_bytes:,} bytes while it was read")
+        chunks.append(chunk)
+    return b"".join(chunks)
 
 
 def scan_kinds(folder: str | os.PathLike[str]) -> FileKinds:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import torch
@@ -12,8 +12,8 @@ from torch.utils.data import Dataset
 
 from stoker.decode.image import decode_sample
 from stoker.errors import ConfigError, DataError, MissingFileError
-from stoker.fs import local_path, where
-from stoker.fs.local import read_inside
+from stoker.fs import is_url, local_path, where
+from stoker.fs.local import read_inside, read_inside_array
 from stoker.loading.contract import MapReader
 from stoker.loading.skips import OnError, Skipped
 from stoker.sources.index import SampleIndex, Source
@@ -44,7 +44,10 @@ def read_file_bytes(path: str, inside: Sequence[str] | None = None) -> bytes:
             return read_inside(str(local), path, inside, MAX_FILE_BYTES)
         return where(path).read_bytes(max_bytes=MAX_FILE_BYTES)
     except MissingFileError:
-        raise MissingFileError(f"{path}: file not found (moved or deleted since the index was built?)") from None
+        raise MissingFileError(f"{path}: {_GONE}") from None
+
+
+_GONE = "file not found (moved or deleted since the index was built?)"
 
 
 def _folders_of(source: Source) -> tuple[str, ...] | None:
@@ -85,6 +88,9 @@ class FileDataset(Dataset, MapReader):
         self.on_error: OnError = on_error
         # Where each source's local files may be opened, resolved now (next to indexing), checked at every read.
         self._inside = [_folders_of(source) for source in index.sources]
+        # A source under a plain local folder names its files by plain paths: read as they are, no URL parsing per sample.
+        self._plain = [inside is not None and not is_url(source.root) for inside, source in zip(
+            self._inside, index.sources, strict=True)]
 
     # -- the torch Dataset protocol -------------------------------------------------
     def __len__(self) -> int:
@@ -129,8 +135,16 @@ class FileDataset(Dataset, MapReader):
 
     def load_image(self, i: int) -> torch.Tensor:
         """Sample ``i`` decoded to a uint8 RGB CHW tensor, after its source's crop."""
-        path = str(self.index.paths[i])
-        return decode_sample(self.read_bytes(i), path, self.index.crop_of(i))
+        path, source = str(self.index.paths[i]), int(self.index.source_ids[i])
+        inside = self._inside[source]
+        if self._plain[source]:  # the same checks as read_bytes, into memory the decoder takes without a copy
+            try:
+                data: bytes | np.ndarray = read_inside_array(path, path, cast(Sequence[str], inside), MAX_FILE_BYTES)
+            except MissingFileError:
+                raise MissingFileError(f"{path}: {_GONE}") from None
+        else:
+            data = read_file_bytes(path, inside)
+        return decode_sample(data, path, self.index.sources[source].crop)
 
     @property
     def labels(self) -> np.ndarray:

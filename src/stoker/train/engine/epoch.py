@@ -67,7 +67,7 @@ class Trained:
 def forward_loss(run: Run, model: Forward, images: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, int]:
     """One batch of this run through ``model`` (see :func:`forward_batch`)."""
     return forward_batch(model, images, labels, device=run.device, preprocess=run.preprocess, amp_dtype=run.amp_dtype,
-                         loss_fn=run.scenario.loss_fn)
+                         loss_fn=run.scenario.loss_fn, memory_format=run.layout.memory_format)
 
 
 def forward_batch(
@@ -79,17 +79,24 @@ def forward_batch(
     preprocess: Callable[[torch.Tensor], torch.Tensor] | None,
     amp_dtype: torch.dtype | None,
     loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
+    memory_format: torch.memory_format | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, int]:
     """One batch through ``model``: the copy to the device, preprocess, forward and loss under autocast.
 
     The one batch body of training, validation and the test split (:mod:`stoker.train.engine.evaluate`).
+    With a ``memory_format`` (``torch.channels_last``) the images are put in it on the device,
+    after the copy (the bus carries them as the loader made them).
 
     Returns:
         The batch's mean loss and its argmax hits (0-d tensors, left on the device) and its size.
     """
     images = images.to(device, non_blocking=True)  # uint8 [B, C, H, W]; no-op if the loader moved it
     labels = labels.to(device, non_blocking=True)  # int64 [B]
+    if memory_format is not None and images.dim() == 4:
+        images = images.contiguous(memory_format=memory_format)  # on the device: uint8, a quarter of float's bytes
     x = preprocess(images) if preprocess is not None else images  # float [B, C, H, W], on the device
+    if memory_format is not None and x.dim() == 4:
+        x = x.contiguous(memory_format=memory_format)  # a no-op unless preprocess changed the layout
     with torch.autocast(device.type, dtype=amp_dtype, enabled=amp_dtype is not None):
         logits = model(x)  # [B, classes]
         loss = loss_fn(logits, labels)  # mean over the batch

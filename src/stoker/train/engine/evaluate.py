@@ -55,6 +55,7 @@ def evaluate_test(
     preprocess: Callable[[torch.Tensor], torch.Tensor] | None,
     amp_dtype: torch.dtype | None,
     loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
+    memory_format: torch.memory_format | None = None,
 ) -> TestFigures:
     """Evaluate ``loader`` once with the weights of ``run_dir/best.pt`` and record the figures (rank 0 writes).
 
@@ -77,7 +78,7 @@ def evaluate_test(
     with torch.no_grad():
         for images, labels in loader:
             loss, batch_hits, size = forward_batch(model, images, labels, device=device, preprocess=preprocess,
-                                                   amp_dtype=amp_dtype, loss_fn=loss_fn)
+                                                   amp_dtype=amp_dtype, loss_fn=loss_fn, memory_format=memory_format)
             loss_sum += float(loss) * size
             hits += float(batch_hits)
             n += size

@@ -165,6 +165,7 @@ def _start(run: Run, threads: ComputeThreads) -> dict[str, Any]:
         "parameters": sum(p.numel() for p in model.parameters()),
         "amp": s.amp,
         "compile": s.compile,
+        "channels_last": run.layout.record(),
         "sync_every": run.sync_every,
         "epochs": s.epochs,
         "world_size": ranks.world_size,

@@ -27,6 +27,7 @@ from stoker.train.engine.checkpoint import get_rng_state, load_checkpoint, save_
 from stoker.train.engine.distributed import Ranks, join_launch, unwrap
 from stoker.train.engine.handover import find_holder
 from stoker.train.engine.history import EpochStats, History
+from stoker.train.engine.layout import Layout, choose_layout
 from stoker.train.engine.record import BEST_FILE, LAST_FILE, prepare_run_dir, run_dir_of
 from stoker.train.engine.resume import CHECKPOINT_FORMAT, check_last, restore_last
 from stoker.train.engine.scenario import SYNC_EVERY_CUDA, Scenario
@@ -54,6 +55,7 @@ class Run:
         model: the model itself, on the device: what is saved (never a wrapper, so no ``module.`` prefix).
         preprocess: ``scenario.preprocess``, on the device.
         amp_dtype: the autocast dtype, ``None`` with AMP off.
+        layout: the memory format of the model and its input batches, and why (:mod:`stoker.train.engine.layout`).
         sync_every: batches between read-backs of the loss.
         scaler: the GradScaler (a plain step unless ``amp="fp16"``).
         config: ``scenario.config`` in plain types (checkpoints load with ``weights_only``).
@@ -81,6 +83,7 @@ class Run:
     model: nn.Module
     preprocess: Callable[[torch.Tensor], torch.Tensor] | None
     amp_dtype: torch.dtype | None
+    layout: Layout
     sync_every: int
     scaler: torch.amp.GradScaler
     config: dict[str, Any]
@@ -165,15 +168,20 @@ def set_up(s: Scenario) -> Run:
             f"(stoker's make_loader); got a {type(s.train_loader).__name__}"
         )
     name, run_dir, holder = _prepare_run_dir(ranks, s)
+    model = unwrap(s.model).to(device)
+    layout = _layout(s, device, model)
+    if layout.channels_last:
+        model.to(memory_format=torch.channels_last)  # in place, before DDP builds its gradient buckets
     return Run(
         scenario=s,
         ranks=ranks,
         device=device,
         name=name,
         run_dir=run_dir,
-        model=unwrap(s.model).to(device),
+        model=model,
         preprocess=s.preprocess.to(device) if isinstance(s.preprocess, nn.Module) else s.preprocess,
         amp_dtype=AMP_DTYPES[s.amp],
+        layout=layout,
         sync_every=s.sync_every if s.sync_every is not None else (SYNC_EVERY_CUDA if device.type == "cuda" else 1),
         scaler=torch.amp.GradScaler(device.type, enabled=s.amp == "fp16"),
         config=json.loads(json.dumps(dict(s.config), default=str)),  # plain types, for weights_only checkpoints
@@ -182,6 +190,15 @@ def set_up(s: Scenario) -> Run:
         holder=holder,
         url=staging.run_url(s.log_dir, name),
     )
+
+
+def _layout(s: Scenario, device: torch.device, model: nn.Module) -> Layout:
+    """The run's memory format; never a change under a DDP wrapper the caller made (its buckets keep the old strides)."""
+    layout = choose_layout(s.channels_last, device, s.amp, model)
+    if layout.channels_last and isinstance(s.model, nn.parallel.DistributedDataParallel):
+        return Layout(False, "off: the model came wrapped in DistributedDataParallel, whose gradient buckets keep "
+                             "the layout it was wrapped in; convert it to channels_last before wrapping it")
+    return layout
 
 
 def resume(run: Run) -> None:

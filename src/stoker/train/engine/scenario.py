@@ -33,7 +33,7 @@ SYNC_EVERY_CUDA = 16
 # and Scenario checks them with the checks of those very fields (check_scenario_values).
 SCENARIO_KEYS: tuple[str, ...] = (
     "epochs", "device", "amp", "compile", "grad_accum", "log_dir", "name", "tags", "patience", "resume",
-    "cpu_threads", "checkpoint_every_steps", "sync_every", "progress", "loader_bound_share", "adapt",
+    "cpu_threads", "checkpoint_every_steps", "sync_every", "progress", "loader_bound_share", "adapt", "channels_last",
 )
 
 
@@ -127,6 +127,9 @@ class Scenario:
         scheduler_interval: ``"epoch"`` or ``"step"``.
         grad_accum: batches whose gradients add up before one optimizer step.
         compile: run the model through ``torch.compile``.
+        channels_last: the model and every input batch in ``torch.channels_last`` memory
+            format (``None``: on for a convolutional model on CUDA under AMP, else off;
+            :mod:`stoker.train.engine.layout`). The choice and its reason are in ``run.json``.
         preprocess: applied to every image batch on the device before the model;
             default :class:`Preprocess` (uint8 -> float, ImageNet normalisation).
         patience: stop after this many epochs without a better validation accuracy (``None``: never).
@@ -193,6 +196,7 @@ class Scenario:
     scheduler_interval: Literal["epoch", "step"] = "epoch"
     grad_accum: int = 1
     compile: bool = False
+    channels_last: bool | None = None
     preprocess: Callable[[torch.Tensor], torch.Tensor] | None = field(default_factory=Preprocess)
     patience: int | None = None
     resume: bool = False

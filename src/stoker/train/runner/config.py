@@ -156,6 +156,10 @@ class RunConfig:
     device: str = config_key(device_name, "auto", doc="auto (CUDA when available), cpu, cuda, cuda:N")
     amp: str = config_key(choice(*AMP_MODES), "off", doc="mixed precision: off | bf16 | fp16")
     compile: bool = config_key(as_bool, False, doc="torch.compile the model")
+    channels_last: bool | None = config_key(
+        optional(as_bool), None,
+        doc="model and batches in channels_last memory format; default: on for a convolutional model on CUDA under AMP",
+    )
     grad_accum: int = config_key(whole(1), 1, doc="batches per optimizer step")
     log_dir: str = config_key(nonempty_text, "runs", doc="folder holding the run folders (a path, or a URL such as s3://bucket/runs)")
     name: str | None = config_key(optional(nonempty_text), None, doc="run folder name; default: the start time")
@@ -185,7 +189,8 @@ _TABLES: dict[str, type] = {"data": DataConfig, "model": ModelConfig, "optim": O
 # fast it loads, how long it goes on, what it shows. Every other key is the run itself.
 RESUME_MAY_CHANGE: frozenset[str] = frozenset({
     "run.epochs", "run.device", "run.progress", "run.patience", "run.resume", "run.log_dir", "run.name", "run.test",
-    "run.loader_bound_share", "run.checkpoint_every_steps", "run.sync_every", "run.cpu_threads", "run.adapt", "data.workers", "data.prefetch_factor", "data.backend",
+    "run.loader_bound_share", "run.checkpoint_every_steps", "run.sync_every", "run.cpu_threads", "run.adapt",
+    "run.channels_last", "data.workers", "data.prefetch_factor", "data.backend",
 })
 _PATH_KEYS = ("data.path", "data.valid_path", "data.labels")
 
@@ -486,7 +491,8 @@ class KeyFlag:
     def help(self) -> str:
         """The option's ``--help`` line: the key, its help and its default."""
         shown = "" if self.default in (None, [], {}) or self.check.kind == "switch" else f" [default: {_toml(self.default)}]"
-        on = f" [default: {'on' if self.default else 'off'}]" if self.check.kind == "switch" else ""
+        state = "auto" if self.default is None else ("on" if self.default else "off")
+        on = f" [default: {state}]" if self.check.kind == "switch" else ""
         more = {"many": "; repeat for several", "pairs": "; adds one, repeat for several"}.get(self.check.kind, "")
         return f"{self.key}: {self.doc}{more}.{shown}{on}"
 

@@ -23,6 +23,7 @@ from stoker.train.engine.distributed import Ranks, join_launch, launched
 from stoker.train.engine.evaluate import TEST_FILE, TestFigures, evaluate_test
 from stoker.train.engine.handover import newest_record
 from stoker.train.engine.history import History
+from stoker.train.engine.layout import choose_layout
 from stoker.train.engine.loop import fit
 from stoker.train.engine.record import (
     BEST_FILE,
@@ -289,7 +290,8 @@ def _train(config: TrainConfig, callbacks: Sequence[Logger], echo: Echo | None, 
     if test_loader is not None:  # 4. The test split, once, with the best model.
         preprocess = scenario.preprocess.to(device) if isinstance(scenario.preprocess, nn.Module) else scenario.preprocess
         test = evaluate_test(model, test_loader, run_dir, ranks, device=device, preprocess=preprocess,
-                             amp_dtype=AMP_DTYPES[config.run.amp], loss_fn=loss_fn)
+                             amp_dtype=AMP_DTYPES[config.run.amp], loss_fn=loss_fn,
+                             memory_format=choose_layout(config.run.channels_last, device, config.run.amp, model).memory_format)
         if echo is not None:
             echo(f"test: {test.samples:,} samples, loss {test.loss:.4f}, accuracy {test.acc:.4f} ({test.weights})")
         if url is not None and ranks.main:
