@@ -9,6 +9,7 @@ import click
 
 from stoker.bench.methods import method_names
 from stoker.bench.plan import DEFAULT_WORKERS, MODES
+from stoker.cli.paths import require_paths
 from stoker.errors import ConfigError
 from stoker.loading.backends import BACKENDS
 
@@ -100,6 +101,7 @@ def bench(
 
     Example: stoker bench digiface/ --workers 0,2,4 --max-seconds 60
     """
+    require_paths([data])
     from stoker.bench import BenchPlan, render_markdown, run_bench, save_report
 
     plan = BenchPlan(

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import click
 
+from stoker.cli.paths import require_paths
 from stoker.loading.workers import FALLBACK_WORKERS
 
 
@@ -42,6 +43,7 @@ def inspect(
     loader hands them over in turn. A poorly mixed stream is flagged with a warning that
     names the setting that fixes it (more shards at once, a larger buffer, or a shuffled pack).
     """
+    require_paths([root])
     from stoker.data import detect_layout
 
     if detect_layout(root) != "shards":

@@ -7,6 +7,8 @@ import time
 
 import click
 
+from stoker.cli.paths import require_paths
+
 _UNITS = {"": 1, "b": 1, "k": 2**10, "kb": 2**10, "kib": 2**10, "m": 2**20, "mb": 2**20, "mib": 2**20,
           "g": 2**30, "gb": 2**30, "gib": 2**30}
 
@@ -119,11 +121,15 @@ def pack(paths: tuple[str, ...], store: str, size: str | None, shard_samples: in
     if len(paths) < 2:
         raise click.UsageError("give at least one SRC and the OUT folder: stoker pack SRC... OUT")
     *sources, out = paths
+    given = parse_sources(sources)
+    require_paths(list(given) if isinstance(given, list) else [p for ps in given.values() for p in ps])
+    if labels is not None:
+        require_paths([labels], "pass the label file ('<file> <label>' lines)", "--labels")
     from stoker.packer import pack as run_pack
 
     start = time.perf_counter()
     manifest = run_pack(
-        parse_sources(sources),
+        given,
         out,
         store=store,
         size=parse_size(size),

@@ -10,6 +10,7 @@ import click
 
 from stoker.bench.methods import method_names
 from stoker.cli.bench import parse_size, split_list
+from stoker.cli.paths import require_paths
 from stoker.errors import ConfigError
 
 
@@ -59,6 +60,7 @@ def tune(
 
     Example: stoker tune digiface/ --budget 60s && stoker train run.toml --loader-config loader.toml
     """
+    require_paths([data])
     from stoker.bench import save_settings, search_settings
 
     budget_s = parse_duration(budget_text)

@@ -6,6 +6,8 @@ import sys
 
 import click
 
+from stoker.cli.paths import require_paths
+
 
 @click.command("verify")
 @click.argument("root", metavar="OUT")
@@ -17,6 +19,7 @@ def verify(root: str, no_decode: bool, workers: int | None, quiet: bool) -> None
 
     Prints the first bad shard and row; the exit status is 1 on any fault.
     """
+    require_paths([root], "pass the folder `stoker pack` wrote")
     from stoker.shards import verify as run_verify
     from stoker.shards.cache.store import download_note
 
