@@ -12,6 +12,7 @@ from torch.utils.data import Dataset
 from stoker.data import open_data
 from stoker.loading import make_loader
 from stoker.sources.synthetic import make_data
+from stoker.terminal import bars_shown
 
 __all__ = ["DemoData", "LoadRate", "generate", "measure_load", "run_demo"]
 
@@ -79,7 +80,7 @@ def run_demo(root: Path, n: int = 600, classes: int = 10, workers: tuple[int, ..
 
     start = time.perf_counter()
     echo(f"1. Generating {n} images in each of three layouts under {root / 'data'} ...")
-    data = generate(root, n, classes)
+    data = generate(root, n, classes, progress=bars_shown())
     # open_data detects each layout; the classes stoker.LabelFileDataset, ClassFolderDataset
     # and IdDataset open one layout directly.
     layouts: dict[str, Dataset] = {
@@ -99,7 +100,7 @@ def run_demo(root: Path, n: int = 600, classes: int = 10, workers: tuple[int, ..
     for store in ("encoded", "pixels"):
         out = packed / store
         manifest = pack(data.digiface, out, store=store, size=(112, 112), valid=0.2, seed=0,
-                        shard_samples=max(n // 4, 1), overwrite=True, progress=True)  # a bar on stderr while it packs
+                        shard_samples=max(n // 4, 1), overwrite=True, progress=bars_shown())  # a bar on a terminal
         report = verify(out, workers=0)
         shard_bytes = sum(info.bytes for info in manifest.shards)
         echo(f"   {store:<8} {len(manifest.shards)} shards, {shard_bytes / 2**20:6.1f} MB  verify: {report.summary()}")

@@ -51,6 +51,7 @@ from stoker.loading.backends import BACKENDS
 from stoker.mixing import ShuffleQuality
 from stoker.shards.read.dataset import ShardDataset
 from stoker.sources.dataset import FileDataset
+from stoker.terminal import bar_disable, bars_shown
 
 __all__ = [
     "DEFAULT_METHODS",
@@ -398,7 +399,7 @@ def _run_all(result: BenchResult, data: BenchData, plan: BenchPlan, expected: Ex
                     evict_from_page_cache([str(p) for p in local.rglob("*") if p.is_file()])
         step = _train_step(plan.model, expected.num_classes, device) if plan.mode == "train" else None
         total = expected.samples * plan.epochs
-        with tqdm(total=total, desc=label, unit="img", leave=False, file=sys.stderr, disable=not plan.progress, dynamic_ncols=True) as bar:
+        with tqdm(total=total, desc=label, unit="img", leave=False, file=sys.stderr, disable=bar_disable(plan.progress), dynamic_ncols=True) as bar:
             run = run_method(
                 partial(method.build, data, settings),
                 expected,
@@ -447,7 +448,7 @@ def quick_bench(
     from stoker.bench.report import recommendation, render_markdown, result_notes
 
     plan = BenchPlan(data, workers=workers, batch_size=batch_size, max_seconds=max_seconds, size=size,
-                     limits_time_s=0.5, progress=True)
+                     limits_time_s=0.5, progress=bars_shown())
     result = run_bench(plan, echo=lambda line: echo(f"   {line}"))
     echo("")
     echo(render_markdown(result, details=False, recommend=False))  # the recommendation is the last line, once

@@ -12,6 +12,7 @@ from stoker.bench.plan import DEFAULT_WORKERS, MODES
 from stoker.cli.paths import require_paths
 from stoker.errors import ConfigError
 from stoker.loading.backends import BACKENDS
+from stoker.terminal import bars_shown, set_quiet
 
 _METHODS = ",".join(method_names())
 
@@ -70,6 +71,7 @@ def parse_size(text: str | None) -> tuple[int, int] | None:
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=Path("stoker-bench"), show_default=True,
               help="Folder for bench.md, bench.json and bench.png.")
+@click.option("--quiet", is_flag=True, help="No progress bars (there are none either when stderr is not a terminal).")
 def bench(
     data: str,
     methods: str,
@@ -89,6 +91,7 @@ def bench(
     limit_seconds: float,
     seed: int,
     out: Path,
+    quiet: bool,
 ) -> None:
     """Time every loading method x workers x backend on DATA and check every epoch.
 
@@ -102,6 +105,7 @@ def bench(
     Example: stoker bench digiface/ --workers 0,2,4 --max-seconds 60
     """
     require_paths([data])
+    set_quiet(quiet)
     from stoker.bench import BenchPlan, render_markdown, run_bench, save_report
 
     plan = BenchPlan(
@@ -122,6 +126,7 @@ def bench(
         cold=cold,
         limits_time_s=limit_seconds,
         seed=seed,
+        progress=bars_shown(),
     )
     result = run_bench(plan, echo=lambda line: click.echo(line, err=True))
     click.echo(render_markdown(result))

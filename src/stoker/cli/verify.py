@@ -7,19 +7,21 @@ import sys
 import click
 
 from stoker.cli.paths import require_paths
+from stoker.terminal import bars_shown, set_quiet
 
 
 @click.command("verify")
 @click.argument("root", metavar="OUT")
 @click.option("--no-decode", is_flag=True, help="Check checksums and structure only; do not decode images.")
 @click.option("--workers", type=click.IntRange(min=0), default=None, help="Processes checking shards [default: CPU count].")
-@click.option("--quiet", is_flag=True, help="No progress bar.")
+@click.option("--quiet", is_flag=True, help="No progress bar (there is none either when stderr is not a terminal).")
 def verify(root: str, no_decode: bool, workers: int | None, quiet: bool) -> None:
     """Check a shard set: the manifest, every shard's SHA-256, and that every sample decodes.
 
     Prints the first bad shard and row; the exit status is 1 on any fault.
     """
     require_paths([root], "pass the folder `stoker pack` wrote")
+    set_quiet(quiet)
     from stoker.shards import verify as run_verify
     from stoker.shards.cache.store import download_note
 
@@ -27,7 +29,7 @@ def verify(root: str, no_decode: bool, workers: int | None, quiet: bool) -> None
     if note is not None:
         click.echo(note, err=True)
 
-    report = run_verify(root, decode=not no_decode, workers=workers, progress=not quiet)
+    report = run_verify(root, decode=not no_decode, workers=workers, progress=bars_shown(not quiet))
     for fault in report.faults[:20]:
         click.echo(f"fault: {fault}", err=True)
     if len(report.faults) > 20:

@@ -21,6 +21,7 @@ from tqdm import tqdm
 
 from stoker.decode.image import Box
 from stoker.errors import ConfigError, DataError, LabelError
+from stoker.terminal import bar_disable
 
 __all__ = ["PROGRESS_DELAY_S", "SampleIndex", "Source", "indexing_progress"]
 
@@ -37,7 +38,7 @@ def indexing_progress(where: str, unit: str = "files") -> tqdm:
         >>> with indexing_progress("data/train") as bar:  # doctest: +SKIP
         ...     bar.update(len(names))
     """
-    return tqdm(desc=f"indexing {where}", unit=f" {unit}", unit_scale=False, file=sys.stderr,
+    return tqdm(desc=f"indexing {where}", unit=f" {unit}", unit_scale=False, file=sys.stderr, disable=bar_disable(),
                 delay=PROGRESS_DELAY_S, dynamic_ncols=True, mininterval=0.5)
 
 

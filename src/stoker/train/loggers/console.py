@@ -8,6 +8,7 @@ from typing import TextIO
 
 from tqdm import tqdm
 
+from stoker.terminal import bar_disable
 from stoker.train.engine.history import EpochStats, History
 from stoker.train.loggers.base import BatchProgress, Logger, RunInfo
 
@@ -72,7 +73,7 @@ class ConsoleLogger(Logger):
             leave=False,
             file=sys.stderr,
             dynamic_ncols=True,
-            disable=None if self.progress else True,  # None: only on a terminal
+            disable=bar_disable(self.progress),  # None: only on a terminal
         )
 
     def batch_end(self, progress: BatchProgress) -> None:
