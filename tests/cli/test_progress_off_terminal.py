@@ -47,7 +47,8 @@ def _to_files(args: list[str], tmp_path: Path, name: str) -> tuple[int, str, str
     with open(out, "w") as o, open(err, "w") as e:
         done = subprocess.run([sys.executable, "-m", "stoker", *args], stdout=o, stderr=e, cwd=tmp_path,
                               timeout=TIMEOUT_S, stdin=subprocess.DEVNULL)
-    return done.returncode, out.read_text(errors="replace"), err.read_text(errors="replace")
+    # the bytes as written: text mode would turn each "\r" into a newline
+    return done.returncode, out.read_bytes().decode(errors="replace"), err.read_bytes().decode(errors="replace")
 
 
 def _on_terminal(args: list[str], cwd: Path) -> tuple[int, str]:
