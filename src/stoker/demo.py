@@ -107,7 +107,7 @@ def run_demo(root: Path, n: int = 600, classes: int = 10, workers: tuple[int, ..
         train_split = open_data(out, "train")
         for w in workers:
             rate = measure_load(f"shards-{store}", train_split, w)
-            echo(f"   {'':<8} read one epoch with {w} workers: {rate.img_per_s:>9.0f} img/s")
+            echo(f"   {'':<8} read one epoch with {w} worker{'' if w == 1 else 's'}: {rate.img_per_s:>9.0f} img/s")
 
     echo("\n4. Training a small CNN on the pixel shards (CPU is fine) ...\n")
     result = demo_run(packed / "pixels", root / "runs", epochs=4, image_size=64, workers=0, echo=echo)

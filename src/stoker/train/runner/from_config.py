@@ -256,7 +256,7 @@ def _train(config: TrainConfig, callbacks: Sequence[Logger], echo: Echo | None, 
         echo(f"data: {data.description}{untested}")
         echo(f"model: {config.model.name} ({num_classes} classes, {sum(p.numel() for p in model.parameters()):,} parameters), "
              f"{config.optim.name} lr {config.optim.lr:g}, batch {config.data.batch_size}, "
-             f"{train_loader.num_workers} {train_loader.backend} workers")
+             f"{train_loader.num_workers} {train_loader.backend} worker{'' if train_loader.num_workers == 1 else 's'}")
         if config.run.resume and config.run.name:
             _echo_resumed(config.run.log_dir, config.run.name, echo)
 
