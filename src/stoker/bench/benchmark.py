@@ -36,6 +36,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from stoker.bench.advice import looks_gray
 from stoker.bench.limits import Limits, evict_from_page_cache, measure_limits, measure_sequential_reads
 from stoker.bench.methods import METHODS, PACK_SPLIT, BenchData, Method
 from stoker.bench.plan import DEFAULT_WORKERS, BenchPlan
@@ -264,6 +265,7 @@ def run_bench(plan: BenchPlan, echo: Echo | None = None) -> BenchResult:
             "device": str(device),
         },
         cold=plan.cold,
+        gray=dataset is not None and looks_gray(dataset),  # the pack advice names --channels 1
     )
 
     stores = _stores(plan)

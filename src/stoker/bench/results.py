@@ -44,6 +44,8 @@ class BenchResult:
             ``shuffle_buffer``): ``{store: {workers: quality}}``.
         stream_fixes: for each store whose stream is not well mixed, the setting that
             fixes it, in words (:meth:`stoker.shards.check.quality.MixingCheck.advice`).
+        gray: every image looked at was gray (:func:`stoker.bench.advice.looks_gray`): the
+            pack advice names ``--channels 1``.
     """
 
     description: str
@@ -66,6 +68,7 @@ class BenchResult:
     cold: bool = False
     stream_quality: dict[str, dict[int, ShuffleQuality]] = field(default_factory=dict)
     stream_fixes: dict[str, str] = field(default_factory=dict)
+    gray: bool = False
     _suggested_buffer: int | None = field(default=None, repr=False)
 
     def run(self, method: str, workers: int, backend: str = BACKENDS[0]) -> RunResult:

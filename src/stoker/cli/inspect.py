@@ -92,4 +92,9 @@ def _inspect_files(root: str, max_classes: int) -> None:
         names = ", ".join(data.classes[i] for i in data.empty_classes[:10])
         click.echo(f"warning: {len(data.empty_classes)} classes have no samples ({names}); numbered from 1? "
                    "--label-order sorted numbers the folders without gaps")
-    click.echo("not packed: pack it for faster reading with `stoker pack " + str(root) + " OUT`")
+    from stoker.bench.advice import looks_gray, pack_command
+
+    gray = looks_gray(next(iter(data.values())))
+    click.echo(f"not packed: pack it for faster reading with {pack_command(str(root), gray=gray)} "
+               f"(`stoker bench {root}` measures which shards read fastest here)"
+               + ("; every image looked at is gray: --channels 1 stores one channel, a third of the bytes" if gray else ""))

@@ -115,7 +115,7 @@ def train(config: Path | None, loader_file: Path | None, assignments: tuple[str,
     from stoker.train.runner.from_config import rank_zero, train_from_config
 
     if loader_file is not None:
-        _check_tuned_for(loader_file, cfg.data.path)
+        _check_tuned_for(loader_file, cfg.data.path, cfg.data.batch_size)
     try:
         result = train_from_config(cfg, echo=click.echo)
     except KeyboardInterrupt as exc:
@@ -168,9 +168,9 @@ def _loader_settings(path: Path) -> dict[str, Any]:
     return {f"data.{key}": value for key, value in load_data_table(path).items()}
 
 
-def _check_tuned_for(path: Path, data: list[str]) -> None:
-    """Stop when the settings file was tuned for another storage than ``data``; warn for other data."""
+def _check_tuned_for(path: Path, data: list[str], batch_size: int) -> None:
+    """Stop when the settings file was tuned for another storage than ``data``; warn for other data or batch size."""
     from stoker.bench.settings import check_tuned_for, load_settings
 
-    for warning in check_tuned_for(load_settings(path), data, str(path)):
+    for warning in check_tuned_for(load_settings(path), data, str(path), batch_size):
         click.echo(f"warning: {warning}", err=True)
