@@ -36,6 +36,7 @@ from stoker.train.engine.record import (
 from stoker.train.engine.run import AMP_DTYPES
 from stoker.train.engine.scenario import SCENARIO_KEYS, Scenario
 from stoker.train.loggers import Logger, RunInfo
+from stoker.train.loggers.tensorboard import write_test_scalars
 from stoker.train.runner.config import OptimConfig, TrainConfig, parse_config
 from stoker.train.runner.data import build_data, build_loaders, build_test_loader
 from stoker.train.runner.models import build_model
@@ -104,7 +105,8 @@ class RunResult:
         if "tensorboard" in files:
             lines.append("  events.out.*  TensorBoard events")
             logdir = self.url.rsplit("/", 1)[0] if self.url else self.run_dir.parent
-            lines.append(f"open TensorBoard: tensorboard --logdir {logdir}  (the Custom Scalars tab draws train and valid together)")
+            lines.append(f"open TensorBoard: tensorboard --logdir {logdir}  (Scalars tab: loss/train, acc/valid ...; Custom Scalars tab: "
+                         "Loss and Accuracy, train, valid and test on one chart)")
         return "\n".join(lines)
 
 
@@ -290,6 +292,8 @@ def _train(config: TrainConfig, callbacks: Sequence[Logger], echo: Echo | None, 
         preprocess = scenario.preprocess.to(device) if isinstance(scenario.preprocess, nn.Module) else scenario.preprocess
         test = evaluate_test(model, test_loader, run_dir, ranks, device=device, preprocess=preprocess,
                              amp_dtype=AMP_DTYPES[config.run.amp], loss_fn=loss_fn)
+        if ranks.main:  # beside the curves: at the epoch whose weights were evaluated
+            write_test_scalars(run_dir, test.loss, test.acc, history.best_epoch or len(history.epochs))
         if echo is not None:
             echo(f"test: {test.samples:,} samples, loss {test.loss:.4f}, accuracy {test.acc:.4f} ({test.weights})")
         if url is not None and ranks.main:
