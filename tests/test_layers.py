@@ -38,6 +38,7 @@ LAYERS: dict[str, int] = {
     "fs": 0,  # paths and URLs (stoker.fs): every reader of a folder or file, above only errors
     "lifetime": 0,  # workers die with their parent (pack, verify)
     "cores": 0,  # how many cores this process may use: every default that counts them
+    "terminal": 0,  # whether a progress bar is drawn (a terminal, not --quiet)
     "_lazy": 0,  # public names imported on first use
     "loading": 1,
     "sources": 2,

@@ -47,6 +47,7 @@ from torch.utils.data import Dataset
 from stoker.decode.image import Box, resize
 from stoker.errors import ConfigError, DataError, LabelError, MissingFileError, NetworkError
 from stoker.fs import PATH_OR_URL_TYPES, Location, where
+from stoker.fs.near import did_you_mean
 from stoker.loading.skips import OnError, check_on_error
 from stoker.shards.cache.manifests import has_cached
 from stoker.shards.format.manifest import Manifest
@@ -144,7 +145,8 @@ def detect_layout(path: PathLike) -> Layout:
             return "ids"
         raise ConfigError(f"{p}: pass a folder, a '<file> <label>' .txt file, or an ids .json/.csv file")
     if not p.is_dir():
-        raise MissingFileError(f"{p}: not found; pass a folder of images, a shard set or a label file")
+        hint = did_you_mean(str(p)) if p.is_local else ""
+        raise MissingFileError(f"{p}: not found; pass a folder of images, a shard set or a label file{hint}")
     if (p / MANIFEST_FILE).is_file():
         return "shards"
     if any((p / name).is_file() for name in _ID_FILES):

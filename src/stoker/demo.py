@@ -12,6 +12,7 @@ from torch.utils.data import Dataset
 from stoker.data import open_data
 from stoker.loading import make_loader
 from stoker.sources.synthetic import make_data
+from stoker.terminal import bars_shown
 
 __all__ = ["DemoData", "LoadRate", "generate", "measure_load", "run_demo"]
 
@@ -55,6 +56,21 @@ def generate(root: Path, n: int, classes: int, seed: int = 0, progress: bool = T
     return paths
 
 
+def accuracy_gap_note(train_acc: float, valid_acc: float) -> str | None:
+    """Why epoch 1's valid accuracy can be far above its train accuracy, when it is (else ``None``).
+
+    Train accuracy is the mean over the epoch's batches, counted while the model learns
+    (the first batches at chance); valid accuracy is measured after the epoch, with its
+    last weights. On data as easy as the demo's, the model is near its best by then.
+    """
+    if not valid_acc - train_acc > 0.1:  # NaN (no validation) says nothing either
+        return None
+    return (f"   Epoch 1: valid accuracy {valid_acc:.2f} against train {train_acc:.2f}. Train accuracy is the mean "
+            "over the epoch, counted while the model learns from chance; valid accuracy is measured after the "
+            "epoch, with its last weights. The demo's classes are easy to tell apart, so the model is near its best "
+            "by then, and later epochs gain little.")
+
+
 def measure_load(name: str, dataset: Dataset, workers: int, batch_size: int = 64) -> LoadRate:
     """Time one full epoch of ``dataset`` through ``make_loader`` (after the workers start)."""
     loader = make_loader(dataset, batch_size=batch_size, shuffle=True, num_workers=workers, device="cpu")
@@ -79,7 +95,7 @@ def run_demo(root: Path, n: int = 600, classes: int = 10, workers: tuple[int, ..
 
     start = time.perf_counter()
     echo(f"1. Generating {n} images in each of three layouts under {root / 'data'} ...")
-    data = generate(root, n, classes)
+    data = generate(root, n, classes, progress=bars_shown())
     # open_data detects each layout; the classes stoker.LabelFileDataset, ClassFolderDataset
     # and IdDataset open one layout directly.
     layouts: dict[str, Dataset] = {
@@ -99,17 +115,22 @@ def run_demo(root: Path, n: int = 600, classes: int = 10, workers: tuple[int, ..
     for store in ("encoded", "pixels"):
         out = packed / store
         manifest = pack(data.digiface, out, store=store, size=(112, 112), valid=0.2, seed=0,
-                        shard_samples=max(n // 4, 1), overwrite=True, progress=True)  # a bar on stderr while it packs
+                        shard_samples=max(n // 4, 1), overwrite=True, progress=bars_shown())  # a bar on a terminal
         report = verify(out, workers=0)
         shard_bytes = sum(info.bytes for info in manifest.shards)
         echo(f"   {store:<8} {len(manifest.shards)} shards, {shard_bytes / 2**20:6.1f} MB  verify: {report.summary()}")
         train_split = open_data(out, "train")
         for w in workers:
             rate = measure_load(f"shards-{store}", train_split, w)
-            echo(f"   {'':<8} read one epoch with {w} workers: {rate.img_per_s:>9.0f} img/s")
+            echo(f"   {'':<8} read one epoch with {w} worker{'' if w == 1 else 's'}: {rate.img_per_s:>9.0f} img/s")
 
     echo("\n4. Training a small CNN on the pixel shards (CPU is fine) ...\n")
     result = demo_run(packed / "pixels", root / "runs", epochs=4, image_size=64, workers=0, echo=echo)
+    if result.history.epochs:
+        first = result.history.epochs[0]
+        note = accuracy_gap_note(first.train_acc, first.valid_acc)
+        if note:
+            echo(note)
     echo(result.where())
 
     echo("\n5. Benchmark: every loading method on the digiface data, side by side (a minute or less) ...\n")

@@ -112,3 +112,9 @@ def test_bench_peers_quick_prints_every_ratio_by_round(tmp_path: Path) -> None:
         assert part in out
     row = next(line for line in out.splitlines() if line.startswith("| pixels-jpeg |"))
     assert len(row.split("|")[4].split(" / ")) >= 5  # at least 5 interleaved rounds, each shown
+
+
+def test_bench_lightning_threads_runs(tmp_path: Path) -> None:
+    pytest.importorskip("lightning")
+    out = _run("bench_lightning_threads.py", "--n", "48", "--size", "16", "--repeats", "1", cwd=tmp_path)
+    assert "ratio:" in out and "| ComputeThreads |" in out

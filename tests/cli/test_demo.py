@@ -80,3 +80,11 @@ main(["demo", "--dir", {str(tmp_path / 'demo')!r}, "--n", "20"])
     assert "<torch import starts>" in lines, done.stdout + done.stderr
     first = lines.index("<torch import starts>")
     assert first >= 1 and lines[0].startswith("stoker demo: a guided tour under") and "loading torch" in lines[0]
+
+
+def test_the_demo_explains_a_first_epoch_whose_valid_accuracy_is_far_above_train() -> None:
+    from stoker.demo import accuracy_gap_note
+
+    note = accuracy_gap_note(0.69, 0.99)
+    assert note is not None and "valid accuracy 0.99 against train 0.69" in note and "while the model learns" in note
+    assert accuracy_gap_note(0.80, 0.85) is None and accuracy_gap_note(0.8, float("nan")) is None

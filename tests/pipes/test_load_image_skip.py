@@ -44,4 +44,4 @@ def test_skips_of_a_pipe_are_counted_by_the_loader(tmp_path: Path, workers: int,
         images = [image for batch in loader for image in batch]
     assert len(images) == 3
     assert len(loader.skipped) == 1 and loader.skipped[0].key.endswith("2.png")
-    assert "skipped 1 bad sample(s) in epoch 0" in caplog.text
+    assert "skipped 1 bad sample(s) in epoch 1" in caplog.text  # epochs counted from 1, as fit counts them

@@ -8,14 +8,19 @@ s3fs follows), so no test passes an endpoint of its own and nothing leaves the m
 from __future__ import annotations
 
 import itertools
+import json
 import os
+import re
 import signal
 import socket
 import subprocess
 import sys
 import time
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
+from urllib.parse import urlparse
 
 import numpy as np
 import pytest
@@ -67,10 +72,12 @@ def s3_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     pytest.importorskip("s3fs", reason="the S3 tests need s3fs: pip install 'stoker[test]'")
     pytest.importorskip("moto.server", reason="the S3 tests need moto's server: pip install 'stoker[test]'")
     port = _free_port()
-    log = open(tmp_path_factory.mktemp("moto") / "server.log", "wb")
+    folder = tmp_path_factory.mktemp("moto")
+    log = open(folder / "server.log", "wb")
+    recording = {"MOTO_RECORDER_FILEPATH": str(folder / "recording.jsonl")}  # where moto's recorder API writes
     proc = subprocess.Popen(
         [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-        stdout=log, stderr=subprocess.STDOUT,
+        stdout=log, stderr=subprocess.STDOUT, env={**os.environ, **recording},
     )
     endpoint = f"http://127.0.0.1:{port}"
     saved = {k: os.environ.get(k) for k in _ENV}
@@ -101,6 +108,49 @@ _ENV = {
     "AWS_DEFAULT_REGION": "us-east-1",
     "AWS_EC2_METADATA_DISABLED": "true",
 }
+
+
+class ServerRecord:
+    """The requests moto's server answered, from its own recorder API (``/moto-api/recorder/``), not its log's format.
+
+    A test counts requests through this record: the server writes it as JSON lines whatever
+    the status of the answer, and whatever its log prints.
+    """
+
+    def __init__(self, endpoint: str) -> None:
+        self.endpoint = endpoint
+
+    def _call(self, action: str) -> str:
+        url = f"{self.endpoint}/moto-api/recorder/{action}"
+        with urllib.request.urlopen(urllib.request.Request(url, method="POST"), timeout=30) as answer:
+            return str(answer.read().decode())
+
+    def start(self) -> None:
+        """Forget what was recorded, and record every request from now on."""
+        self._call("reset-recording")
+        self._call("start-recording")
+
+    def stop(self) -> None:
+        self._call("stop-recording")
+
+    def requests(self) -> list[dict[str, Any]]:
+        """Every request recorded since :meth:`start`: ``method``, ``url``, ``headers`` (and the body moto keeps)."""
+        return [json.loads(line) for line in self._call("download-recording").splitlines() if line.strip()]
+
+    def count(self, method: str, path: re.Pattern[str]) -> int:
+        """Requests of ``method`` whose URL path matches ``path`` (from its start)."""
+        return sum(1 for r in self.requests() if r["method"] == method and path.match(urlparse(r["url"]).path))
+
+
+@pytest.fixture
+def server_record(s3_server: str) -> Iterator[ServerRecord]:
+    """moto's record of the requests it answers during the test (started empty, stopped after)."""
+    record = ServerRecord(s3_server)
+    record.start()
+    try:
+        yield record
+    finally:
+        record.stop()
 
 
 @pytest.fixture

@@ -97,3 +97,18 @@ def test_compare_chart_colours_legend_and_empty_runs() -> None:
     one.canvas.draw()
     legend_box, axes_box = ax.get_legend().get_window_extent(), ax.get_window_extent()
     assert legend_box.x0 >= axes_box.x1  # beside the data, not over it
+
+
+def test_runs_without_groups_are_named_once_in_distinct_hues(tmp_path: Path) -> None:
+    """No ``name / name`` legend when every run is its own group; groups of a chart never share a hue while one is free."""
+    from stoker.train.engine.plots import group_colours
+
+    runs = [_fake_run(tmp_path / "runs", name, "files", [0.5, 0.7]) for name in ("alpha", "beta", "gamma")]
+    _, figure = compare_runs(runs, out=tmp_path / "c.png")
+    labels = [line.get_label() for line in figure.axes[0].get_lines()]
+    assert sorted(labels) == ["alpha", "beta", "gamma"]
+    for names in (["alpha", "beta", "gamma"], [f"run-{i}" for i in range(10)], ["20261204-150915", "20261204-150952"]):
+        hues = [index // 2 for index in group_colours(names, 20).values()]
+        assert len(set(hues)) == len(hues), names  # tab20 pairs a dark and a light shade of each hue
+    many = group_colours([f"g{i}" for i in range(14)], 20)
+    assert len(set(many.values())) == 14  # past ten groups, light shades come in, still one colour each

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import tempfile
 import tomllib
 from dataclasses import fields
 from pathlib import Path
@@ -131,7 +132,12 @@ def _run_train(args: list[str], monkeypatch: pytest.MonkeyPatch) -> tuple[Any, A
         raise SystemExit(0)
 
     monkeypatch.setattr(runner, "train_from_config", fake)
-    result = CliRunner().invoke(train, args)
+    with tempfile.TemporaryDirectory() as folder:  # the data paths the tests name exist: train checks them first
+        for name in ("a", "b", "v"):
+            (Path(folder) / name).mkdir()
+        with monkeypatch.context() as m:
+            m.chdir(folder)
+            result = CliRunner().invoke(train, args)
     return (seen[0] if seen else None), result
 
 

@@ -92,6 +92,13 @@ def test_train_test_evaluates_the_test_split_once_with_the_best_model(tmp_path: 
         rows = list(csv.DictReader(f))
     assert len(rows) == 1 and rows[0]["split"] == "test" and int(rows[0]["samples"]) == 40
     assert "test: 40 samples" in result.output and "test.csv" in result.output
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    events = EventAccumulator(str(run))
+    events.Reload()
+    [acc] = events.Scalars("acc/test")  # in TensorBoard too, at the epoch whose weights were evaluated
+    assert acc.step == best_epoch and abs(acc.value - record["test"]["acc"]) < 1e-6
+    assert [s.step for s in events.Scalars("loss/test")] == [best_epoch]
 
     result = CliRunner().invoke(train, ["--data", str(folders), "--epochs", "1", "--device", "cpu", "--test",
                                         "--log-dir", str(tmp_path / "runs"), "--name", "none", "--no-progress"])

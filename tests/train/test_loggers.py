@@ -60,5 +60,20 @@ def test_tensorboard_events_hold_the_scalars_and_the_two_curve_charts(tmp_path: 
         assert [v.value for v in values] == pytest.approx([getattr(e, attr) for e in epochs], rel=1e-6)
     layout = layout_pb2.Layout.FromString(events.Tensors("custom_scalars__config__")[0].tensor_proto.string_val[0])
     charts = {chart.title: list(chart.multiline.tag) for category in layout.category for chart in category.chart}
-    assert charts["Loss"] == [r"^loss/train$", r"^loss/valid$"]
-    assert charts["Accuracy"] == [r"^acc/train$", r"^acc/valid$"]
+    assert charts["Loss"] == [r"^loss/train$", r"^loss/valid$", r"^loss/test$"]
+    assert charts["Accuracy"] == [r"^acc/train$", r"^acc/valid$", r"^acc/test$"]
+
+
+def test_the_tensorboard_docs_name_every_tag_written(tmp_path: Path) -> None:
+    """The logger's docstring (what the docs render) lists exactly the scalar tags a run writes, test ones included."""
+    import re
+
+    from stoker.train.loggers.tensorboard import TensorBoardLogger, write_test_scalars
+
+    run_dir, _ = _run(tmp_path, 1)
+    assert write_test_scalars(run_dir, 0.5, 0.75, 1)
+    events = EventAccumulator(str(run_dir))
+    events.Reload()
+    written = set(events.Tags()["scalars"])
+    named = set(re.findall(r"``([a-z_]+(?:/[a-z_]+)?)``", TensorBoardLogger.__doc__ or "")) - {"tensorboard"}
+    assert written == named, (written ^ named)

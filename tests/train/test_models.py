@@ -33,3 +33,15 @@ def test_preprocess_turns_uint8_into_normalised_float() -> None:
     assert out.dtype == torch.float32 and torch.allclose(out, torch.ones_like(out))
     floats = Preprocess(mean=(0.0,) * 3, std=(1.0,) * 3)(torch.full((1, 3, 2, 2), 0.25))
     assert torch.allclose(floats, torch.full_like(floats, 0.25))  # float input is taken as [0, 1]
+
+
+def test_small_cnn_has_the_parameters_its_docstring_says() -> None:
+    import re
+
+    from stoker.train import SmallCNN
+
+    said = [int(n.replace(",", "")) for n in re.findall(r"([0-9][0-9,]*) (?:parameters|per class|for 10)", SmallCNN.__doc__ or "")]
+    blocks, per_class, ten = said
+    count = sum(p.numel() for p in SmallCNN(10).parameters())
+    assert count == ten == blocks + 10 * per_class
+    assert sum(p.numel() for p in SmallCNN(3).parameters()) == blocks + 3 * per_class

@@ -52,3 +52,35 @@ def test_a_url_run_folder_starts_empty_refuses_a_second_start_and_resumes_from_t
     assert again == local and (again / "last.pt").read_bytes() == b"checkpoint"
     assert not (again / "events.out.tfevents.1").exists()  # events stay at the URL; a resumed run adds its own
     assert staging.run_url(url, "r") == f"{url}/r" and staging.run_url("runs", "r") is None
+
+
+def test_an_interrupt_of_a_url_run_names_the_url_not_the_local_copy(
+    url: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Ctrl-C mid-epoch in a run whose folder is at a URL: the warning names the URL's last.pt and its resume command."""
+    import logging
+
+    import torch
+    from torch import nn
+    from torch.utils.data import TensorDataset
+
+    from stoker import make_loader
+    from stoker.train import Logger, Scenario, fit
+
+    class StopAt(Logger):
+        def batch_end(self, progress):  # type: ignore[no-untyped-def]
+            if (progress.phase, progress.epoch, progress.batch) == ("train", 1, 3):
+                raise KeyboardInterrupt
+
+    g = torch.Generator().manual_seed(0)
+    x, y = torch.randn(40, 6, generator=g), torch.randint(0, 3, (40,), generator=g)
+    batches = make_loader(TensorDataset(x, y), batch_size=4, num_workers=0, device="cpu", seed=0)
+    model = nn.Linear(6, 3)
+    scenario = Scenario(model, torch.optim.SGD(model.parameters(), lr=0.1), nn.CrossEntropyLoss(), batches, None,
+                        epochs=2, device="cpu", log_dir=url, name="stopped", preprocess=None, checkpoint_every_steps=1,
+                        loggers=(), progress=False, plot=False)
+    with caplog.at_level(logging.WARNING, logger="stoker"), pytest.raises(KeyboardInterrupt):
+        fit(scenario, callbacks=[StopAt()])
+    [said] = [r.getMessage() for r in caplog.records if "holds this point" in r.getMessage()]
+    assert f"{url}/stopped/last.pt holds this point" in said, said
+    assert f"--log-dir {url} --name stopped --resume" in said and str(tmp_path / "cache") not in said

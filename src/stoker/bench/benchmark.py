@@ -36,6 +36,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from stoker.bench.advice import looks_gray
 from stoker.bench.limits import Limits, evict_from_page_cache, measure_limits, measure_sequential_reads
 from stoker.bench.methods import METHODS, PACK_SPLIT, BenchData, Method
 from stoker.bench.plan import DEFAULT_WORKERS, TRAIN_OPTIMIZER, BenchPlan
@@ -52,6 +53,7 @@ from stoker.loading.backends import BACKENDS
 from stoker.mixing import ShuffleQuality
 from stoker.shards.read.dataset import ShardDataset
 from stoker.sources.dataset import FileDataset
+from stoker.terminal import bar_disable, bars_shown
 
 __all__ = [
     "DEFAULT_METHODS",
@@ -251,6 +253,7 @@ def run_bench(plan: BenchPlan, echo: Echo | None = None) -> BenchResult:
             "device": str(device),
         },
         cold=plan.cold,
+        gray=dataset is not None and looks_gray(dataset),  # the pack advice names --channels 1
     )
 
     stores = _stores(plan)
@@ -412,7 +415,7 @@ def _run_all(result: BenchResult, data: BenchData, plan: BenchPlan, expected: Ex
                     evict_from_page_cache([str(p) for p in local.rglob("*") if p.is_file()])
         step = _train_step(plan, expected.num_classes, device)[0] if plan.mode == "train" else None
         total = expected.samples * plan.epochs
-        with tqdm(total=total, desc=label, unit="img", leave=False, file=sys.stderr, disable=not plan.progress, dynamic_ncols=True) as bar:
+        with tqdm(total=total, desc=label, unit="img", leave=False, file=sys.stderr, disable=bar_disable(plan.progress), dynamic_ncols=True) as bar:
             run = run_method(
                 partial(method.build, data, settings),
                 expected,
@@ -463,7 +466,7 @@ def quick_bench(
     from stoker.bench.report import recommendation, render_markdown, result_notes
 
     plan = BenchPlan(data, workers=workers, batch_size=batch_size, max_seconds=max_seconds, size=size,
-                     limits_time_s=0.5, progress=True)
+                     limits_time_s=0.5, progress=bars_shown())
     result = run_bench(plan, echo=lambda line: echo(f"   {line}"))
     echo("")
     echo(render_markdown(result, details=False, recommend=False))  # the recommendation is the last line, once

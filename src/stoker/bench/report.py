@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 import psutil
 
+from stoker.bench.advice import pack_command
 from stoker.bench.methods import METHODS
 from stoker.bench.runner import RunResult
 from stoker.bench.shares import share_explanation, share_phrase, share_text
@@ -283,8 +284,7 @@ def _kept_up(run: RunResult) -> float:
 
 
 def _pixels_command(result: BenchResult) -> str:
-    size = f" --size {result.size[0]}x{result.size[1]}" if result.size else ""
-    return f"`stoker pack DATA OUT --store pixels{size}`"
+    return pack_command("DATA", result.size, result.gray)
 
 
 def _decode_case(result: BenchResult, runs: list[RunResult], backends: Sequence[str]) -> str:

@@ -49,6 +49,8 @@ class BenchResult:
             format, optimizer), else ``None``.
         ceiling: train mode: the step's rate with no loading (one batch already on the
             device), the yardstick of every run, else ``None``.
+        gray: every image looked at was gray (:func:`stoker.bench.advice.looks_gray`): the
+            pack advice names ``--channels 1``.
     """
 
     description: str
@@ -73,6 +75,7 @@ class BenchResult:
     stream_fixes: dict[str, str] = field(default_factory=dict)
     step: StepSetting | None = None
     ceiling: Ceiling | None = None
+    gray: bool = False
     _suggested_buffer: int | None = field(default=None, repr=False)
 
     def run(self, method: str, workers: int, backend: str = BACKENDS[0]) -> RunResult:

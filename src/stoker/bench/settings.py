@@ -44,7 +44,8 @@ from stoker.fs import local_path
 from stoker.loading.backends import BACKENDS
 from stoker.loading.workers import FALLBACK_WORKERS
 
-__all__ = ["LOADER_KEYS", "LoaderSettings", "check_tuned_for", "load_data_table", "load_settings", "save_settings"]
+__all__ = ["LOADER_KEYS", "LoaderSettings", "check_tuned_for", "describe_loader", "load_data_table", "load_settings",
+           "save_settings"]
 
 # The keys of a training config's [data] table that these settings write and read.
 LOADER_KEYS: tuple[str, ...] = ("workers", "backend", "prefetch_factor")
@@ -68,6 +69,8 @@ class LoaderSettings:
         img_per_s: the rate they measured, if known.
         data: the data they were tuned on (its absolute path), if known.
         layout: that data's layout (``"class_folders"``, ``"split_folders"``...), if known.
+        batch_size: the batch size they were measured at, if known (a run at another
+            batch size is warned: workers and prefetch depth follow the batch).
     """
 
     workers: int = FALLBACK_WORKERS  # make_loader's default for data without measured settings
@@ -77,6 +80,7 @@ class LoaderSettings:
     img_per_s: float | None = field(default=None, compare=False)
     data: str | None = field(default=None, compare=False)
     layout: str | None = field(default=None, compare=False)
+    batch_size: int | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
         problem = _problem({f.name: getattr(self, f.name) for f in fields(self)})
@@ -113,7 +117,8 @@ class LoaderSettings:
         lines.append("[data]")
         for key, value in self.data_table().items():
             lines.append(f"{key} = {_toml_value(value)}")
-        tuned_for = {"storage": self.method, "data": self.data, "layout": self.layout, "img_per_s": self.img_per_s}
+        tuned_for = {"storage": self.method, "data": self.data, "layout": self.layout, "img_per_s": self.img_per_s,
+                     "batch_size": self.batch_size}
         if self.data is not None or self.img_per_s is not None:
             lines += ["", "[tuned_for]"]
             lines += [f"{key} = {_toml_value(value)}" for key, value in tuned_for.items() if value is not None]
@@ -149,6 +154,14 @@ class LoaderSettings:
         return settings
 
 
+def describe_loader(workers: int, backend: str, prefetch_factor: int) -> str:
+    """``"2 process workers, prefetch 4"``; with no workers, ``"no workers (loads in the training process)"``:
+    the prefetch depth and backend only apply to workers."""
+    if workers == 0:
+        return "no workers (loads in the training process)"
+    return f"{workers} {backend} worker{'' if workers == 1 else 's'}, prefetch {prefetch_factor}"
+
+
 def _toml_value(value: Any) -> str:
     """A TOML value: strings quoted and escaped (a path may hold backslashes or quotes)."""
     if isinstance(value, str):
@@ -175,6 +188,11 @@ def _tuned_for(table: Mapping[str, Any], where: str) -> dict[str, Any]:
         if isinstance(rate, bool) or not isinstance(rate, (int, float)):
             raise ConfigError(f"{where}: tuned_for.img_per_s must be a number; got {rate!r}")
         out["img_per_s"] = float(rate)
+    if "batch_size" in table:
+        size = table["batch_size"]
+        if isinstance(size, bool) or not isinstance(size, int) or size < 1:
+            raise ConfigError(f"{where}: tuned_for.batch_size must be a whole number >= 1; got {size!r}")
+        out["batch_size"] = size
     return out
 
 
@@ -281,7 +299,8 @@ def _inside(folder: str, tuned: str) -> bool:
 
 
 def check_tuned_for(
-    settings: LoaderSettings, data: Sequence[str | os.PathLike[str]], where: str = "loader settings"
+    settings: LoaderSettings, data: Sequence[str | os.PathLike[str]], where: str = "loader settings",
+    batch_size: int | None = None,
 ) -> list[str]:
     """Check settings from ``stoker tune`` against the data a run is about to load.
 
@@ -294,9 +313,10 @@ def check_tuned_for(
         settings: what :func:`load_settings` read.
         data: the paths the run trains on (``data.path``); URLs are not checked.
         where: the settings file, named in messages.
+        batch_size: the run's batch size, if known: another than the settings were tuned at is warned.
 
     Returns:
-        Warnings to show: the same storage, but other data than it was tuned on.
+        Warnings to show: the same storage, but other data than it was tuned on; another batch size.
 
     Raises:
         ConfigError: the data is another storage (files, encoded or pixel shards) than
@@ -314,6 +334,12 @@ def check_tuned_for(
     tuned = settings.method + (f" of {settings.data}" if settings.data else "") + (f" ({shown})" if shown else "")
     retune_data = settings.data or "DATA"
     warnings: list[str] = []
+    if batch_size is not None and settings.batch_size is not None and batch_size != settings.batch_size:
+        warnings.append(
+            f"{where}: tuned at batch size {settings.batch_size}, and this run uses {batch_size}: the workers and "
+            f"prefetch depth that keep up with one batch size may not with another. Pass --batch-size "
+            f"{settings.batch_size}, or re-tune: `stoker tune {retune_data} --batch-size {batch_size} --out {where}`"
+        )
     for item in data:
         path = local_path(item)
         if path is None:  # a URL: its storage is not looked at

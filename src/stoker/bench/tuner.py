@@ -37,11 +37,12 @@ from pathlib import Path
 
 import numpy as np
 
+from stoker.bench.advice import looks_gray, pack_command
 from stoker.bench.benchmark import _settle_size, open_data, pack_for_bench
 from stoker.bench.limits import Limits, evict_from_page_cache, measure_limits, measure_sequential_reads
 from stoker.bench.methods import METHODS, BenchData, method_names
 from stoker.bench.runner import Expected, RunResult, run_method
-from stoker.bench.settings import LoaderSettings
+from stoker.bench.settings import LoaderSettings, describe_loader
 from stoker.bench.shard_data import fetch_all, measure_shard_limits, open_shard_set
 from stoker.bench.shares import share_phrase
 from stoker.decode.image import resize
@@ -89,7 +90,7 @@ class Trial:
     def describe(self) -> str:
         """One line: the setting and what it measured."""
         s = self.settings
-        what = f"{s.method}, {s.workers} workers, {s.backend}, prefetch {s.prefetch_factor}"
+        what = f"{s.method}, {describe_loader(s.workers, s.backend, s.prefetch_factor)}"
         if self.img_per_s is None:
             return f"{what}: {self.status}: {self.reason}"
         return f"{what}: {self.img_per_s:,.0f} img/s, {self.peak_memory_bytes / 1e9:.2f} GB"
@@ -151,8 +152,9 @@ class _Search:
             if done.settings == settings and done.settings.method == settings.method:
                 return done
         if self.left_s < 1.25 * self.trial_s:  # a trial overruns its time by its start-up and shut-down
-            self.skipped.append(f"{phase}: {settings.method}, {settings.workers} workers, {settings.backend}, "
-                                f"prefetch {settings.prefetch_factor} (the budget was spent)")
+            self.skipped.append(f"{phase}: {settings.method}, "
+                                f"{describe_loader(settings.workers, settings.backend, settings.prefetch_factor)} "
+                                "(the budget was spent)")
             return None
         method = METHODS[settings.method]
         if self.cold is not None:  # the files the trials read, dropped from the page cache
@@ -349,7 +351,8 @@ def search_settings(
         settings = LoaderSettings()
         reason = "no trial measured a valid rate; keeping the defaults (" + "; ".join(t.describe() for t in state.trials[:3]) + ")"
     else:
-        settings = chosen.settings.replace(img_per_s=round(chosen.img_per_s or 0.0, 1), **_tuned_on(data))
+        settings = chosen.settings.replace(img_per_s=round(chosen.img_per_s or 0.0, 1), batch_size=batch_size,
+                                           **_tuned_on(data))
         rivals = sorted((t for t in state.trials if t.valid and t is not chosen), key=lambda t: -(t.img_per_s or 0.0))
         reason = f"{chosen.describe()}"
         if rivals:
@@ -363,7 +366,9 @@ def search_settings(
         bound, limit_name = limits.machine_limit(method.work, sequential=method.store is not None, cached=not cold)
         reason += f"; {share_phrase((chosen.img_per_s or 0.0) / bound, limit_name)} ({bound:,.0f} img/s)"
         if method.store is not None and shard_set is None:
-            reason += f". Pack the data first: `stoker pack DATA OUT --store {method.store}`"
+            advice = pack_command("DATA", size, looks_gray(dataset)) if method.store == "pixels" else (
+                f"`stoker pack DATA OUT --store {method.store}`")
+            reason += f". Pack the data first: {advice}"
     return TuneResult(settings, state.trials, reason, state.skipped, limits, samples, time.perf_counter() - start)
 
 

@@ -9,8 +9,10 @@ import click
 
 from stoker.bench.methods import method_names
 from stoker.bench.plan import DEFAULT_WORKERS, MODES, TRAIN_OPTIMIZER
+from stoker.cli.paths import require_paths
 from stoker.errors import ConfigError
 from stoker.loading.backends import BACKENDS
+from stoker.terminal import bars_shown, set_quiet
 from stoker.train.runner.config import AMP_MODES, OPTIMIZERS
 
 _METHODS = ",".join(method_names())
@@ -79,6 +81,7 @@ def parse_size(text: str | None) -> tuple[int, int] | None:
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=Path("stoker-bench"), show_default=True,
               help="Folder for bench.md, bench.json and bench.png.")
+@click.option("--quiet", is_flag=True, help="No progress bars (there are none either when stderr is not a terminal).")
 def bench(
     data: str,
     methods: str,
@@ -101,6 +104,7 @@ def bench(
     limit_seconds: float,
     seed: int,
     out: Path,
+    quiet: bool,
 ) -> None:
     """Time every loading method x workers x backend on DATA and check every epoch.
 
@@ -113,6 +117,8 @@ def bench(
 
     Example: stoker bench digiface/ --workers 0,2,4 --max-seconds 60
     """
+    require_paths([data])
+    set_quiet(quiet)
     from stoker.bench import BenchPlan, render_markdown, run_bench, save_report
 
     plan = BenchPlan(
@@ -136,6 +142,7 @@ def bench(
         cold=cold,
         limits_time_s=limit_seconds,
         seed=seed,
+        progress=bars_shown(),
     )
     result = run_bench(plan, echo=lambda line: click.echo(line, err=True))
     click.echo(render_markdown(result))

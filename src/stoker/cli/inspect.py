@@ -6,6 +6,7 @@ from pathlib import Path
 
 import click
 
+from stoker.cli.paths import require_paths
 from stoker.loading.workers import FALLBACK_WORKERS
 
 
@@ -42,6 +43,7 @@ def inspect(
     loader hands them over in turn. A poorly mixed stream is flagged with a warning that
     names the setting that fixes it (more shards at once, a larger buffer, or a shuffled pack).
     """
+    require_paths([root])
     from stoker.data import detect_layout
 
     if detect_layout(root) != "shards":
@@ -90,4 +92,9 @@ def _inspect_files(root: str, max_classes: int) -> None:
         names = ", ".join(data.classes[i] for i in data.empty_classes[:10])
         click.echo(f"warning: {len(data.empty_classes)} classes have no samples ({names}); numbered from 1? "
                    "--label-order sorted numbers the folders without gaps")
-    click.echo("not packed: pack it for faster reading with `stoker pack " + str(root) + " OUT`")
+    from stoker.bench.advice import looks_gray, pack_command
+
+    gray = looks_gray(next(iter(data.values())))
+    click.echo(f"not packed: pack it for faster reading with {pack_command(str(root), gray=gray)} "
+               f"(`stoker bench {root}` measures which shards read fastest here)"
+               + ("; every image looked at is gray: --channels 1 stores one channel, a third of the bytes" if gray else ""))

@@ -25,14 +25,28 @@ _COMMANDS: list[tuple[str, str]] = [
 ]
 
 
+_SKIP_ADVICE = "load with on_error='skip'"  # the library's spelling, in every bad-sample message
+_SKIP_FLAG = {"train": "pass --on-error skip"}  # the commands that have a flag for it
+
+
+def cli_spelling(message: str, command: str | None) -> str:
+    """``message`` as the command line says it: the flag that does what the library's advice names,
+    or, for a command with no such flag, the advice left out."""
+    if _SKIP_ADVICE in message:
+        flag = _SKIP_FLAG.get(command or "")
+        message = (message.replace(_SKIP_ADVICE, flag) if flag
+                   else message.replace(f", or {_SKIP_ADVICE} to skip bad samples", ""))
+    return message
+
+
 class _Group(click.Group):
-    """A group that turns any StokerError into a one-line message and exit status 1."""
+    """A group that turns any StokerError into a one-line message, in the command line's spelling, and exit status 1."""
 
     def invoke(self, ctx: click.Context) -> object:
         try:
             return super().invoke(ctx)
         except StokerError as exc:
-            click.echo(f"error: {exc}", err=True)
+            click.echo(f"error: {cli_spelling(str(exc), ctx.invoked_subcommand)}", err=True)
             sys.exit(1)
 
 

@@ -7,6 +7,9 @@ import time
 
 import click
 
+from stoker.cli.paths import require_paths
+from stoker.terminal import bars_shown, set_quiet
+
 _UNITS = {"": 1, "b": 1, "k": 2**10, "kb": 2**10, "kib": 2**10, "m": 2**20, "mb": 2**20, "mib": 2**20,
           "g": 2**30, "gb": 2**30, "gib": 2**30}
 
@@ -102,7 +105,7 @@ def parse_sources(sources: list[str]) -> list[str] | dict[str, list[str]]:
 @click.option("--engine", type=click.Choice(["local", "ray"]), default="local", show_default=True,
               help="local: worker processes here; ray: one Ray task per shard on the cluster ray.init() finds "
                    "(or a local one); needs pip install 'stoker[ray]'.")
-@click.option("--quiet", is_flag=True, help="No progress bar.")
+@click.option("--quiet", is_flag=True, help="No progress bar (there is none either when stderr is not a terminal).")
 def pack(paths: tuple[str, ...], store: str, size: str | None, shard_samples: int, shard_bytes: str,
          split_spec: str | None, workers: int | None, seed: int, no_shuffle: bool, overwrite: bool, labels: str | None,
          crop: str | None, channels: str, label_order: str, engine: str, quiet: bool) -> None:
@@ -124,11 +127,16 @@ def pack(paths: tuple[str, ...], store: str, size: str | None, shard_samples: in
     if len(paths) < 2:
         raise click.UsageError("give at least one SRC and the OUT folder: stoker pack SRC... OUT")
     *sources, out = paths
+    given = parse_sources(sources)
+    require_paths(list(given) if isinstance(given, list) else [p for ps in given.values() for p in ps])
+    if labels is not None:
+        require_paths([labels], "pass the label file ('<file> <label>' lines)", "--labels")
+    set_quiet(quiet)
     from stoker.packer import pack as run_pack
 
     start = time.perf_counter()
     manifest = run_pack(
-        parse_sources(sources),
+        given,
         out,
         store=store,
         size=parse_size(size),
@@ -139,7 +147,7 @@ def pack(paths: tuple[str, ...], store: str, size: str | None, shard_samples: in
         shuffle=not no_shuffle,
         workers=workers,
         overwrite=overwrite,
-        progress=not quiet,
+        progress=bars_shown(not quiet),
         engine=engine,
         labels=labels,
         crop=parse_crop(crop),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -9,8 +10,10 @@ from typing import Any
 
 import click
 
-from stoker.errors import ConfigError
-from stoker.train.runner.config import describe_keys, key_flags, load_config
+from stoker.errors import ConfigError, MissingFileError
+from stoker.fs.location import is_url
+from stoker.fs.near import did_you_mean
+from stoker.train.runner.config import TrainConfig, describe_keys, key_flags, load_config
 
 _EPILOG = """\b
 Examples:
@@ -93,8 +96,6 @@ def train(config: Path | None, loader_file: Path | None, assignments: tuple[str,
     naming its key); a flag's value passes the key's own check, and an unknown key or a
     bad value is an error naming the flag or file, the key and what it accepts.
     """
-    from stoker.train.runner.from_config import rank_zero, run_record_text, train_from_config
-
     if keys:
         click.echo(describe_keys(), nl=False)
         return
@@ -108,9 +109,13 @@ def train(config: Path | None, loader_file: Path | None, assignments: tuple[str,
     origins.update(flag_origins)
     # --tag adds to the config's tags; --resume takes the run's own config from its run.json (at a URL log dir,
     # or over several machines the one beside the newest last.pt)
-    cfg = load_config(config, assignments, values, origins, records=run_record_text)
+    cfg = load_config(config, assignments, values, origins, records=_run_record_text)
+    _check_paths(cfg, origins)
+    # torch and the rest are imported only now, once the arguments and paths have passed their checks
+    from stoker.train.runner.from_config import rank_zero, train_from_config
+
     if loader_file is not None:
-        _check_tuned_for(loader_file, cfg.data.path)
+        _check_tuned_for(loader_file, cfg.data.path, cfg.data.batch_size)
     try:
         result = train_from_config(cfg, echo=click.echo)
     except KeyboardInterrupt as exc:
@@ -121,6 +126,41 @@ def train(config: Path | None, loader_file: Path | None, assignments: tuple[str,
         click.echo(result.where())
 
 
+def _run_record_text(config: TrainConfig) -> str | None:
+    """The run.json a --resume takes its config from (imports the runner: only a resume pays for it)."""
+    from stoker.train.runner.from_config import run_record_text
+
+    return run_record_text(config)
+
+
+def _is_share(text: str) -> bool:
+    try:
+        return 0.0 < float(text) < 1.0
+    except ValueError:
+        return False
+
+
+def _check_paths(cfg: TrainConfig, origins: dict[str, str]) -> None:
+    """A local --data or --valid path that does not exist is an error before anything heavy is imported.
+
+    The message names the flag (or the config key), the nearest names beside the path, and
+    ``--valid-share`` where ``--valid`` was given a share.
+
+    Raises:
+        MissingFileError: the first missing path.
+    """
+    for key, flag, paths in (("data.path", "--data", cfg.data.path), ("data.valid_path", "--valid", cfg.data.valid_path)):
+        for path in paths:
+            if is_url(path) or os.path.lexists(os.path.expanduser(path)):
+                continue
+            given = flag if origins.get(key) == flag else f"[data] {key.split('.')[1]}"
+            if flag == "--valid" and _is_share(path):
+                hint = f"; to hold out a share of --data for validation, pass --valid-share {path}"
+            else:
+                hint = f"; pass a folder of images, a shard set or a label file{did_you_mean(path)}"
+            raise MissingFileError(f"{given} {path}: not found{hint}")
+
+
 def _loader_settings(path: Path) -> dict[str, Any]:
     """The [data] table of a `stoker tune` settings file, as ``{"data.key": value}``."""
     from stoker.bench.settings import load_data_table
@@ -128,9 +168,9 @@ def _loader_settings(path: Path) -> dict[str, Any]:
     return {f"data.{key}": value for key, value in load_data_table(path).items()}
 
 
-def _check_tuned_for(path: Path, data: list[str]) -> None:
-    """Stop when the settings file was tuned for another storage than ``data``; warn for other data."""
+def _check_tuned_for(path: Path, data: list[str], batch_size: int) -> None:
+    """Stop when the settings file was tuned for another storage than ``data``; warn for other data or batch size."""
     from stoker.bench.settings import check_tuned_for, load_settings
 
-    for warning in check_tuned_for(load_settings(path), data, str(path)):
+    for warning in check_tuned_for(load_settings(path), data, str(path), batch_size):
         click.echo(f"warning: {warning}", err=True)

@@ -10,7 +10,9 @@ import click
 
 from stoker.bench.methods import method_names
 from stoker.cli.bench import parse_size, split_list
+from stoker.cli.paths import require_paths
 from stoker.errors import ConfigError
+from stoker.terminal import set_quiet
 
 
 def parse_duration(text: str) -> float:
@@ -35,6 +37,7 @@ def parse_duration(text: str) -> float:
 @click.option("--cold", is_flag=True, help="Drop the sample's files from the page cache before each trial.")
 @click.option("--device", default="auto", show_default=True, help="Where batches go: auto, cpu, cuda, cuda:N.")
 @click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--quiet", is_flag=True, help="No progress bars (there are none either when stderr is not a terminal).")
 def tune(
     data: str,
     budget_text: str,
@@ -46,6 +49,7 @@ def tune(
     cold: bool,
     device: str,
     seed: int,
+    quiet: bool,
 ) -> None:
     """Search workers, backend, prefetch depth and storage for DATA within a time budget.
 
@@ -59,6 +63,8 @@ def tune(
 
     Example: stoker tune digiface/ --budget 60s && stoker train run.toml --loader-config loader.toml
     """
+    require_paths([data])
+    set_quiet(quiet)
     from stoker.bench import save_settings, search_settings
 
     budget_s = parse_duration(budget_text)

@@ -6,12 +6,15 @@ import sys
 
 import click
 
+from stoker.cli.paths import require_paths
+from stoker.terminal import bars_shown, set_quiet
+
 
 @click.command("verify")
 @click.argument("root", metavar="OUT")
 @click.option("--no-decode", is_flag=True, help="Check checksums and structure only; do not decode images.")
 @click.option("--workers", type=click.IntRange(min=0), default=None, help="Processes checking shards [default: CPU count].")
-@click.option("--quiet", is_flag=True, help="No progress bar.")
+@click.option("--quiet", is_flag=True, help="No progress bar (there is none either when stderr is not a terminal).")
 @click.option("--accept-cache", is_flag=True,
               help="For a URL whose store cannot be reached: exit 0 when the cached copies check out.")
 def verify(root: str, no_decode: bool, workers: int | None, quiet: bool, accept_cache: bool) -> None:
@@ -20,6 +23,8 @@ def verify(root: str, no_decode: bool, workers: int | None, quiet: bool, accept_
     Prints the first bad shard and row; the exit status is 1 on any fault, and for a URL
     whose store could not be reached (only the cached copies checked) unless --accept-cache.
     """
+    require_paths([root], "pass the folder `stoker pack` wrote")
+    set_quiet(quiet)
     from stoker.shards import verify as run_verify
     from stoker.shards.cache.store import download_note
 
@@ -27,7 +32,7 @@ def verify(root: str, no_decode: bool, workers: int | None, quiet: bool, accept_
     if note is not None:
         click.echo(note, err=True)
 
-    report = run_verify(root, decode=not no_decode, workers=workers, progress=not quiet)
+    report = run_verify(root, decode=not no_decode, workers=workers, progress=bars_shown(not quiet))
     for fault in report.faults[:20]:
         click.echo(f"fault: {fault}", err=True)
     if len(report.faults) > 20:

@@ -34,7 +34,7 @@ from stoker.loading.contract import (
 )
 from stoker.loading.position import FromWorker, Positioned, ResumeSampler, TagWorker, as_is, in_worker_order, iter_from
 from stoker.loading.samplers import EpochSampler, IndexBatches, RankSlice
-from stoker.loading.skips import Skipped
+from stoker.loading.skips import Skipped, without_skip_advice
 from stoker.loading.steps import EqualSteps, ranks_in_step, steps_are_certain
 from stoker.loading.stream_threads import thread_batches
 from stoker.loading.workers import default_workers
@@ -488,11 +488,12 @@ class Loader:
         if steps is not None:
             self.trimmed += steps.trimmed
         if self.skipped:
-            shown = "; ".join(f"{s.key}: {s.reason}" for s in self.skipped[:3])
+            # the advice to skip is for a run that stops; this one already skips: each file's reason alone
+            shown = "; ".join(f"{s.key}: {without_skip_advice(s.reason)}" for s in self.skipped[:3])
             log.warning(
-                "skipped %d bad sample(s) in epoch %d (on_error='skip'): %s%s",
-                len(self.skipped), self.epoch, shown, " ..." if len(self.skipped) > 3 else "",
-            )
+                "skipped %d bad sample(s) in epoch %d: %s%s",
+                len(self.skipped), self.epoch + 1, shown, " ..." if len(self.skipped) > 3 else "",
+            )  # epochs are counted from 1 wherever a user reads them (the loader's own count starts at 0)
         self.epoch += 1
         self._restart_epoch()
 

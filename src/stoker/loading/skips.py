@@ -13,9 +13,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+from stoker.decode.headers import BAD_SAMPLE_HINT
 from stoker.errors import ConfigError
 
-__all__ = ["ON_ERROR_POLICIES", "OnError", "Skipped", "check_on_error"]
+__all__ = ["ON_ERROR_POLICIES", "OnError", "Skipped", "check_on_error", "without_skip_advice"]
 
 OnError = Literal["raise", "skip"]
 ON_ERROR_POLICIES: tuple[str, ...] = ("raise", "skip")
@@ -34,3 +35,8 @@ def check_on_error(on_error: object, where: str = "on_error") -> OnError:
     if on_error not in ON_ERROR_POLICIES:
         raise ConfigError(f"{where} must be 'raise' or 'skip', got {on_error!r}")
     return on_error  # type: ignore[return-value]
+
+
+def without_skip_advice(reason: str) -> str:
+    """A bad sample's message without the advice to skip bad samples: what a run that already skips reports."""
+    return reason.replace(f"; {BAD_SAMPLE_HINT}", "").replace(BAD_SAMPLE_HINT, "").rstrip("; ")

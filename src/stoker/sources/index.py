@@ -21,6 +21,7 @@ from tqdm import tqdm
 
 from stoker.decode.image import Box
 from stoker.errors import ConfigError, DataError, LabelError
+from stoker.terminal import LogCounter, bar_disable
 
 __all__ = ["PROGRESS_DELAY_S", "SampleIndex", "Source", "indexing_progress"]
 
@@ -29,15 +30,21 @@ __all__ = ["PROGRESS_DELAY_S", "SampleIndex", "Source", "indexing_progress"]
 PROGRESS_DELAY_S = 1.5
 
 
-def indexing_progress(where: str, unit: str = "files") -> tqdm:
+def indexing_progress(where: str, unit: str = "files") -> tqdm | LogCounter:
     """A counter on stderr (``indexing data/train: 12,345 files``) shown once indexing takes over
     :data:`PROGRESS_DELAY_S`; use it as a context manager and ``update(n)`` as items are found.
+
+    On a terminal it is a bar; in a log (stderr not a terminal) plain lines, no redraws;
+    under ``--quiet`` nothing.
 
     Example:
         >>> with indexing_progress("data/train") as bar:  # doctest: +SKIP
         ...     bar.update(len(names))
     """
-    return tqdm(desc=f"indexing {where}", unit=f" {unit}", unit_scale=False, file=sys.stderr,
+    disable = bar_disable()
+    if disable is None and not sys.stderr.isatty():
+        return LogCounter(f"indexing {where}", f" {unit}", delay=PROGRESS_DELAY_S, file=sys.stderr)
+    return tqdm(desc=f"indexing {where}", unit=f" {unit}", unit_scale=False, file=sys.stderr, disable=disable,
                 delay=PROGRESS_DELAY_S, dynamic_ncols=True, mininterval=0.5)
 
 

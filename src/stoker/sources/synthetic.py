@@ -49,6 +49,7 @@ from PIL import Image
 from tqdm import tqdm
 
 from stoker.errors import ConfigError
+from stoker.terminal import bar_disable
 
 __all__ = [
     "CELEBA_SIZE",
@@ -348,7 +349,7 @@ def _chunks(kind: str, root: Path, seed: int, items: Sequence[_Item], size: int)
 
 def _progress_bar(kind: str, n: int, progress: bool) -> tqdm:
     disable = not progress or n < PROGRESS_MIN_N
-    return tqdm(total=n, desc=f"make {kind}", unit="img", file=sys.stderr, disable=disable, dynamic_ncols=True)
+    return tqdm(total=n, desc=f"make {kind}", unit="img", file=sys.stderr, disable=disable or bar_disable(), dynamic_ncols=True)
 
 
 def _write_all(kind: str, root: Path, seed: int, items: Sequence[_Item], workers: int, progress: bool) -> None:

@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     from stoker.train.engine.loop import fit
     from stoker.train.engine.plots import plot_compare, plot_curves
     from stoker.train.engine.scenario import Preprocess, Scenario
+    from stoker.train.engine.threads import ComputeThreads
     from stoker.train.loggers import (
         BatchProgress,
         ConsoleLogger,
@@ -34,6 +35,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "BatchProgress",
+    "ComputeThreads",
     "ConsoleLogger",
     "CsvLogger",
     "EpochStats",
@@ -65,6 +67,7 @@ __all__ = [
 # parts, such as the config keys stoker train's flags are made from, import without torch).
 _HOMES: dict[str, str] = {
     "BatchProgress": "stoker.train.loggers",
+    "ComputeThreads": "stoker.train.engine.threads",
     "ConsoleLogger": "stoker.train.loggers",
     "CsvLogger": "stoker.train.loggers",
     "EpochStats": "stoker.train.engine.history",

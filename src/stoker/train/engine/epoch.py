@@ -232,7 +232,7 @@ def validate(run: Run, trained: Trained, stop: StopRequest) -> tuple[Tally, Phas
             if stop.requested and not run.ranks.active:
                 run.save_last(epoch - 1, mid_epoch_entry(epoch, "valid", trained.tally, trained.timer, trained.lr, None),
                               trained.rng)
-                _say_saved(run.last_path, epoch, "after training, during validation (it is redone)")
+                _say_saved(run.last_path, epoch, "after training, during validation (it is redone)", run.url)
                 raise KeyboardInterrupt
     pending.flush(report, check_finite=False)
     return tally, timer
@@ -286,7 +286,7 @@ def _save_mid_epoch(run: Run, trained: Trained, position: Any, stopping: bool, b
     run.save_last(epoch - 1, _mid_epoch(run.ranks, epoch, "train", trained.tally, trained.timer, trained.lr, position))
     if stopping:
         if run.ranks.main:
-            _say_saved(run.last_path, epoch, f"after batch {batch}")
+            _say_saved(run.last_path, epoch, f"after batch {batch}", run.url)
         raise KeyboardInterrupt
 
 
@@ -331,9 +331,14 @@ def _reporter(loggers: Sequence[Logger], tally: Tally, timer: PhaseTimer, stop: 
     return lambda: notify_batch_end(loggers, tally.progress(timer), stop)
 
 
-def _say_saved(path: Path, epoch: int, where: str) -> None:
-    log.warning("interrupted in epoch %d %s: %s holds this point; continue with %s",
-                epoch, where, path, resume_command(path.parent.parent, path.parent.name))
+def _say_saved(path: Path, epoch: int, where: str, url: str | None = None) -> None:
+    """Say where the point is saved: the run folder's URL for a run at one (``path`` is then its local copy)."""
+    if url is not None:
+        log_dir, name = url.rstrip("/").rsplit("/", 1)
+        shown, command = f"{url}/{path.name}", resume_command(log_dir, name)
+    else:
+        shown, command = str(path), resume_command(path.parent.parent, path.parent.name)
+    log.warning("interrupted in epoch %d %s: %s holds this point; continue with %s", epoch, where, shown, command)
 
 
 def _due(s: Scenario, batch: int) -> bool:

@@ -73,23 +73,25 @@ def plot_curves(rows: Rows, out: str | os.PathLike[str], title: str | None = Non
 def group_colours(groups: Sequence[str], palette_size: int) -> dict[str, int]:
     """A palette index per group, fixed by the group's name (the same colour in every chart).
 
-    The index comes from a hash of the name, so ``shards`` has one colour whatever other
-    groups a chart shows. Two groups of one chart that hash to one colour are told
-    apart by moving the later (by name) to the next free colour.
+    The palette is tab20's: pairs of a dark and a light shade of one hue (indices ``2h``
+    and ``2h + 1``). A group's hue comes from a hash of its name, so ``shards`` has one
+    colour whatever other groups a chart shows, in the dark shade. Two groups of one
+    chart never share a hue while a hue is free: the later (by name) moves to the next
+    free hue; only past as many groups as hues do light shades come in.
 
     Example:
         >>> group_colours(["files", "shards"], 20)["shards"] == group_colours(["pipe", "shards"], 20)["shards"]
         True
     """
-    taken: dict[int, str] = {}
+    hues = max(palette_size // 2, 1)
+    taken: set[int] = set()
     out: dict[str, int] = {}
     for group in sorted(groups):
-        index = int.from_bytes(hashlib.blake2b(group.encode(), digest_size=4).digest(), "big") % palette_size
-        for _ in range(palette_size):
-            if index not in taken:
-                break
-            index = (index + 1) % palette_size
-        taken[index] = group
+        hue = int.from_bytes(hashlib.blake2b(group.encode(), digest_size=4).digest(), "big") % hues
+        # dark shades of every hue first (from this group's own), then the light ones
+        order = [2 * ((hue + k) % hues) for k in range(hues)] + [2 * ((hue + k) % hues) + 1 for k in range(hues)]
+        index = next((i for i in order if i < palette_size and i not in taken), order[0] % palette_size)
+        taken.add(index)
         out[group] = index
     return out
 
@@ -125,7 +127,7 @@ def plot_compare(
     fig = Figure(figsize=(10, 5), layout="constrained")
     ax = fig.subplots()
     for name, group, (x, y) in drawn:
-        ax.plot(x, y, next(styles_left[group]), color=colour_of[group], marker="o", markersize=3, label=f"{group} / {name}")
+        ax.plot(x, y, next(styles_left[group]), color=colour_of[group], marker="o", markersize=3, label=name if group == name else f"{group} / {name}")
     ax.set_xlabel("epoch")
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_ylabel(metric)

@@ -8,6 +8,7 @@ from typing import TextIO
 
 from tqdm import tqdm
 
+from stoker.terminal import bar_disable
 from stoker.train.engine.history import EpochStats, History
 from stoker.train.loggers.base import BatchProgress, Logger, RunInfo
 
@@ -61,7 +62,7 @@ class ConsoleLogger(Logger):
         self._run = run
         resumed = f", resuming after epoch {run.start_epoch}" if run.resumed else ""
         compute = f", {run.compute}" if run.compute else ""
-        self._write(f"run {run.name} in {run.run_dir} ({run.device}{compute}, {run.epochs} epochs{resumed})")
+        self._write(f"run {run.name} in {run.run_dir} ({run.device}{compute}, {run.epochs} epoch{'' if run.epochs == 1 else 's'}{resumed})")
 
     def epoch_start(self, epoch: int, batches: int | None) -> None:
         epochs = self._run.epochs if self._run else "?"
@@ -72,7 +73,7 @@ class ConsoleLogger(Logger):
             leave=False,
             file=sys.stderr,
             dynamic_ncols=True,
-            disable=None if self.progress else True,  # None: only on a terminal
+            disable=bar_disable(self.progress),  # None: only on a terminal
         )
 
     def batch_end(self, progress: BatchProgress) -> None:
@@ -103,7 +104,7 @@ class ConsoleLogger(Logger):
         if history.best_epoch:
             self._write(f"best valid accuracy {history.best_acc:.3f} at epoch {history.best_epoch} ({history.stopped})")
         else:
-            self._write(f"run ended after {len(history)} epoch(s) ({history.stopped})")
+            self._write(f"run ended after {len(history)} epoch{'' if len(history) == 1 else 's'} ({history.stopped})")
 
     def _close_bar(self) -> None:
         if self._bar is not None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import math
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from stoker.train.engine.history import EpochStats, History
@@ -21,13 +22,13 @@ from stoker.train.loggers.base import Logger, RunInfo
 if TYPE_CHECKING:
     from torch.utils.tensorboard import SummaryWriter
 
-__all__ = ["LAYOUT", "TensorBoardLogger"]
+__all__ = ["LAYOUT", "TensorBoardLogger", "write_test_scalars"]
 
 # chart title -> tags drawn on it (regular expressions, anchored)
 LAYOUT: dict[str, dict[str, list[object]]] = {
     "stoker": {
-        "Loss": ["Multiline", [r"^loss/train$", r"^loss/valid$"]],
-        "Accuracy": ["Multiline", [r"^acc/train$", r"^acc/valid$"]],
+        "Loss": ["Multiline", [r"^loss/train$", r"^loss/valid$", r"^loss/test$"]],
+        "Accuracy": ["Multiline", [r"^acc/train$", r"^acc/valid$", r"^acc/test$"]],
         "Throughput (img/s)": ["Multiline", [r"^perf/img_per_s$"]],
         "Data wait (share of epoch)": ["Multiline", [r"^perf/data_wait_share$"]],
     }
@@ -40,6 +41,9 @@ class TensorBoardLogger(Logger):
     Scalars, at step = epoch (1-based): ``loss/train``, ``loss/valid``, ``acc/train``,
     ``acc/valid``, ``perf/img_per_s``, ``perf/data_wait_share``, ``perf/epoch_time_s``,
     ``perf/data_wait_s``, ``lr``. A resumed run purges any events past its checkpoint.
+
+    After training, ``stoker train --test`` adds ``loss/test`` and ``acc/test`` at the
+    epoch whose weights it evaluated (:func:`write_test_scalars`).
 
     Open with ``tensorboard --logdir <log_dir>``.
     """
@@ -81,3 +85,20 @@ class TensorBoardLogger(Logger):
         if self._writer is not None:
             self._writer.close()
             self._writer = None
+
+
+def write_test_scalars(run_dir: Path, loss: float, acc: float, epoch: int) -> bool:
+    """Add the test split's ``loss/test`` and ``acc/test`` at step ``epoch`` to a run folder that has TensorBoard events.
+
+    Returns:
+        Whether they were written (a run that did not log to TensorBoard gets none).
+    """
+    if not any(run_dir.glob("events.out.tfevents.*")):
+        return False
+    from torch.utils.tensorboard import SummaryWriter
+
+    with SummaryWriter(log_dir=str(run_dir)) as writer:
+        for tag, value in (("loss/test", loss), ("acc/test", acc)):
+            if not math.isnan(value):
+                writer.add_scalar(tag, value, epoch)
+    return True

@@ -234,34 +234,52 @@ def parse_config(raw: Mapping[str, Any], source: str = "<config>", origins: Mapp
             starts with that instead.
 
     Raises:
-        ConfigError: an unknown table or key (with the allowed ones), or a bad value
-            (with what the key accepts); the message starts with where it was given.
+        ConfigError: every unknown table or key (a key of another table says which one it
+            belongs in; else the keys its table takes) and every bad value (with what the key
+            accepts), all at once; each line starts with where it was given.
     """
     origins = origins or {}
     tables: dict[str, Any] = {}
+    problems: list[str] = []
     for table_name, table in raw.items():
         where = _origin(origins, table_name, source)
         if table_name not in _TABLES:
-            raise ConfigError(f"{where}: unknown table [{table_name}]; the tables are {', '.join(f'[{t}]' for t in _TABLES)}")
+            problems.append(f"{where}: unknown table [{table_name}]; the tables are {', '.join(f'[{t}]' for t in _TABLES)}")
+            continue
         if not isinstance(table, Mapping):
-            raise ConfigError(f"{where}: {table_name} must be a table ([{table_name}]), got {table!r}")
+            problems.append(f"{where}: {table_name} must be a table ([{table_name}]), got {table!r}")
+            continue
         cls = _TABLES[table_name]
         known = {f.name: f for f in fields(cls)}
         values = {}
         for name, value in table.items():
             where = origins.get(f"{table_name}.{name}", source)
             if name not in known:
-                close = difflib.get_close_matches(name, known, n=1)
-                hint = f" (did you mean {close[0]}?)" if close else ""
-                raise ConfigError(f"{where}: unknown key {table_name}.{name}{hint}; [{table_name}] takes: {', '.join(known)}")
+                problems.append(f"{where}: {_unknown_key(table_name, name, list(known))}")
+                continue
             try:
                 values[name] = known[name].metadata["check"](value, f"{table_name}.{name}")
             except ConfigError as exc:
-                raise ConfigError(f"{where}: {exc}") from None
-        tables[table_name] = cls(**values)
+                problems.append(f"{where}: {exc}")
+        if not problems:
+            tables[table_name] = cls(**values)
+    if len(problems) == 1:
+        raise ConfigError(problems[0])
+    if problems:
+        raise ConfigError(f"{len(problems)} mistakes in the config:\n  " + "\n  ".join(problems))
     config = TrainConfig(**tables, source=source)
     _check_together(config)
     return config
+
+
+def _unknown_key(table_name: str, name: str, known: list[str]) -> str:
+    """What is wrong with ``name`` in ``[table_name]``: the table it belongs in, else the nearest key and the ones there are."""
+    homes = [t for t, cls in _TABLES.items() if t != table_name and name in {f.name for f in fields(cls)}]
+    if homes:
+        return f"unknown key {table_name}.{name}: {name} belongs in [{homes[0]}] ({homes[0]}.{name})"
+    close = difflib.get_close_matches(name, known, n=1)
+    hint = f" (did you mean {close[0]}?)" if close else ""
+    return f"unknown key {table_name}.{name}{hint}; [{table_name}] takes: {', '.join(known)}"
 
 
 def _check_together(config: TrainConfig) -> None:

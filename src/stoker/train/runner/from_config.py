@@ -37,6 +37,7 @@ from stoker.train.engine.record import (
 from stoker.train.engine.run import AMP_DTYPES
 from stoker.train.engine.scenario import SCENARIO_KEYS, Scenario
 from stoker.train.loggers import Logger, RunInfo
+from stoker.train.loggers.tensorboard import write_test_scalars
 from stoker.train.runner.config import OptimConfig, TrainConfig, parse_config
 from stoker.train.runner.data import build_data, build_loaders, build_test_loader
 from stoker.train.runner.models import build_model
@@ -105,7 +106,8 @@ class RunResult:
         if "tensorboard" in files:
             lines.append("  events.out.*  TensorBoard events")
             logdir = self.url.rsplit("/", 1)[0] if self.url else self.run_dir.parent
-            lines.append(f"open TensorBoard: tensorboard --logdir {logdir}  (the Custom Scalars tab draws train and valid together)")
+            lines.append(f"open TensorBoard: tensorboard --logdir {logdir}  (Scalars tab: loss/train, acc/valid ...; Custom Scalars tab: "
+                         "Loss and Accuracy, train, valid and test on one chart)")
         return "\n".join(lines)
 
 
@@ -257,7 +259,7 @@ def _train(config: TrainConfig, callbacks: Sequence[Logger], echo: Echo | None, 
         echo(f"data: {data.description}{untested}")
         echo(f"model: {config.model.name} ({num_classes} classes, {sum(p.numel() for p in model.parameters()):,} parameters), "
              f"{config.optim.name} lr {config.optim.lr:g}, batch {config.data.batch_size}, "
-             f"{train_loader.num_workers} {train_loader.backend} workers")
+             f"{train_loader.num_workers} {train_loader.backend} worker{'' if train_loader.num_workers == 1 else 's'}")
         if config.run.resume and config.run.name:
             _echo_resumed(config.run.log_dir, config.run.name, echo)
 
@@ -292,6 +294,8 @@ def _train(config: TrainConfig, callbacks: Sequence[Logger], echo: Echo | None, 
         test = evaluate_test(model, test_loader, run_dir, ranks, device=device, preprocess=preprocess,
                              amp_dtype=AMP_DTYPES[config.run.amp], loss_fn=loss_fn,
                              memory_format=choose_layout(config.run.channels_last, device, config.run.amp, model).memory_format)
+        if ranks.main:  # beside the curves: at the epoch whose weights were evaluated
+            write_test_scalars(run_dir, test.loss, test.acc, history.best_epoch or len(history.epochs))
         if echo is not None:
             echo(f"test: {test.samples:,} samples, loss {test.loss:.4f}, accuracy {test.acc:.4f} ({test.weights})")
         if url is not None and ranks.main:

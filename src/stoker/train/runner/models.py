@@ -21,8 +21,8 @@ SMALL_CNN = "small_cnn"
 class SmallCNN(nn.Module):
     """Four strided conv-batchnorm-ReLU blocks, global average pooling and a linear head.
 
-    About 100 k parameters at the default width; a few seconds per epoch on two CPU
-    cores for a thousand 64x64 images. Any input size of at least 16x16 works.
+    At the default width: 241,184 parameters in the blocks and 129 per class in the head
+    (242,474 for 10 classes). Any input size of at least 16x16 works.
 
     Args:
         num_classes: outputs of the head.
