@@ -116,7 +116,7 @@ def test_a_search_its_budget_cut_short_goes_on_in_a_later_epoch(folders: Path, m
     _feed(adapter, times, 120)
     first = adapter.record()
     assert first["readers_timed"][:5] == [1, 2, 4, 8, 16] and 64 not in first["readers_timed"]
-    assert "goes on in a later epoch" in first["reason"] and Setting(**first["chosen"]).workers >= 16
+    assert "it goes on in a later epoch" in first["reason"] and Setting(**first["chosen"]).workers >= 16
     adapter.epoch_end(0.8)
     _feed(adapter, times, 200)
     record = adapter.record()

@@ -407,7 +407,8 @@ class Adapter:
             found = ": nothing else could be faster, so it is kept"
         stopped = sum(t.stopped for t in timed)
         early = f" ({stopped} stopped early, at twice the best's time)" if stopped else ""
-        later = "; the search goes on in a later epoch" if self._unfinished else ""
+        later = ("; the search is not over: it goes on in a later epoch while the run waits for data and has batches "
+                 "to spare" if self._unfinished else "")
         self.reason = f"{first}{counts}{early}{found}{later}"
         if self.say is not None:
             verb = "keeps" if self.chosen == self.given else "chose"
