@@ -1,28 +1,42 @@
-"""Adapt while training: try the loader settings that matter on the real model and data, keep the fastest.
+"""Adapt while training: search the train loader's settings on the real model and data, keep the fastest.
 
-In the first batches of a run :func:`~stoker.train.fit` reads the train loader with a
-few candidate settings in turn — its backend (worker processes or threads), how many
-workers, and how many batches each reads ahead — times each on the steps it is really
-running, keeps the fastest, says so (rank 0), and records every trial in ``run.json``
-(``"adapt"``). Afterwards it watches the share of each step spent waiting for data; when
-that share rises well above what the chosen setting measured, it tries them again
-(twice at most). ``Scenario(adapt=False)`` / ``stoker train --no-adapt`` keeps the
-settings as given.
+In the first batches of a run :func:`~stoker.train.fit` reads the train loader with
+settings in turn, times each on the steps it is really running, keeps the fastest, says
+so in one line (rank 0), and records every trial in ``run.json`` (``"adapt"``). A round:
+
+1. **the reader count**, searched toward less waiting (:mod:`stoker.train.engine.search`):
+   the setting in force first; while the step waits for data, twice the readers, up to
+   this rank's share of the cores (usable cores over ``LOCAL_WORLD_SIZE``); when it
+   hardly waits, or more readers were slower, half as many (readers then only take the
+   training process's CPU); then between the two counts that bound the fastest;
+2. the start and the fastest that could replace it, timed again (a shared machine's
+   load drifts);
+3. the other backend (worker processes or threads) at the count found;
+4. how many batches each reader prefetches; 5. off the CPU, torch's host threads.
+
+A round's budget is a quarter of the run's batches at most, and its changes may cost a
+twentieth of the run's time, or a quarter of what the data wait costs the run where
+that is more (more to win). A search that its budget cut short goes on at the end of an
+epoch that waited for data (in a later epoch, three times at most); a run that stays
+loader-bound after the search is told so once, in plain words. Afterwards it watches the
+share of each step spent waiting for data; when that share rises well above what the
+chosen setting measured, it searches again (twice at most). ``Scenario(adapt=False)`` /
+``stoker train --no-adapt`` keeps the settings as given.
 
 What it may change, and why that changes no result:
 
 * **the train loader's workers, backend and prefetch depth**, for a stoker
-  :class:`~stoker.Loader` over a map-style data set. Which samples a batch holds is the
-  sampler's, a function of ``(seed, epoch)`` (:mod:`stoker.order`), not of who reads it:
-  a change is made between two batches with the loader's own resume-from-position
-  (``state_dict`` before, :meth:`~stoker.Loader.reconfigure`, ``load_state_dict``
-  after), so the next batch is the one the old setting would have given. The figures,
-  checkpoints and weights are the same, to the bit, as a ``--no-adapt`` run's.
-  Not tried: an iterable data set (a ``Pipe``, a ``ShardStream``: its stream is split by
-  worker, so the worker count decides what a batch holds), a loader that is not
-  stoker's, and a data set whose samples draw random numbers (an augmentation draws from
-  the reading worker's generator, so another worker count draws other numbers: pass
-  ``adapt=False`` for those).
+  :class:`~stoker.Loader` over a map-style data set (or a stream whose batches no worker
+  count changes: ``elastic = True``, :func:`~stoker.loading.workers.batches_follow_workers`).
+  Which samples a batch holds is the sampler's, a function of ``(seed, epoch)``
+  (:mod:`stoker.order`), not of who reads it: a change is made between two batches with
+  the loader's own resume-from-position (``state_dict`` before,
+  :meth:`~stoker.Loader.reconfigure`, ``load_state_dict`` after), so the next batch is the
+  one the old setting would have given. The figures, checkpoints and weights are the
+  same, to the bit, as a ``--no-adapt`` run's. Not tried: a stream split by worker (the
+  worker count decides what a batch holds), a loader that is not stoker's, and a data set
+  whose samples draw random numbers (an augmentation draws from the reading worker's
+  generator, so another worker count draws other numbers: pass ``adapt=False`` for those).
 * **torch's compute threads: not on the CPU.** The thread count decides how torch
   splits its float sums: the weights of a small CNN, an MLP and a ResNet-18 differ in
   their last bits after three steps with one thread against two (deterministic for
@@ -34,17 +48,10 @@ How it keeps the cost down (the trials train on real batches; what they cost is 
 time a slower setting and a change of workers take): the run's first batches are not
 timed (every setting is slow there); a trial times a few batches after a short warm-up;
 one that has already taken twice what the best one took stops; another setting replaces
-the one in force only when each of its trials was at least 10 % faster (the margin), so
-only the fastest that still could is timed once more, together with the one in force
-(a shared machine's load drifts), and none is when none could; a round spends at most a
-quarter of the run's batches and, after its first trial, a twentieth of the run's time.
-More readers or a deeper prefetch can shorten a step by at most the time the step waits
-for data: when that wait is under the margin in the first trial, they are not tried. Off
-the CPU no loader setting is then tried at all; on the CPU fewer readers still are, since
-they leave the model more of the cores (``benchmarks/bench_adapt.py --width 64``: with a
-step waiting 6 %, loading in the training process was the fastest fixed setting). A run
-too short for two trials tries none, nor does one the first trial projects under 20 s,
-and ``run.json`` says why.
+the one in force only when each of its trials was at least 10 % faster (the margin). A
+step that hardly waits for data gains nothing from more readers or a deeper prefetch:
+then only fewer readers are timed. A run too short for two trials tries none, nor does
+one the first trial projects under 20 s, and ``run.json`` says why.
 
 Where it does not help: on a machine whose load swings by more than the settings
 differ, a handful of batches cannot tell them apart; the margin then keeps the given
