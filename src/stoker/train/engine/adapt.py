@@ -500,7 +500,8 @@ class Adapter:
 
     def record(self) -> dict[str, Any]:
         """What ``run.json`` keeps under ``"adapt"``: on or not and why, the setting given, chosen and in force
-        (the chosen one, unless the run ended during a re-check), every trial."""
+        (the chosen one, unless the run ended during a re-check), every trial, the reader counts the search timed
+        in order, and how often it re-checked and went on in a later epoch."""
         return {
             "enabled": self.active,
             "reason": self.reason,
