@@ -308,7 +308,8 @@ class Adapter:
         (the run's first round, a re-check) or the one an earlier round left unfinished."""
         now = self._setting_now()
         if fresh or self.search is None:
-            self.search = ReaderSearch(start=_readers(now), most=self.cores)
+            # A wait under the margin cannot win it with more readers: there the search only tries fewer.
+            self.search = ReaderSearch(start=_readers(now), most=self.cores, wait_floor=MARGIN)
             self._by_readers = {}
         self._by_readers.setdefault(_readers(now), now)
         self._stage, self._stage_trials, self._idle_wait, self._unfinished = 0, 0, None, False
