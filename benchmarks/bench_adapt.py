@@ -14,9 +14,21 @@ floor, so it is biased upwards (the maximum of five equally fast noisy runs beat
 median): the adapted run is also shown against the one fixed setting that is fastest by
 its median over all rounds, measured in the same rounds.
 
+With ``--standin-step-ms MS`` the model is an accelerator stand-in: its step waits MS
+milliseconds without using the CPU (as the host waits for a GPU), so the readers have
+the cores to themselves, as on a GPU server; the fixed settings are the reader counts
+adapt steps through (0, 1, 2, 4, ... up to the cores) with each backend.
+
+With ``--read-ms MS`` every sample's read first waits MS milliseconds without the CPU
+(slow storage): then more readers feed the step faster whatever the cores, and with
+``STOKER_CORES=16`` the search can be watched climbing toward 16 on a small machine.
+
 Run::
 
     python benchmarks/bench_adapt.py --n 1600 --epochs 3 --rounds 3
+    python benchmarks/bench_adapt.py --n 1600 --epochs 3 --rounds 3 --standin-step-ms 5
+    STOKER_CORES=16 python benchmarks/bench_adapt.py --n 1600 --epochs 3 --rounds 3 --standin-step-ms 5 \
+        --read-ms 2 --backends thread
 """
 
 from __future__ import annotations
@@ -26,6 +38,7 @@ import json
 import statistics
 import sys
 import tempfile
+import time
 import warnings
 from pathlib import Path
 from typing import Any
@@ -34,6 +47,7 @@ warnings.filterwarnings("ignore", message="The image decoding and encoding capab
 
 import torch  # noqa: E402
 from torch import nn  # noqa: E402
+from torch.utils.data import Dataset  # noqa: E402
 
 from stoker import Scenario, fit, make_loader, open_data  # noqa: E402
 from stoker.sources.synthetic import make_digiface  # noqa: E402
@@ -42,14 +56,42 @@ from stoker.train.engine import adapt as adapt_module  # noqa: E402
 from stoker.train.engine.threads import usable_cores  # noqa: E402
 
 
+class SlowStorage(Dataset):
+    """A data set whose every read first waits ``read_s`` without the CPU (storage that answers slowly)."""
+
+    def __init__(self, base: Any, read_s: float) -> None:
+        self.base, self.read_s = base, read_s
+
+    def __len__(self) -> int:
+        return len(self.base)
+
+    def __getitem__(self, i: int) -> Any:
+        time.sleep(self.read_s)
+        return self.base[i]
+
+
+class StandIn(nn.Module):
+    """An accelerator stand-in: a step that waits ``step_s`` without using the CPU, then a linear head."""
+
+    def __init__(self, num_classes: int, step_s: float) -> None:
+        super().__init__()
+        self.step_s = step_s
+        self.head = nn.Linear(3, num_classes)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        time.sleep(self.step_s)
+        return self.head(x.float().mean(dim=(2, 3)))
+
+
 def _run(data_dir: Path, log_dir: Path, tag: str, batch: int, epochs: int, setting: dict[str, Any] | None,
-         adapt: bool, width: int = 16) -> tuple[float, dict[str, Any]]:
+         adapt: bool, width: int = 16, step_s: float = 0.0, read_s: float = 0.0) -> tuple[float, dict[str, Any]]:
     """Train once; ``setting`` ``None``: make_loader's defaults. Returns (img/s of training, run.json's adapt record)."""
     data = open_data(data_dir, valid=0.1, image_size=32, seed=0)
     loader_args = {} if setting is None else {"num_workers": setting["workers"], "backend": setting["backend"]}
-    train = make_loader(data["train"], batch_size=batch, device="cpu", seed=0, **loader_args)
+    train_set = SlowStorage(data["train"], read_s) if read_s else data["train"]
+    train = make_loader(train_set, batch_size=batch, device="cpu", seed=0, **loader_args)
     torch.manual_seed(0)
-    model = SmallCNN(num_classes=data.num_classes, width=width)
+    model = StandIn(data.num_classes, step_s) if step_s else SmallCNN(num_classes=data.num_classes, width=width)
     history = fit(Scenario(model, torch.optim.AdamW(model.parameters(), 3e-3), nn.CrossEntropyLoss(), train, None,
                            epochs=epochs, device="cpu", log_dir=log_dir, name=tag, loggers=(), plot=False, adapt=adapt))
     train.close()
@@ -74,11 +116,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--min-run-s", type=float, default=0.0,
                         help="adapt's MIN_RUN_S (fit's default 20: a shorter run keeps its settings); 0 makes these "
                              "short runs adapt, to measure what trying costs and wins")
+    parser.add_argument("--standin-step-ms", type=float, default=0.0,
+                        help="train an accelerator stand-in whose step waits this long without the CPU (0: SmallCNN)")
+    parser.add_argument("--read-ms", type=float, default=0.0,
+                        help="every sample's read first waits this long without the CPU (slow storage); 0: none")
+    parser.add_argument("--backends", default="process,thread", help="the fixed settings' backends")
     args = parser.parse_args(argv)
     adapt_module.MIN_RUN_S = args.min_run_s
     cores = usable_cores()
-    counts = sorted({0, 1, max(1, cores // 2), cores})
-    fixed = [{"backend": "process", "workers": w} for w in counts] + [{"backend": "thread", "workers": w} for w in counts if w]
+    step_s, read_s = args.standin_step_ms / 1e3, args.read_ms / 1e3
+    counts = sorted({0, cores} | {2**k for k in range(cores.bit_length()) if 2**k <= cores})  # adapt's steps
+    backends = args.backends.split(",")
+    fixed = [{"backend": b, "workers": w} for b in backends for w in counts if w or b == "process"]
     to_best: list[float] = []
     to_default: list[float] = []
     noise: list[float] = []  # default / the same setting run as a fixed one: what one setting scatters by
@@ -86,9 +135,11 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         make_digiface(root / "data", n=args.n, classes=10, progress=False)
-        print(f"{cores} cores, {args.n} images 32x32 PNG, SmallCNN width {args.width}, batch {args.batch}, {args.epochs} epochs a run, "
+        model = f"a stand-in step of {args.standin_step_ms:g} ms" if step_s else f"SmallCNN width {args.width}"
+        model += f", reads waiting {args.read_ms:g} ms a sample" if read_s else ""
+        print(f"{cores} cores, {args.n} images 32x32 PNG, {model}, batch {args.batch}, {args.epochs} epochs a run, "
               f"{args.rounds} rounds; img/s of training (adapt's trials included)\n")
-        _run(root / "data", root / "runs", "warm-up", args.batch, 1, None, False, args.width)  # not timed: every run finds warm caches
+        _run(root / "data", root / "runs", "warm-up", args.batch, 1, None, False, args.width, step_s, read_s)  # not timed: every run finds warm caches
         for r in range(args.rounds):
             rates: dict[str, float] = {}
             runs: list[tuple[str, dict[str, Any] | None, bool]] = [(f"{s['workers']} {s['backend']}", s, False) for s in fixed]
@@ -97,7 +148,7 @@ def main(argv: list[str] | None = None) -> int:
             chosen, given = "", ""
             for name, setting, adapt in order:
                 rate, record = _run(root / "data", root / "runs", f"r{r}-{name.replace(' ', '-')}", args.batch,
-                                    args.epochs, setting, adapt, args.width)
+                                    args.epochs, setting, adapt, args.width, step_s, read_s)
                 rates[name] = rate
                 if adapt:
                     given = f"{record['given']['workers']} {record['given']['backend']}"

@@ -220,3 +220,22 @@ def test_an_error_in_a_thread_reader_is_raised_and_an_abandoned_epoch_lets_its_t
     assert next(batches).tolist() == [0, 1, 2, 3]
     batches.close()  # type: ignore[attr-defined]
     assert not [t for t in threading.enumerate() if t.name.startswith("stoker-stream-")]
+
+
+@pytest.mark.filterwarnings("ignore:This DataLoader will create:UserWarning")  # 16 cores said, 2 here
+def test_streams_that_deal_by_batch_take_the_machines_default(data: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """A Pipe with one shard() and a local ShardStream say they are elastic: no constant 2, the machine's share."""
+    from stoker.loading.workers import batches_follow_workers
+    from stoker.shards import ShardStream
+
+    monkeypatch.setenv("STOKER_CORES", "16")
+    cut = Pipe.from_iterable(range(40)).shard().map(torch.tensor)
+    uncut = Pipe.from_iterable(range(40)).map(torch.tensor)
+    stream = ShardStream(data["encoded"], shuffle_buffer=4)
+    assert cut.elastic and stream.elastic and not uncut.elastic
+    assert not batches_follow_workers(cut) and not batches_follow_workers(stream) and batches_follow_workers(uncut)
+    loader = make_loader(cut, batch_size=4, device="cpu")
+    try:
+        assert loader.num_workers == 8  # half of 16 cores beside a model on the CPU (stoker.loading.workers)
+    finally:
+        loader.close()

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import torch
 
-from stoker.loading.workers import FALLBACK_WORKERS
+from stoker.loading.workers import machine_workers
 from stoker.packer import pack
 from stoker.shards import ShardDataset
 from stoker.train.runner.config import parse_config
@@ -30,7 +30,7 @@ def test_shard_sets_keep_their_measured_loader_defaults(tmp_path: Path, folders:
     _, (train, _) = _loaders({"path": str(tmp_path / "pixels"), "valid": 0.25, "workers": 1})
     assert train.num_workers == 1  # the user's setting wins
     _, (train, _) = _loaders({"path": str(folders), "valid": 0.25})
-    assert train.num_workers == FALLBACK_WORKERS  # file data says nothing: the one fallback
+    assert train.num_workers == machine_workers(accelerator=False, backend="process")  # file data: the machine's share
 
 
 def test_split_folders_train_on_train_and_validate_on_val(tmp_path: Path, folders: Path) -> None:

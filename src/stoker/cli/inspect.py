@@ -7,7 +7,7 @@ from pathlib import Path
 import click
 
 from stoker.cli.paths import require_paths
-from stoker.loading.workers import FALLBACK_WORKERS
+from stoker.loading.workers import FALLBACK_WORKERS, batches_follow_workers, default_workers
 
 
 @click.command("inspect")
@@ -19,9 +19,10 @@ from stoker.loading.workers import FALLBACK_WORKERS
               help="Batch size the shuffle-quality check assumes.")
 @click.option("--shuffle-buffer", type=click.IntRange(min=1), default=10_000, show_default=True,
               help="Buffer of the streaming reader (ShardStream) the shuffle-quality check assumes.")
-@click.option("--workers", type=click.IntRange(min=0), default=FALLBACK_WORKERS, show_default=True,
+@click.option("--workers", type=click.IntRange(min=0), default=None,
               help="DataLoader workers per rank the shuffle-quality check of the stream assumes "
-                   "(the loader's default for a stream).")
+                   "[default: the loader's for a stream over this set: 0 over pixel shards, else "
+                   f"{FALLBACK_WORKERS} while a stream's batches depend on its workers, else this rank's share of the cores].")
 @click.option("--ranks", type=click.IntRange(min=1), default=1, show_default=True,
               help="Distributed ranks (world size) the shuffle-quality check of the stream assumes.")
 @click.option("--shards-at-once", type=click.IntRange(min=1), default=None,
@@ -30,7 +31,7 @@ from stoker.loading.workers import FALLBACK_WORKERS
 @click.option("--classes", "max_classes", type=click.IntRange(min=0), default=20, show_default=True,
               help="Classes listed with their counts.")
 def inspect(
-    root: str, grid: Path | None, split: str, count: int, batch_size: int, shuffle_buffer: int, workers: int, ranks: int,
+    root: str, grid: Path | None, split: str, count: int, batch_size: int, shuffle_buffer: int, workers: int | None, ranks: int,
     shards_at_once: int | None, max_classes: int,
 ) -> None:
     """Show what data holds: a shard set's counts per split and class, bytes, storage mode,
@@ -58,6 +59,14 @@ def inspect(
         click.echo(note)
 
     summary = summarize(root)
+    if workers is None:  # what make_loader gives a ShardStream over this set (stoker.loading.workers)
+        import torch
+
+        from stoker.shards import ShardStream
+
+        pixels = summary.manifest.store == "pixels"  # a pixel stream is read in the training process
+        workers = default_workers({"num_workers": 0} if pixels else {}, follows_workers=batches_follow_workers(ShardStream),
+                                  accelerator=torch.cuda.is_available())  # as make_loader(device="auto")
     click.echo(summary.format(max_classes=max_classes))
     click.echo(f"\nshuffle quality (batch {batch_size}):")
     warnings: list[str] = []

@@ -37,7 +37,7 @@ from stoker.loading.samplers import EpochSampler, IndexBatches, RankSlice
 from stoker.loading.skips import Skipped, without_skip_advice
 from stoker.loading.steps import EqualSteps, ranks_in_step, steps_are_certain
 from stoker.loading.stream_threads import thread_batches
-from stoker.loading.workers import default_workers
+from stoker.loading.workers import batches_follow_workers, default_workers
 from stoker.order import WORKER_SEEDS, batches_before, epoch_seed
 
 __all__ = ["BACKENDS", "LOADER_STATE_FORMAT", "Backend", "Loader", "RankSlice", "iter_from", "make_loader", "resolve_device"]
@@ -640,8 +640,10 @@ def make_loader(
         batch_size: samples per batch.
         shuffle: reshuffle every epoch (map-style data sets; a Pipe shuffles itself).
         num_workers: worker processes (or threads); default: the data set's
-            ``loader_defaults`` (a shard set knows what reads it fastest), else
-            :data:`~stoker.loading.workers.FALLBACK_WORKERS` (2).
+            ``loader_defaults`` (a shard set knows what reads it fastest), else this
+            rank's share of the machine's cores less what training needs (and memory
+            allows), or :data:`~stoker.loading.workers.FALLBACK_WORKERS` (2) for a reader
+            whose batches depend on the worker count: the rule of :mod:`stoker.loading.workers`.
         device: ``"auto"`` (CUDA when available), ``"cpu"``, ``"cuda:0"``, or ``None`` to leave batches on the CPU.
         drop_last: drop the last, short batch.
         prefetch_factor: batches each worker loads ahead.
@@ -684,10 +686,11 @@ def make_loader(
     if batch_size < 1:
         raise ConfigError(f"batch_size must be >= 1, got {batch_size}")
     defaults = (dataset.loader_defaults or {}) if isinstance(dataset, SupportsLoaderDefaults) else {}
-    if num_workers is None:
-        num_workers = default_workers(defaults)  # stoker.loading.workers: the one rule
     if backend is None:
         backend = defaults.get("backend", "process")
+    if num_workers is None:  # stoker.loading.workers: the one rule
+        num_workers = default_workers(defaults, follows_workers=batches_follow_workers(dataset),
+                                      accelerator=resolve_device(device).type != "cpu", backend=str(backend))
     if num_workers < 0:
         raise ConfigError(f"num_workers must be >= 0, got {num_workers}")
     if prefetch_factor < 1:

@@ -1,19 +1,36 @@
 """How many loader workers a data set gets when none are asked for: the one rule, stated once.
 
-The rule: the data set's measured ``loader_defaults["num_workers"]`` where it has one (a
-shard set knows what reads it fastest: pixel shards 0, in the training process; encoded
-shards one per core), else :data:`FALLBACK_WORKERS`.
+The rule, in order:
 
-The worker count is a speed setting only: for every reader (map-style, ``Pipe``,
-``ShardStream``) the batches a rank sees are the same for any worker count and either
-backend, and a mid-epoch checkpoint resumes under another count (the "Batches" rule of
-:mod:`stoker.order`), so a default may differ from one machine to the next without
-changing a run. (One exception, said where it applies: a ``ShardStream`` over a remote
-split larger than its cache limit, whose workers must read the same shards at once.) Two workers keep decoding beside the training step on any machine with
-two cores or more, and are what the README's baseline rows ran with.
+1. the data set's measured ``loader_defaults["num_workers"]`` where it has one (a shard
+   set knows what reads it fastest: pixel shards 0, in the training process; encoded
+   shards a few threads);
+2. a reader whose batches depend on the worker count (an iterable data set that splits
+   its stream by worker and does not say ``elastic = True``): :data:`FALLBACK_WORKERS`,
+   a constant, so the same run gives the same batches, and resumes, on any machine;
+3. otherwise the machine's share (:func:`machine_workers`): this rank's cores (the usable
+   cores, :func:`stoker.cores.usable_cores`, divided by the ranks of this host,
+   ``LOCAL_WORLD_SIZE``) less what the training process needs, and no more worker
+   processes than fit in :data:`MEMORY_SHARE` of the available memory.
+
+What the training process needs: on an accelerator its Python thread launches the
+kernels and hands batches over (collate, pinning), so it keeps :data:`TRAINING_CORES`
+cores, one more from :data:`BUSY_HOST_CORES` cores up (a fast device asks more of it);
+on the CPU the model computes on the same cores, so the readers get half of them. One
+core alone reads in the training process (0 workers). The adaptation of ``fit``
+(:mod:`stoker.train.engine.adapt`) starts there and searches for the fastest count.
+
+The worker count is a speed setting only: for every reader (map-style, a ``Pipe`` with one
+``shard()``, a ``ShardStream``) the batches a rank sees are the same for any worker count
+and either backend, and a mid-epoch checkpoint resumes under another count (the "Batches"
+rule of :mod:`stoker.order`), so this default may differ from one machine to the next
+without changing a run. The one exception, said where it applies, is a ``ShardStream``
+over a remote split larger than its cache limit (its workers must read the same shards at
+once): it is not ``elastic`` and keeps rule 2.
 
 ``make_loader``, ``stoker train`` (``data.workers`` left out) and ``stoker inspect``
-all take this rule; set ``num_workers`` / ``--workers`` to choose.
+all take this rule; set ``num_workers`` / ``--workers`` to choose, and ``STOKER_CORES``
+to say how many cores may be counted.
 """
 
 from __future__ import annotations
@@ -21,27 +38,101 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from stoker.errors import ConfigError
+import psutil
+from torch.utils.data import IterableDataset
 
-__all__ = ["FALLBACK_WORKERS", "default_workers"]
+from stoker.cores import usable_cores
+from stoker.errors import ConfigError
+from stoker.loading.placement import local_ranks
+
+__all__ = [
+    "BUSY_HOST_CORES",
+    "FALLBACK_WORKERS",
+    "MEMORY_SHARE",
+    "TRAINING_CORES",
+    "batches_follow_workers",
+    "default_workers",
+    "machine_workers",
+]
 
 FALLBACK_WORKERS = 2
-"""Loader workers for data that has not measured what reads it fastest."""
+"""Loader workers of a reader whose batches depend on the worker count (it cannot follow the machine)."""
+
+TRAINING_CORES = 1
+"""Cores an accelerator run's training process keeps for itself (launching kernels, collate, pinning)..."""
+
+BUSY_HOST_CORES = 8
+"""...and one more from this many cores of a rank up."""
+
+MEMORY_SHARE = 0.5
+"""Worker processes, each counted at the training process's resident memory, stay within this share of available RAM."""
 
 
-def default_workers(loader_defaults: Mapping[str, Any] | None) -> int:
+def batches_follow_workers(dataset: Any) -> bool:
+    """Whether the worker count decides which samples a batch of ``dataset`` holds.
+
+    An iterable data set splits its stream by worker, unless it says otherwise with a
+    true ``elastic`` attribute (its batches are a function of seed, epoch, ranks and batch
+    size alone); a map-style data set's order is the sampler's. ``dataset`` may be a class.
+    """
+    iterable = issubclass(dataset, IterableDataset) if isinstance(dataset, type) else isinstance(dataset, IterableDataset)
+    return iterable and not bool(getattr(dataset, "elastic", False))
+
+
+def machine_workers(*, accelerator: bool, backend: str = "process", cores: int | None = None,
+                    ranks: int | None = None, resident_bytes: int | None = None,
+                    available_bytes: int | None = None) -> int:
+    """The readers this rank's share of the machine affords (see the module docs).
+
+    Args:
+        accelerator: the model trains on an accelerator (``False``: on the CPU, beside the readers).
+        backend: ``"process"`` workers are bounded by memory too; ``"thread"`` ones share the process's.
+        cores: usable cores of the host (``None``: :func:`~stoker.cores.usable_cores`).
+        ranks: training processes on this host (``None``: ``LOCAL_WORLD_SIZE``, else 1).
+        resident_bytes: what one worker process may hold (``None``: this process's resident memory).
+        available_bytes: memory available (``None``: psutil's ``available``).
+
+    Example:
+        >>> machine_workers(accelerator=True, cores=16, ranks=1), machine_workers(accelerator=True, cores=16, ranks=2)
+        (14, 6)
+    """
+    share = max(1, (usable_cores() if cores is None else cores) // (local_ranks() if ranks is None else max(ranks, 1)))
+    if accelerator:
+        workers = share - TRAINING_CORES - (1 if share >= BUSY_HOST_CORES else 0)
+    else:
+        workers = share // 2
+    workers = max(0, workers)
+    if backend == "process" and workers > 0:
+        resident = psutil.Process().memory_info().rss if resident_bytes is None else resident_bytes
+        available = psutil.virtual_memory().available if available_bytes is None else available_bytes
+        workers = min(workers, int(MEMORY_SHARE * available) // max(resident, 1))
+    return workers
+
+
+def default_workers(loader_defaults: Mapping[str, Any] | None, *, follows_workers: bool = False,
+                    accelerator: bool = True, backend: str = "process", cores: int | None = None,
+                    ranks: int | None = None) -> int:
     """The worker count of a data set whose ``loader_defaults`` are these (``None`` or ``{}``: it has none).
+
+    Args:
+        loader_defaults: what the data set measured fastest with.
+        follows_workers: the worker count decides its batches (:func:`batches_follow_workers`).
+        accelerator, backend, cores, ranks: as :func:`machine_workers`.
 
     Raises:
         ConfigError: ``loader_defaults["num_workers"]`` is not a whole number >= 0.
 
     Example:
-        >>> default_workers({"num_workers": 0, "backend": "process"}), default_workers(None)
+        >>> default_workers({"num_workers": 0}), default_workers({}, follows_workers=True)
         (0, 2)
+        >>> default_workers(None, backend="thread", cores=16, ranks=1)
+        14
     """
     workers = (loader_defaults or {}).get("num_workers")
     if workers is None:
-        return FALLBACK_WORKERS
+        if follows_workers:
+            return FALLBACK_WORKERS
+        return machine_workers(accelerator=accelerator, backend=backend, cores=cores, ranks=ranks)
     if isinstance(workers, bool) or not isinstance(workers, int) or workers < 0:
         raise ConfigError(
             f"the data set's loader_defaults give num_workers={workers!r}, not a whole number >= 0; "

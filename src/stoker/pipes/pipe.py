@@ -283,6 +283,12 @@ class Pipe(IterableDataset[T], StreamReader, SupportsBatchSplit, SupportsBatchLi
         self._iterations += 1
         return compose(self._steps, context, skip=start)
 
+    @property
+    def elastic(self) -> bool:
+        """True when stoker's loader deals this pipe by batch (one ``shard()``, no worker override):
+        its batches then follow no worker count, so defaults and the adaptation may change it."""
+        return self._cut() is not None
+
     def split_by_batch(self, batch_size: int) -> bool:
         """Deal this rank's items at ``shard()`` to the workers a batch of ``batch_size`` at a time (stoker's loader calls it).
 

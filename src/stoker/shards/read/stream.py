@@ -369,6 +369,12 @@ class ShardStream(
             return BLOCK_ROWS
         return self._block if self._block is not None else self.read_rows
 
+    @property
+    def elastic(self) -> bool:
+        """True unless the split is remote and larger than its cache limit: its batches then follow no
+        worker count (:meth:`split_by_batch`), so defaults and the adaptation may change it."""
+        return self._by_batch
+
     def split_by_batch(self, batch_size: int) -> bool:
         """Deal the rank's order to the workers a batch of ``batch_size`` rows at a time (stoker's loader calls it).
 

@@ -1,28 +1,42 @@
-"""Adapt while training: try the loader settings that matter on the real model and data, keep the fastest.
+"""Adapt while training: search the train loader's settings on the real model and data, keep the fastest.
 
-In the first batches of a run :func:`~stoker.train.fit` reads the train loader with a
-few candidate settings in turn — its backend (worker processes or threads), how many
-workers, and how many batches each reads ahead — times each on the steps it is really
-running, keeps the fastest, says so (rank 0), and records every trial in ``run.json``
-(``"adapt"``). Afterwards it watches the share of each step spent waiting for data; when
-that share rises well above what the chosen setting measured, it tries them again
-(twice at most). ``Scenario(adapt=False)`` / ``stoker train --no-adapt`` keeps the
-settings as given.
+In the first batches of a run :func:`~stoker.train.fit` reads the train loader with
+settings in turn, times each on the steps it is really running, keeps the fastest, says
+so in one line (rank 0), and records every trial in ``run.json`` (``"adapt"``). A round:
+
+1. **the reader count**, searched toward less waiting (:mod:`stoker.train.engine.search`):
+   the setting in force first; while the step waits for data, twice the readers, up to
+   this rank's share of the cores (usable cores over ``LOCAL_WORLD_SIZE``); when it
+   hardly waits, or more readers were slower, half as many (readers then only take the
+   training process's CPU); then between the two counts that bound the fastest;
+2. the start and the fastest that could replace it, timed again (a shared machine's
+   load drifts);
+3. the other backend (worker processes or threads) at the count found;
+4. how many batches each reader prefetches; 5. off the CPU, torch's host threads.
+
+A round's budget is a quarter of the run's batches at most, and its changes may cost a
+twentieth of the run's time, or a quarter of what the data wait costs the run where
+that is more (more to win). A search that its budget cut short goes on at the end of an
+epoch that waited for data (in a later epoch, three times at most); a run that stays
+loader-bound after the search is told so once, in plain words. Afterwards it watches the
+share of each step spent waiting for data; when that share rises well above what the
+chosen setting measured, it searches again (twice at most). ``Scenario(adapt=False)`` /
+``stoker train --no-adapt`` keeps the settings as given.
 
 What it may change, and why that changes no result:
 
 * **the train loader's workers, backend and prefetch depth**, for a stoker
-  :class:`~stoker.Loader` over a map-style data set. Which samples a batch holds is the
-  sampler's, a function of ``(seed, epoch)`` (:mod:`stoker.order`), not of who reads it:
-  a change is made between two batches with the loader's own resume-from-position
-  (``state_dict`` before, :meth:`~stoker.Loader.reconfigure`, ``load_state_dict``
-  after), so the next batch is the one the old setting would have given. The figures,
-  checkpoints and weights are the same, to the bit, as a ``--no-adapt`` run's.
-  Not tried: an iterable data set (a ``Pipe``, a ``ShardStream``: its stream is split by
-  worker, so the worker count decides what a batch holds), a loader that is not
-  stoker's, and a data set whose samples draw random numbers (an augmentation draws from
-  the reading worker's generator, so another worker count draws other numbers: pass
-  ``adapt=False`` for those).
+  :class:`~stoker.Loader` over a map-style data set (or a stream whose batches no worker
+  count changes: ``elastic = True``, :func:`~stoker.loading.workers.batches_follow_workers`).
+  Which samples a batch holds is the sampler's, a function of ``(seed, epoch)``
+  (:mod:`stoker.order`), not of who reads it: a change is made between two batches with
+  the loader's own resume-from-position (``state_dict`` before,
+  :meth:`~stoker.Loader.reconfigure`, ``load_state_dict`` after), so the next batch is the
+  one the old setting would have given. The figures, checkpoints and weights are the
+  same, to the bit, as a ``--no-adapt`` run's. Not tried: a stream split by worker (the
+  worker count decides what a batch holds), a loader that is not stoker's, and a data set
+  whose samples draw random numbers (an augmentation draws from the reading worker's
+  generator, so another worker count draws other numbers: pass ``adapt=False`` for those).
 * **torch's compute threads: not on the CPU.** The thread count decides how torch
   splits its float sums: the weights of a small CNN, an MLP and a ResNet-18 differ in
   their last bits after three steps with one thread against two (deterministic for
@@ -34,17 +48,10 @@ How it keeps the cost down (the trials train on real batches; what they cost is 
 time a slower setting and a change of workers take): the run's first batches are not
 timed (every setting is slow there); a trial times a few batches after a short warm-up;
 one that has already taken twice what the best one took stops; another setting replaces
-the one in force only when each of its trials was at least 10 % faster (the margin), so
-only the fastest that still could is timed once more, together with the one in force
-(a shared machine's load drifts), and none is when none could; a round spends at most a
-quarter of the run's batches and, after its first trial, a twentieth of the run's time.
-More readers or a deeper prefetch can shorten a step by at most the time the step waits
-for data: when that wait is under the margin in the first trial, they are not tried. Off
-the CPU no loader setting is then tried at all; on the CPU fewer readers still are, since
-they leave the model more of the cores (``benchmarks/bench_adapt.py --width 64``: with a
-step waiting 6 %, loading in the training process was the fastest fixed setting). A run
-too short for two trials tries none, nor does one the first trial projects under 20 s,
-and ``run.json`` says why.
+the one in force only when each of its trials was at least 10 % faster (the margin). A
+step that hardly waits for data gains nothing from more readers or a deeper prefetch:
+then only fewer readers are timed. A run too short for two trials tries none, nor does
+one the first trial projects under 20 s, and ``run.json`` says why.
 
 Where it does not help: on a machine whose load swings by more than the settings
 differ, a handful of batches cannot tell them apart; the margin then keeps the given
@@ -59,11 +66,12 @@ from dataclasses import asdict, dataclass, replace
 from typing import TYPE_CHECKING, Any, cast
 
 import torch
-from torch.utils.data import IterableDataset
 
+from stoker.cores import usable_cores
 from stoker.loading import Loader
 from stoker.loading.placement import local_ranks
-from stoker.train.engine.threads import usable_cores
+from stoker.loading.workers import batches_follow_workers
+from stoker.train.engine.search import ReaderSearch
 
 if TYPE_CHECKING:
     from stoker.train.engine.run import Run
@@ -83,8 +91,11 @@ MARGIN = 0.1  # another setting replaces the one in force only when each of its 
 RECHECK_RISE = 0.2  # a re-check when the recent data-wait share is this much above the chosen setting's...
 RECHECK_FLOOR = 0.1  # ...and above this...
 RECHECK_BATCHES = 96  # ...over this many batches, with at least 8 times the last round's batches still to come
-RECHECK_KEEP = 1.5  # a re-check tries again the settings within this factor of the best one
 MAX_RECHECKS = 2
+MAX_CONTINUES = 3  # rounds in later epochs that go on with a search its round's budget cut short...
+CONTINUE_FACTOR = 3  # ...when the run has this many times the last round's batches left
+WAIT_SPEND = 0.25  # a round's changes may cost this share of the run times the step's data-wait share, if more
+STAGES = ("readers", "again", "backend", "prefetch", "threads")  # what a round tries, in order
 
 
 @dataclass(frozen=True)
@@ -153,47 +164,58 @@ class Adapter:
         try_threads: also try torch's host threads (an accelerator run without
             ``cpu_threads``).
         say: prints one line (rank 0's console), or ``None``.
+        cores: the host's usable cores (``None``: :func:`~stoker.cores.usable_cores`); the
+            search goes up to this rank's share of them.
+        loader_bound_share: an epoch that waits for data longer than this share is loader-bound.
 
     Example:
         >>> adapter = Adapter(loader, torch.device("cpu"), batches=10 * len(loader))  # doctest: +SKIP
         >>> for images, labels in adapter.batches():  # one pass: the loader's epoch, read as adapt chooses  # doctest: +SKIP
         ...     ...
+        >>> adapter.epoch_end(0.4)  # loader-bound with the search unfinished: it goes on next epoch  # doctest: +SKIP
         >>> adapter.record()["chosen"]  # doctest: +SKIP
     """
 
     def __init__(self, loader: Any, device: torch.device, *, batches: int | None, try_threads: bool = False,
-                 say: Callable[[str], None] | None = None) -> None:
+                 say: Callable[[str], None] | None = None, cores: int | None = None,
+                 loader_bound_share: float = 0.3) -> None:
         self.loader = loader
         self.say = say
         self.try_threads = try_threads
-        self.cores = max(1, usable_cores() // local_ranks())
+        self.cores = max(1, (usable_cores() if cores is None else cores) // local_ranks())
+        self.loader_bound_share = loader_bound_share
         self.trials: list[Trial] = []
         self.rechecks = 0
+        self.continues = 0  # rounds that went on with an unfinished search in a later epoch
         self.switches = 0
+        self.search: ReaderSearch | None = None
+        self._unfinished = False  # the last round ended on its budget with the search not over
+        self._bound_said = False  # the loader-bound finding is said once
+        self._by_readers: dict[int, Setting] = {}  # reader count -> the setting that reads with it
         self._queue: list[Setting] = []
-        self._stage = 0
+        self._stage = 0  # index in STAGES of the stage under way
+        self._stage_trials = 0  # trials of the stage under way
         self._trial: Trial | None = None
         self._change: Setting | None = None
         self._recent: list[tuple[float, float]] = []  # (seconds, wait) of the batches since the choice
         self._round_start = 0  # the first trial of the round in progress
         self._baseline = 0.0  # the chosen setting's data-wait share
-        self._budget = 0  # trials of a first stage (a quarter of the run's batches at most)
+        self._budget = 0  # trials of the reader search in one round (a quarter of the run's batches at most)
         self._budget_batches = 0  # batches a round may spend on trials
         self._batches_total = 0  # training batches of the run
         self._settle = SETTLE_BATCHES
         self._short_s: float | None = None  # the projected seconds of a run too short to adapt
         self._idle_wait: float | None = None  # the data-wait share of a round's first trial, when under MARGIN
-        self._on_cpu = device.type == "cpu"  # there the loader's readers share the cores with the model
+        self._first_wait = 0.0  # the data-wait share of the round's first trial
         self._recheck = True  # whether a rising data-wait share may start another round
         self._seen = 0  # batches read so far
         self._round_batches = 0  # batches the last round took
-        self._close: set[tuple[str, int]] = set()  # (backend, workers) within RECHECK_KEEP of the last round's best
         self.given = self._setting_now() if isinstance(loader, Loader) else None
         self.chosen = self.given
         self.reason = self._refusal(loader, batches)
         self.active = not self.reason
         if self.active:
-            self._start_round()
+            self._start_round(fresh=True)
 
     # -- what is tried ---------------------------------------------------------------------------------
 
@@ -201,7 +223,7 @@ class Adapter:
         """Why nothing is tried ("" when it is)."""
         if not isinstance(loader, Loader):
             return f"the train loader is a {type(loader).__name__}, not a stoker Loader: its settings are kept"
-        if isinstance(loader.dataset, IterableDataset):
+        if batches_follow_workers(loader.dataset):  # a stream that says `elastic = True` is tried like map-style data
             return (f"the train data ({type(loader.dataset).__name__}) is a stream split by worker: another worker "
                     "count would change which samples a batch holds, so the settings are kept")
         per_trial = WARM_BATCHES + MIN_BATCHES
@@ -210,13 +232,20 @@ class Adapter:
                     f"batches; two trials take {2 * per_trial + SETTLE_BATCHES}, a quarter of the run at most): the settings are kept")
         self._budget_batches = int(batches * BUDGET_SHARE)
         self._batches_total = batches
-        self._budget = self._budget_batches // per_trial
+        self._budget = max(self._budget_batches // per_trial, 2)
         return ""
 
     def _setting_now(self) -> Setting:
         loader = self.loader
         threads = torch.get_num_threads() if self.try_threads else None
         return Setting(str(loader.backend), int(loader.num_workers), int(loader.prefetch_factor), threads)
+
+    def _with_readers(self, readers: int) -> Setting:
+        """The setting that reads with ``readers`` workers or threads (0: in the training process), the rest as in force."""
+        if readers in self._by_readers:
+            return self._by_readers[readers]
+        now = self._setting_now()
+        return replace(now, backend="process", workers=0) if readers == 0 else replace(now, workers=readers)
 
     def _ranked(self) -> list[tuple[float, Setting]]:
         """This round's settings, fastest first: each one's timed seconds over its timed batches, all its trials together."""
@@ -250,47 +279,50 @@ class Adapter:
         start = self.trials[self._round_start].setting
         return next(((sec, setting) for sec, setting in self._ranked() if setting == start), None)
 
-    def _candidates(self, stage: int, best: Setting) -> list[Setting]:
-        """Stage 0: backends and worker counts; 1: the start and the fastest that could replace it, again (the
-        load on a machine drifts);
-        2: prefetch depth of the best; 3: host threads (off the CPU)."""
-        if stage == 0:
-            counts = sorted({0, 1, max(1, self.cores // 2), self.cores, best.workers})
-            options = [replace(best, backend="process", workers=w) for w in counts]
-            options += [replace(best, backend="thread", workers=w) for w in counts if w > 0]
-            options = [best] + [o for o in options if o != best]  # the setting in force first: no change to time it
-            if self.rechecks:  # again: only what was close to the best last time
-                options = [o for o in options if o == best or (o.backend, o.workers) in self._close]
-            return options[: max(self._budget, 2)]
-        if stage == 1:  # only when one could still replace the start: else timing them again changes nothing
+    def _candidates(self, stage: str, best: Setting) -> list[Setting]:
+        """The settings of a stage after the reader search, the one to start from first (an empty or one-long list:
+        the stage has nothing to try). "again": the start and the fastest that could replace it (the load on a
+        machine drifts); "backend": the other backend at the best count; "prefetch": the depth of the best;
+        "threads": the host's torch threads (off the CPU)."""
+        if stage == "again":  # only when one could still replace the start: else timing them again changes nothing
             start = self.trials[self._round_start].setting
             contenders = [setting for _, setting in self._contenders()[:1]]
             top = [start, *contenders] if contenders else []
             return sorted(top, key=lambda setting: setting != self._setting_now())  # the one in force first
-        if stage == 2 and self._idle_wait is not None:  # hardly any wait: a deeper prefetch has nothing to hide
+        if stage in ("backend", "prefetch") and self._idle_wait is not None:  # hardly any wait: nothing to hide
             return []
-        if stage == 2:
+        if stage == "backend":
+            other = "thread" if best.backend == "process" else "process"
+            return [best, replace(best, backend=other)] if best.workers > 0 else []
+        if stage == "prefetch":
             given = self.given.prefetch if self.given is not None else best.prefetch
             depths = sorted({given, 2 * given} - {best.prefetch})
             return [best] + [replace(best, prefetch=d) for d in depths] if best.workers > 0 or best.backend == "thread" else []
-        if stage == 3 and self.try_threads and best.threads is not None:
+        if stage == "threads" and self.try_threads and best.threads is not None:
             counts = sorted({1, max(1, self.cores // 2), self.cores} - {best.threads})
             return [best] + [replace(best, threads=t) for t in counts]
         return []
 
-    def _start_round(self) -> None:
-        """Queue the settings of the first stage that has more than one."""
-        self._stage = 0
-        self._queue = []
-        self._idle_wait = None
-        self._advance(self._setting_now())
+    def _start_round(self, fresh: bool) -> None:
+        """Time the setting in force first (the round's yardstick), then search the reader counts: a ``fresh`` search
+        (the run's first round, a re-check) or the one an earlier round left unfinished."""
+        now = self._setting_now()
+        if fresh or self.search is None:
+            # A wait under the margin cannot win it with more readers: there the search only tries fewer.
+            self.search = ReaderSearch(start=_readers(now), most=self.cores, wait_floor=MARGIN)
+            self._by_readers = {}
+        self._by_readers.setdefault(_readers(now), now)
+        self._stage, self._stage_trials, self._idle_wait, self._unfinished = 0, 0, None, False
+        self._queue = [now]
+        self._next_trial()
 
     def _advance(self, best: Setting) -> None:
-        while self._stage <= 3:
-            candidates = self._candidates(self._stage, best)
+        """The next stage that has something to try, else the round's end."""
+        while self._stage + 1 < len(STAGES):
             self._stage += 1
+            candidates = self._candidates(STAGES[self._stage], best)
             if len(candidates) > 1:
-                self._queue = candidates
+                self._queue, self._stage_trials = candidates, 0
                 self._next_trial()
                 return
         self._finish()
@@ -298,31 +330,45 @@ class Adapter:
     def _next_trial(self) -> None:
         setting = self._queue.pop(0)
         self._trial = Trial(setting)
+        self._stage_trials += 1
         self.trials.append(self._trial)
         if setting != self._setting_now():
             self._change = setting
 
     def _trial_done(self) -> None:
         round_trials = self.trials[self._round_start:]
+        trial = round_trials[-1]
         spent = sum(t.batches + WARM_BATCHES for t in round_trials)
         # The round's first trial runs the setting in force: what the run would cost as it is, changes none.
         run_s = round_trials[0].seconds / max(round_trials[0].batches, 1) * self._batches_total
         changes_s = sum(t.spent_s for t in round_trials[1:])
-        if len(round_trials) == 1 and run_s < MIN_RUN_S:
-            self._queue, self._stage = [], 4
-            self._short_s = run_s
-        elif len(round_trials) == 1 and self._stage == 1 and round_trials[0].wait_share < MARGIN:
-            # Less waiting for data than the margin: more readers or a deeper prefetch cannot win it. Off the CPU
-            # no loader setting can (only the host threads are left to try); on the CPU fewer readers may, since
-            # they leave the model more of the cores (measured: bench_adapt.py --width 64).
-            self._idle_wait = round_trials[0].wait_share
-            if self._on_cpu:
-                fewer = _readers(round_trials[0].setting)
-                self._queue = [setting for setting in self._queue if _readers(setting) < fewer]
+        searching = STAGES[self._stage] == "readers"
+        if searching and self.search is not None and trial.batches:
+            readers = _readers(trial.setting)
+            self._by_readers.setdefault(readers, trial.setting)
+            self.search.add(readers, trial.seconds / trial.batches, trial.wait_share)  # a stopped one: its pace so far
+        if len(round_trials) == 1:
+            self._first_wait = trial.wait_share
+            if trial.wait_share < MARGIN:  # hardly waits: the search tries fewer readers only
+                self._idle_wait = trial.wait_share
+            if run_s < MIN_RUN_S:
+                self._queue, self._stage, self._short_s = [], len(STAGES) - 1, run_s
+                self._finish()
+                return
+        # What a round's changes may cost: a share of the run, more when the step waits longer (more to win).
+        allowed_s = max(TIME_SHARE, WAIT_SPEND * self._first_wait) * run_s
+        if spent >= self._budget_batches or changes_s >= allowed_s:  # keep the best so far
+            self._unfinished = self._unfinished or (searching and self.search is not None and not self.search.done())
+            self._queue, self._stage = [], len(STAGES) - 1
+            self._finish()
+            return
+        if searching and self.search is not None:
+            readers = self.search.next()
+            if readers is not None and self._stage_trials < self._budget:
+                self._queue = [self._with_readers(readers)]
             else:
-                self._queue, self._stage = [], 3
-        if spent >= self._budget_batches or changes_s >= TIME_SHARE * run_s:  # keep the best so far
-            self._queue, self._stage = [], 4
+                self._unfinished = readers is not None
+                self._queue = []
         if self._queue:
             self._next_trial()
             return
@@ -342,34 +388,63 @@ class Adapter:
         timed = [t for t in self.trials[self._round_start:] if t.batches]
         waits = [t for t in timed if t.setting == self.chosen]
         self._baseline = sum(t.wait_s for t in waits) / max(sum(t.seconds for t in waits), 1e-9)
-        given = next((sec for sec, setting in ranked if setting == self.given), None)
-        why = (f"{best_s * 1e3:.1f} ms a step, wait {self._baseline:.0%}"
-               + (f"; as given ({self.given.label() if self.given else '?'}): {given * 1e3:.1f} ms"
-                  if given is not None and self.chosen != self.given else ""))
-        stopped = sum(t.stopped for t in timed)
-        early = f", {stopped} stopped early at 2x the best" if stopped else ""
+        self._round_batches = sum(t.batches + WARM_BATCHES for t in timed)
+        self._recent = []
         if self._short_s is not None:
             self.reason = (f"the run takes about {self._short_s:.0f} s as it is (under {MIN_RUN_S:.0f} s): trying other "
                            "settings would cost about what they could save, so the settings are kept")
             if self.say is not None:
                 self.say(f"adapt keeps {self.chosen.label()} ({self.reason})")
-            self._round_batches, self._close, self._recent = sum(t.batches + WARM_BATCHES for t in timed), set(), []
             self._recheck = False  # nothing to re-check in a run this short
             return
-        tried = len({t.setting for t in timed})
-        self.reason = (f"tried {tried} settings in {len(timed)} trials{early} over "
-                       f"{sum(t.batches for t in timed)} timed batches; fastest: {why}")
+        start = timed[0].setting if timed else self.chosen
+        start_s = next((sec for sec, setting in ranked if setting == start), None)
         if self._idle_wait is not None:
-            bound = (f"a step waits {self._idle_wait:.0%} for data, under the {MARGIN:.0%} a change must win: "
-                     + ("only fewer readers were tried (they leave the model more cores)" if self._on_cpu else
-                        "no loader setting can save more than that wait, so the loader's settings are kept"))
-            self.reason = bound + (f"; {self.reason}" if tried > 1 else "")
-        self._round_batches = sum(t.batches + WARM_BATCHES for t in timed)
-        self._close = {(setting.backend, setting.workers) for sec, setting in ranked if sec <= RECHECK_KEEP * best_s}
-        self._recent = []
+            first = (f"the step hardly waited for data ({self._idle_wait:.0%}) with {start.label()}, so only fewer "
+                     "readers were timed (they leave the training process more CPU)")
+        else:
+            first = f"the step waited {self._first_wait:.0%} for data with {start.label()}"
+        counts = f"; timed {self.search.tried()} readers" if self.search is not None and len(self.search.order) > 1 else ""
+        others = len({t.setting for t in timed}) - 1
+        if self.chosen != start and start_s is not None:
+            found = (f": {self.chosen.label()} was fastest, {best_s * 1e3:.1f} ms a step against {start_s * 1e3:.1f}, "
+                     f"waiting {self._baseline:.0%}")
+        elif others:
+            found = f": none was {MARGIN:.0%} faster than it ({best_s * 1e3:.1f} ms a step), so it is kept"
+        else:
+            found = ": nothing else could be faster, so it is kept"
+        stopped = sum(t.stopped for t in timed)
+        early = f" ({stopped} stopped early, at twice the best's time)" if stopped else ""
+        later = ("; the search is not over: it goes on in a later epoch while the run waits for data and has batches "
+                 "to spare" if self._unfinished else "")
+        self.reason = f"{first}{counts}{early}{found}{later}"
         if self.say is not None:
             verb = "keeps" if self.chosen == self.given else "chose"
             self.say(f"adapt {verb} {self.chosen.label()} ({self.reason})")
+
+    def epoch_end(self, wait_share: float) -> None:
+        """After an epoch that waited ``wait_share`` of its time for data: when loader-bound (or cut short by its
+        budget) with the reader search not over, the search goes on from the next batch; when loader-bound at the
+        end of the search, say so once, in plain words."""
+        if not self.active or self._trial is not None or self._short_s is not None:
+            return  # a round under way goes on by itself
+        left = self._batches_total - self._seen
+        searching_pays = left >= CONTINUE_FACTOR * max(self._round_batches, WARM_BATCHES + MIN_BATCHES)
+        bound = wait_share > self.loader_bound_share
+        if (self.search is not None and not self.search.done() and (self._unfinished or bound) and searching_pays
+                and self.continues < MAX_CONTINUES):
+            self.continues += 1
+            if self.say is not None:
+                self.say(f"adapt: the epoch waited {wait_share:.0%} for data; the search for the reader count goes on "
+                         f"(timed so far: {self.search.tried()})")
+            self._round_start = len(self.trials)
+            self._start_round(fresh=False)
+        elif bound and not self._bound_said and self.chosen is not None:
+            self._bound_said = True
+            if self.say is not None:
+                self.say(f"adapt: with the fastest setting it found ({self.chosen.label()}) the epoch still waited "
+                         f"{wait_share:.0%} for data: reading is the limit here; data packed into shards (`stoker pack`) "
+                         "reads faster")
 
     # -- reading -------------------------------------------------------------------------------------
 
@@ -420,13 +495,14 @@ class Adapter:
                     self.say(f"adapt: the data-wait share rose to {share:.0%} (was {self._baseline:.0%}); trying the "
                              "settings again")
                 self._round_start = len(self.trials)
-                self._start_round()
+                self._start_round(fresh=True)  # the load changed: the earlier readings no longer hold
             else:
                 del self._recent[:-window]
 
     def record(self) -> dict[str, Any]:
         """What ``run.json`` keeps under ``"adapt"``: on or not and why, the setting given, chosen and in force
-        (the chosen one, unless the run ended during a re-check), every trial."""
+        (the chosen one, unless the run ended during a re-check), every trial, the reader counts the search timed
+        in order, and how often it re-checked and went on in a later epoch."""
         return {
             "enabled": self.active,
             "reason": self.reason,
@@ -435,6 +511,8 @@ class Adapter:
             "in_force": asdict(self._setting_now()) if self.given is not None else None,  # a re-check may be under way
             "trials": [t.as_dict() for t in self.trials],
             "rechecks": self.rechecks,
+            "continues": self.continues,
+            "readers_timed": list(self.search.order) if self.search is not None else [],
             "switches": self.switches,
         }
 
@@ -510,4 +588,5 @@ def make_adapter(run: Run) -> Adapter | None:
             note(line)
 
     return Adapter(s.train_loader, run.device, batches=batches,
-                   try_threads=run.device.type != "cpu" and s.cpu_threads is None, say=say if notes else None)
+                   try_threads=run.device.type != "cpu" and s.cpu_threads is None, say=say if notes else None,
+                   loader_bound_share=s.loader_bound_share)

@@ -130,6 +130,8 @@ def fit(scenario: Scenario, callbacks: Sequence[Logger] = ()) -> History:
             # 6. The epoch's figures over all ranks; then the scheduler, so `lr` is the one this epoch used.
             stats = reduce_epoch(run, trained, valid, valid_timer)
             history.epochs.append(stats)
+            if run.adapter is not None:  # loader-bound with its search not over: adapt goes on searching
+                run.adapter.epoch_end(stats.data_wait_share)
             _step_scheduler(s, stats)
             # 7. Checkpoints: best.pt first, then last.pt, so a crash between the two
             #    redoes this epoch (deterministically) rather than lose a best model.
@@ -153,7 +155,8 @@ def _start(run: Run, threads: ComputeThreads) -> dict[str, Any]:
     """Write ``run.json`` (rank 0) and start the loggers; returns the run's record."""
     s, ranks, model, device = run.scenario, run.ranks, run.model, run.device
     info = RunInfo(run.name, run.run_dir, s.epochs, len(run.history.epochs), str(device), dict(s.tags), run.config,
-                   s.resume, s.loader_bound_share, threads.reason if device.type == "cpu" else "")
+                   s.resume, s.loader_bound_share, threads.reason if device.type == "cpu" else "",
+                   adapting=run.adapter is not None and run.adapter.active)
     record = {
         "name": run.name,
         "tags": dict(s.tags),

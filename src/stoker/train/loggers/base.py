@@ -28,6 +28,7 @@ class RunInfo:
         loader_bound_share: the data-wait share above which an epoch is loader-bound.
         compute: how the CPU is shared, e.g. "torch threads 1 (of 2 cores, 1 left to the
             loader workers)"; empty on a GPU.
+        adapting: adapt tries the train loader's settings (it acts on a loader-bound epoch itself).
     """
 
     name: str
@@ -40,6 +41,7 @@ class RunInfo:
     resumed: bool = False
     loader_bound_share: float = 0.3
     compute: str = ""
+    adapting: bool = False
 
 
 @dataclass(frozen=True)

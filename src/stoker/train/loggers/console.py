@@ -42,7 +42,8 @@ class ConsoleLogger(Logger):
     """Prints a progress bar (stderr) and a line per epoch (stdout) as the run goes.
 
     An epoch that waited for data longer than the run's ``loader_bound_share`` of its
-    time gets a second line saying so.
+    time gets a second line saying so, unless adapt is on: it acts on that itself (it
+    searches on, or says once that reading is the limit).
 
     Args:
         progress: show the progress bar when stderr is a terminal; ``False``: never.
@@ -91,7 +92,7 @@ class ConsoleLogger(Logger):
         run = self._run
         self._write(format_epoch(stats, run.epochs if run else stats.epoch))
         share = max(stats.data_wait_share, stats.slowest_data_wait_share)  # the slowest rank holds every rank back
-        if run is not None and share > run.loader_bound_share:
+        if run is not None and share > run.loader_bound_share and not run.adapting:  # adapt acts, and says so
             self._write(
                 f"loader-bound: {share:.0%} of the epoch waiting for data; try `stoker tune`"
             )

@@ -116,7 +116,8 @@ class DataConfig:
     batch_size: int = config_key(whole(1), 64, doc="samples per batch")
     workers: int | None = config_key(
         optional(whole(0)), None,
-        doc=f"loader worker processes (or threads); default: what the data measured fastest with, else {FALLBACK_WORKERS}",
+        doc="loader worker processes (or threads); default: what the data measured fastest with, else this rank's "
+            f"share of the cores less what training needs (a stream split by worker: {FALLBACK_WORKERS})",
     )
     prefetch_factor: int = config_key(whole(1), 2, doc="batches each worker loads ahead")
     backend: str = config_key(choice(*BACKENDS), "auto", doc="auto | process | thread (auto: what suits the data)")

@@ -73,7 +73,7 @@ def build_loaders(data: TrainData, cfg: DataConfig, device: torch.device, seed: 
 
     Workers and backend left out (``workers`` unset, ``backend = "auto"``) are
     :func:`~stoker.make_loader`'s defaults: what the data set measured fastest with, else
-    :data:`~stoker.loading.workers.FALLBACK_WORKERS` worker processes.
+    this rank's share of the machine (:mod:`stoker.loading.workers`).
 
     Under torch.distributed, a map-style train set is split evenly over the ranks (each
     rank the same number of samples; the last ``len % world_size`` of each shuffled
