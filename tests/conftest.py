@@ -1,12 +1,84 @@
-"""Fixtures for every test folder."""
+"""Fixtures for every test folder, and the test tiers (markers) given in one place.
+
+Markers (registered in pyproject.toml), applied here so that no test file carries them:
+
+- ``remote``: everything under ``tests/remote`` (moto's S3 server on 127.0.0.1, a local Ray);
+- ``multiprocess``: tests that start processes (worker processes, ranks, torchrun, the CLI in
+  a child), listed by file in ``MULTIPROCESS_FILES``, and every test using ``forked_ranks``;
+- ``gpu``: tests skipped without CUDA (their skip reason names CUDA);
+- ``slow``: the test files and tests listed in ``SLOW``, picked from ``--durations`` of a whole run.
+
+The fast tier a contributor runs on every edit is ``python -m pytest -m "not slow"``.
+"""
 
 from __future__ import annotations
 
 import multiprocessing
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
+
+_TESTS = Path(__file__).resolve().parent
+
+# Files whose tests start processes (relative to tests/).
+MULTIPROCESS_FILES = frozenset({
+    "bench/test_report.py",
+    "bench/test_tune.py",
+    "benchmarks/test_scripts.py",
+    "cli/test_demo.py",
+    "cli/test_hints.py",
+    "loading/test_backends.py",
+    "loading/test_equal_steps.py",
+    "loading/test_loader.py",
+    "loading/test_loader_threads.py",
+    "loading/test_samplers.py",
+    "loading/test_state_contract.py",
+    "pipes/test_pipe_loader.py",
+    "pipes/test_pipe_sharding.py",
+    "reliability/test_only_regular_files.py",
+    "reliability/test_pack_kill.py",
+    "shards/test_fast_paths.py",
+    "shards/test_pack.py",
+    "shards/test_pack_resize_note.py",
+    "shards/test_stream.py",
+    "shards/test_stream_batches.py",
+    "shards/test_stream_mixing.py",
+    "sources/test_synthetic.py",
+    "train/test_adapt.py",
+    "train/test_adapt_rounds.py",
+    "train/test_cli_resume.py",
+    "train/test_cli_train.py",
+    "train/test_ddp.py",
+    "train/test_distributed.py",
+    "train/test_handover.py",
+    "train/test_machines.py",
+    "train/test_run_status.py",
+    "train/test_threads.py",
+})
+
+# The slow tier: a file (relative to tests/) marks all its tests, a node id ("file::test") one test.
+SLOW = frozenset({
+})
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Mark every collected test with its tiers (see the module docstring)."""
+    for item in items:
+        path = Path(str(item.path)).resolve()
+        if not path.is_relative_to(_TESTS):
+            continue
+        relative = path.relative_to(_TESTS).as_posix()
+        node = f"{relative}::{item.name.split('[')[0]}"
+        if relative.startswith("remote/"):
+            item.add_marker(pytest.mark.remote)
+        if relative in MULTIPROCESS_FILES or "forked_ranks" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.multiprocess)
+        if any("CUDA" in str(mark.kwargs.get("reason", "")) for mark in item.iter_markers("skipif")):
+            item.add_marker(pytest.mark.gpu)
+        if relative in SLOW or node in SLOW:
+            item.add_marker(pytest.mark.slow)
 
 
 def _run_forked_ranks(target: Callable[..., None], *args: Any, world_size: int = 2, timeout_s: float = 120) -> None:
