@@ -58,8 +58,38 @@ MULTIPROCESS_FILES = frozenset({
     "train/test_threads.py",
 })
 
-# The slow tier: a file (relative to tests/) marks all its tests, a node id ("file::test") one test.
+# The slow tier, relative to tests/: a folder ("remote/") or a file marks all its tests, a node id
+# ("file::test") one test. Picked with `--durations` so that `-m "not slow"` stays under 2 minutes on 2 cores.
 SLOW = frozenset({
+    "remote/",
+    "benchmarks/test_scripts.py",
+    "bench/test_bench.py",
+    "bench/test_cli.py",
+    "bench/test_tune.py",
+    "cli/test_demo.py",
+    "cli/test_hints.py",
+    "loading/test_equal_steps.py",
+    "loading/test_state_contract.py",
+    "reliability/test_decode_crafted.py",
+    "reliability/test_decode_crafted_jpeg.py",
+    "reliability/test_pack_kill.py",
+    "shards/test_cli.py",
+    "test_docs_build.py::test_docs_build_strict",
+    "test_readme.py::test_page_code_blocks_run",
+    "train/test_adapt.py",
+    "train/test_adapt_rounds.py",
+    "train/test_cli_resume.py",
+    "train/test_cli_train.py",
+    "train/test_ddp.py",
+    "train/test_distributed.py",
+    "train/test_fit.py",
+    "train/test_fit_golden.py",
+    "train/test_handover.py",
+    "train/test_machines.py",
+    "train/test_rank_steps.py",
+    "train/test_resume_mid_epoch.py",
+    "train/test_run_status.py",
+    "train/test_threads.py",
 })
 
 
@@ -77,7 +107,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.multiprocess)
         if any("CUDA" in str(mark.kwargs.get("reason", "")) for mark in item.iter_markers("skipif")):
             item.add_marker(pytest.mark.gpu)
-        if relative in SLOW or node in SLOW:
+        if relative in SLOW or node in SLOW or any(relative.startswith(f) for f in SLOW if f.endswith("/")):
             item.add_marker(pytest.mark.slow)
 
 
