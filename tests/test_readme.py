@@ -59,7 +59,7 @@ def test_page_code_blocks_run(page: Path, made_data: Path, tmp_path: Path, monke
             reason = code.splitlines()[0].removeprefix(NOT_RUN).strip()
             assert len(reason) >= 10, f"{_page_id(page)}: a block not run must say why: {code.splitlines()[0]!r}"
         else:
-            assert language in {"bash", "python", "toml", "text", "json"}, f"{_page_id(page)}: block {language!r}"
+            assert language in {"", "bash", "python", "toml", "text", "json"}, f"{_page_id(page)}: block {language!r}"
     if not any(language in {"bash", "python"} for language, _ in runnable):
         return
     if not _MAKE_DATA.search(text):  # pages that make their data start empty
