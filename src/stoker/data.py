@@ -23,9 +23,10 @@ side by side: each source's labels are shifted past the previous sources' classe
 same way in every split.
 
 Example:
-    >>> data = open_data("data/digiface", valid=0.1)  # doctest: +SKIP
-    >>> data["train"], data["valid"], data.num_classes  # doctest: +SKIP
-    >>> train = open_data(["data/celeba", "data/digiface"], "train", image_size=112)  # doctest: +SKIP
+    >>> data = open_data("data/digiface", valid=0.1)
+    >>> len(data["train"]), len(data["valid"]), data.num_classes
+    (36, 4, 4)
+    >>> train = open_data(["data/celeba", "data/digiface"], "train", image_size=112)
 """
 
 from __future__ import annotations
@@ -552,8 +553,11 @@ def open_data(
         DataError: the data itself is malformed (the message names the file and line).
 
     Example:
-        >>> data = open_data("data/digiface", valid=0.1, image_size=64)  # doctest: +SKIP
-        >>> loader = make_loader(data["train"], batch_size=128)  # doctest: +SKIP
+        >>> from stoker import make_loader
+        >>> data = open_data("data/digiface", valid=0.1, image_size=64)
+        >>> images, labels = next(iter(make_loader(data["train"], batch_size=8, num_workers=0)))
+        >>> tuple(images.shape)
+        (8, 3, 64, 64)
     """
     on_error = check_on_error(on_error)
     size_transform = _transform(image_size, transform)

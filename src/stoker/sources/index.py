@@ -34,8 +34,8 @@ def indexing_progress(where: str, unit: str = "files") -> tqdm:
     :data:`PROGRESS_DELAY_S`; use it as a context manager and ``update(n)`` as items are found.
 
     Example:
-        >>> with indexing_progress("data/train") as bar:  # doctest: +SKIP
-        ...     bar.update(len(names))
+        >>> with indexing_progress("data/digiface") as bar:
+        ...     _ = bar.update(40)
     """
     return tqdm(desc=f"indexing {where}", unit=f" {unit}", unit_scale=False, file=sys.stderr,
                 delay=PROGRESS_DELAY_S, dynamic_ncols=True, mininterval=0.5)
