@@ -38,7 +38,6 @@ MULTIPROCESS_FILES = frozenset({
     "pipes/test_pipe_loader.py",
     "pipes/test_pipe_sharding.py",
     "reliability/test_only_regular_files.py",
-    "reliability/test_only_regular_files.py",
     "reliability/test_pack_kill.py",
     "shards/test_fast_paths.py",
     "shards/test_pack.py",
