@@ -5,17 +5,10 @@ user code — opens data here, so layout detection, split folders, validation sp
 (later) URLs are decided once. This module sits above :mod:`stoker.sources` and
 :mod:`stoker.shards`; neither of those imports it.
 
-=================================================  ======================================
-what a folder holds                                opened as
-=================================================  ======================================
-``manifest.json``                                  a shard set: one :class:`ShardDataset` per split
-``ids.json`` or ``ids.csv``                        :class:`IdDataset`: every partition is a split
-``identity_CelebA.txt``, or a ``*.txt`` file       :class:`LabelFileDataset` (images in ``img/``
-beside an ``img/`` folder                          when there is one, else beside the file)
-only folders named ``train``, ``val``/``valid``/   split folders: each one any file layout (class
-``validation``, ``test``                           folders, usually), one label mapping for all
-anything else                                      :class:`ClassFolderDataset`
-=================================================  ======================================
+The layout is detected from what the folder holds: ``manifest.json`` (a shard set),
+``ids.json``/``ids.csv`` (ids + partitions), a label file beside ``img/``, split folders
+(``train``, ``val``/``valid``/``validation``, ``test``), else class folders; the table is
+in the guide, ``docs/guides/opening-data.md``.
 
 A path may also name the label file (``*.txt``) or the id file (``*.json``, ``*.csv``)
 itself. Split names ``validation`` and ``val`` become ``valid``. Several paths are laid

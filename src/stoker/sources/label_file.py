@@ -70,7 +70,8 @@ class LabelFileDataset(FileDataset):
 
     Example:
         >>> ds = LabelFileDataset("data/celeba/img", "data/celeba/identity_CelebA.txt", crop=(40, 20, 138, 138))
-        >>> tuple(ds[0][0].shape)
+        >>> image, label = ds[0]
+        >>> tuple(image.shape)
         (3, 138, 138)
     """
 
