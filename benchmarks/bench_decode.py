@@ -14,10 +14,10 @@ uint8 3x112x112 out:
    ``take`` into a given buffer over one array, 2 threads), and a copy of a cache-resident
    buffer (what the memory system gives when the source is in cache: not reachable by a
    gather of a data set larger than the cache);
-2. **jpeg**: encoded CelebA shards (reduced-scale decode, batched resize: the default;
+2. **jpeg**: encoded CelebA shards (fast decode into reused buffers, batched resize: the default;
    and ``decoder="full"``) against a hand-written torchvision Dataset + DataLoader with 2
    workers on the same files, and against the full-decode limit (one core's
-   decode + crop + resize rate of the full path, times 2; the reduced path does less work
+   decode + crop + resize rate of the full path, times 2; the fast path does less work
    and may beat it). Next to it, the same full path run by 2 processes at once with no
    loader: what the two cores give together, which can be less than twice one;
 3. **png**: encoded DigiFace shards with worker processes against the thread backend

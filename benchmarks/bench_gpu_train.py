@@ -10,8 +10,9 @@ model for a few epochs per case and records the last epoch's img/s and data-wait
 
 * ``files``: the PNG class folders, worker processes;
 * ``shards`` or ``pixels``: pixel shards, the loader settings they pick themselves;
-* ``jpeg``: encoded JPEG shards decoded on the CPU (reduced-scale path, loader threads);
-* ``nvjpeg``: the same shards decoded on the GPU (``decoder="nvjpeg"``);
+* ``jpeg``: encoded JPEG shards decoded on the CPU (fast path, loader threads);
+* ``nvjpeg``: the same shards decoded on the GPU (``decoder="nvjpeg"``: stoker.decode.device);
+* ``autojpeg``: the same shards with ``decoder="auto"`` (GPU or CPU, as the first batch measured);
 * ``synthetic``: random uint8 batches already on the device (the model's own ceiling).
 
 ``--suite issue13`` runs the issue's GPU measurement in one go: ResNet-50, AMP bf16,
@@ -54,9 +55,12 @@ from stoker.sources.synthetic import make_digiface
 from stoker.train import Preprocess, Scenario, build_model, fit
 
 DEFAULT_CASES = ("files:off", "files:bf16", "files:fp16", "files:bf16+compile", "shards:bf16", "shards:bf16+compile")
-SOURCES = ("files", "shards", "pixels", "jpeg", "nvjpeg", "synthetic")
+SOURCES = ("files", "shards", "pixels", "jpeg", "nvjpeg", "autojpeg", "synthetic")
+JPEG_SOURCES = ("jpeg", "nvjpeg", "autojpeg")
 SUITES: dict[str, dict[str, Any]] = {
     "issue13": {"model": "resnet50", "batch_size": 256, "cases": ["pixels:bf16", "jpeg:bf16", "nvjpeg:bf16", "synthetic:bf16"]},
+    "issue37": {"model": "resnet50", "batch_size": 256,
+                "cases": ["synthetic:bf16", "jpeg:bf16", "nvjpeg:bf16", "autojpeg:bf16"]},
     "fitsync": {"model": "resnet18", "batch_size": 128,
                 "cases": ["synthetic:bf16+sync1", "synthetic:bf16", "pixels:bf16+sync1", "pixels:bf16"]},
 }
@@ -134,11 +138,12 @@ def open_case_data(source: str, files: Path, shards: Path, workers: int, device:
     from stoker.packer import pack
     from stoker.shards import ShardDataset
 
-    if source in ("jpeg", "nvjpeg"):
+    if source in JPEG_SOURCES:
         if jpegs is None:
             raise SystemExit("jpeg cases need the JPEG shards")
         decoder = "nvjpeg" if source == "nvjpeg" else "auto"
-        where = str(device) if device is not None else "cuda"
+        # jpeg: the CPU path (auto with no CUDA device to try); nvjpeg, autojpeg: the training device
+        where = "cpu" if source == "jpeg" else str(device) if device is not None else "cuda"
         train = ShardDataset(jpegs, "train", decoder=decoder, decode_device=where)
         valid = ShardDataset(jpegs, "valid", decoder=decoder, decode_device=where)
         return train, valid, dict(train.loader_defaults)
@@ -166,7 +171,7 @@ def run_case(case: str, args: argparse.Namespace, device: torch.device, files: P
         valid_loader = SyntheticLoader(max(args.batch_size, args.n // 10), args.batch_size, args.classes, device, seed=1)
         num_classes = args.classes
     else:
-        jpegs = jpeg_shards(args.out / "data", args.n, args.classes, args.workers) if source in ("jpeg", "nvjpeg") else None
+        jpegs = jpeg_shards(args.out / "data", args.n, args.classes, args.workers) if source in JPEG_SOURCES else None
         train, valid, extras = open_case_data(source, files, shards, args.workers, device, jpegs)
         common = {"batch_size": args.batch_size, "num_workers": args.workers, "device": device, "seed": 0, **extras}
         train_loader = make_loader(train, shuffle=True, **common)
@@ -186,13 +191,15 @@ def run_case(case: str, args: argparse.Namespace, device: torch.device, files: P
     history = fit(scenario)
     last = history.epochs[-1]
     batch = next(iter(valid_loader))[0]
+    record = json.loads((history.run_dir / "run.json").read_text())  # type: ignore[operator]
     return {
         "case": case,
+        "decode": record.get("decode"),
         "model": args.model,
         "source": source,
         "amp": amp,
         "compile": compile_,
-        "sync_every": json.loads((history.run_dir / "run.json").read_text())["sync_every"],  # type: ignore[operator]
+        "sync_every": record["sync_every"],
         "batches_on": str(batch.device),
         "img_per_s": last.img_per_s,
         "data_wait_share": last.data_wait_share,
@@ -320,11 +327,13 @@ def main() -> None:
         print("no CUDA device: nothing to measure (use --allow-cpu for a smoke test)", file=sys.stderr)
         raise SystemExit(2)
     args.out.mkdir(parents=True, exist_ok=True)
-    files, shards = prepare_data(args.out / "data", args.n, args.classes, args.workers)
+    needs_files = any(case.partition(":")[0] in ("files", "shards", "pixels") for case in args.cases)
+    files, shards = prepare_data(args.out / "data", args.n, args.classes, args.workers) if needs_files else (
+        args.out / "data" / "digiface", args.out / "data" / "shards")
     transfer = check_transfer(device, args.batch_size, 112) if device.type == "cuda" else None
     results = [run_case(case, args, device, files, shards) for case in args.cases]
     decode = None
-    if not args.no_decode and any(case.partition(":")[0] in ("jpeg", "nvjpeg") for case in args.cases):
+    if not args.no_decode and any(case.partition(":")[0] in JPEG_SOURCES for case in args.cases):
         decode = measure_decode(jpeg_shards(args.out / "data", args.n, args.classes, args.workers), device,
                                 args.batch_size, seconds=3.0 if device.type == "cuda" else 0.5)
     meta = {

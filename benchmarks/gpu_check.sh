@@ -6,6 +6,21 @@
 #
 #   bash benchmarks/gpu_check.sh                     # stoker is read from src/ (no install needed)
 #   OUT=/tmp/g bash benchmarks/gpu_check.sh quick    # ~3 minutes: tests, transfer, fitsync
+#   OUT=/tmp/g bash benchmarks/gpu_check.sh decode   # <= 5 minutes: JPEG decode on the GPU (below)
+#   TINY=1 OUT=/tmp/g bash benchmarks/gpu_check.sh decode   # the same parts on the CPU, a few images
+#
+# "decode" measures JPEG shards decoded on the GPU (stoker.decode.device) as the issue's
+# table: read alone (CPU decode with 0 / 8 / 14 worker processes and the default threads,
+# the device path through the loader and alone), busy CPU seconds per 1,000 images, pixel
+# agreement with the CPU path, and a ResNet-50 bf16 loop (CPU decode, device path,
+# decoder="auto") against the synthetic ceiling; parts decode-tests (the CUDA tests and
+# the crafted-JPEG fuzz arm on the device path), decode-read, decode-train, decode-table.
+# The numbers go to $OUT/issue37/{read.json,results.json,table.md}. For the hardware
+# JPEG engine bring nvImageCodec's wheels too (about 35 MB with simplejpeg's):
+#   python3 -m pip download --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+#       --platform manylinux_2_28_x86_64 -d .whl nvidia-nvimgcodec-cu13==0.7.0.11 nvidia-nvjpeg
+# (the device's torch must be a CUDA 13 build for cu13; else nvidia-nvimgcodec-cu12); without
+# them the device path decodes with torchvision.io and says so (read.json's "nvimagecodec").
 #
 # The lent machine has no package registry. Its image has torch, torchvision, pyarrow,
 # click, pillow, tqdm, tensorboard, fsspec, pytest, hypothesis and pytest-timeout, but not
@@ -41,11 +56,38 @@ part() {  # part NAME SECONDS COMMAND...: run COMMAND with a limit; its log in $
     shift 2
     echo "== $name (limit ${limit}s)" | tee -a "$OUT/summary.txt"
     local start=$SECONDS
-    timeout --kill-after=10 "$limit" "$@" >"$OUT/$name.log" 2>&1
+    timeout --kill-after=5 "$limit" "$@" >"$OUT/$name.log" 2>&1
     local rc=$?
     echo "   rc=$rc in $((SECONDS - start))s" | tee -a "$OUT/summary.txt"
     tail -n 25 "$OUT/$name.log" >>"$OUT/summary.txt"
 }
+
+if [ "$quick" = "decode" ]; then
+    D="$OUT/issue37"
+    x=1  # limits x4 for TINY: a small shared CPU machine imports torch in seconds, not tenths
+    if [ -n "${TINY:-}" ]; then  # on the CPU, a few images: the script runs, nothing is measured
+        x=4
+        read_args=(--tiny --n 96 --batch-size 16 --workers 0,2 --seconds 1)
+        train_args=(--allow-cpu --model small_cnn --batch-size 16 --n 96 --classes 4 --epochs 1 --workers 2
+                    --cases synthetic:off jpeg:off nvjpeg:off autojpeg:off)
+    else
+        read_args=(--n 8000 --batch-size 256 --workers 0,8,14 --seconds 3)
+        train_args=(--suite issue37 --n 8000 --epochs 2)
+    fi
+    part env $((15 * x)) "$PYTHON" -c "
+import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda, 'available', torch.cuda.is_available())
+from stoker.decode.device import nvimagecodec_available; print('nvimagecodec', nvimagecodec_available())"
+    part decode-tests $((60 * x)) "$PYTHON" -m pytest -q -p no:cacheprovider tests/test_decode_device.py \
+        tests/shards/test_fast_paths.py tests/test_jpeg.py tests/reliability/test_decode_crafted_jpeg.py \
+        -k "device or auto or nvjpeg or crafted_jpegs_through_the_batched or huge_header"
+    part decode-read $((100 * x)) "$PYTHON" benchmarks/bench_gpu_decode.py --out "$D" "${read_args[@]}"
+    part decode-train $((95 * x)) "$PYTHON" benchmarks/bench_gpu_train.py --out "$D" --no-decode --quiet "${train_args[@]}"
+    part decode-table $((10 * x)) "$PYTHON" benchmarks/bench_gpu_decode.py --out "$D" --table
+    cat "$D/table.md" 2>/dev/null
+    rm -rf "$D/data" "$D/runs"/*/*.pt 2>/dev/null  # generated data and checkpoints: not worth bringing back
+    echo "done: $OUT/summary.txt"
+    exit 0
+fi
 
 part env 60 "$PYTHON" -c "
 import os, torch

@@ -1,4 +1,4 @@
-"""stoker.decode.jpeg: the reduced-scale path stays within 2 grey levels of full decode + antialiased resize."""
+"""stoker.decode.jpeg: the fast path gives exactly the pixels of full decode + crop + antialiased resize."""
 
 from __future__ import annotations
 
@@ -14,7 +14,6 @@ from stoker.decode.image import decode_sample, resize
 
 pytestmark = pytest.mark.skipif(not jpeg.available(), reason="simplejpeg is not installed")
 
-MAX_MEAN_ABS_DIFF = 2.0  # grey levels, the issue's tolerance
 
 
 def photo(height: int, width: int, seed: int = 0) -> np.ndarray:
@@ -56,8 +55,7 @@ KINDS = {
 }
 
 # (image height, width, crop box or None, output size): CelebA's setting, reductions that
-# take a 1/2, 1/4 and 1/8 scale, odd sizes, boxes at every edge, and boxes that are not
-# on the scaled grid (which must fall back to a larger scale, not misplace the crop).
+# once took a 1/2, 1/4 and 1/8 DCT scale, odd sizes, boxes at every edge and off any grid.
 CASES = [
     (218, 178, (40, 20, 138, 138), (112, 112)),
     (218, 178, (40, 20, 138, 138), (56, 56)),
@@ -78,7 +76,7 @@ CASES = [
 
 @pytest.mark.parametrize("kind", list(KINDS))
 @pytest.mark.parametrize(("height", "width", "box", "size"), CASES)
-def test_reduced_decode_is_within_two_grey_levels_of_the_full_path(
+def test_the_fast_path_gives_the_full_paths_pixels(
     kind: str, height: int, width: int, box: tuple[int, int, int, int] | None, size: tuple[int, int]
 ) -> None:
     options = dict(KINDS[kind])
@@ -87,23 +85,22 @@ def test_reduced_decode_is_within_two_grey_levels_of_the_full_path(
     fast = jpeg.decode_jpeg_resized(data, size, box)
     assert fast is not None and fast.dtype == torch.uint8 and fast.is_contiguous()
     assert tuple(fast.shape) == (3, *size)
-    assert mean_abs_diff(fast, reference(data, size, box)) <= MAX_MEAN_ABS_DIFF
+    assert torch.equal(fast, reference(data, size, box))
 
 
-def test_at_full_scale_it_is_the_full_path_exactly() -> None:
-    data = encode(photo(218, 178))
-    box, size = (40, 20, 138, 138), (112, 112)
-    assert jpeg.reduced_scale((218, 178), box, size) == 8
-    assert torch.equal(jpeg.decode_jpeg_resized(data, size, box), reference(data, size, box))  # type: ignore[arg-type]
-
-
-def test_the_scale_is_the_smallest_power_of_two_that_keeps_the_crop_on_the_grid() -> None:
-    assert jpeg.reduced_scale((218, 178), (40, 20, 138, 138), (56, 56)) == 8  # 69 < 2 x 56 at 1/2
-    assert jpeg.reduced_scale((218, 178), (40, 20, 138, 138), (32, 32)) == 4  # 69 >= 2 x 32
-    assert jpeg.reduced_scale((256, 256), None, (16, 16)) == 1
-    assert jpeg.reduced_scale((256, 256), None, (17, 16)) == 2
-    assert jpeg.reduced_scale((199, 161), (3, 5, 101, 99), (25, 24)) == 8  # odd corners: no reduced grid fits
-    assert jpeg.reduced_scale((64, 64), None, (96, 80)) == 8  # upscaling: never reduce
+@pytest.mark.parametrize("subsampling", [0, 1, 2])
+def test_high_frequencies_and_a_changed_quantisation_table_do_not_part_the_paths(subsampling: int) -> None:
+    # A noise image read at a quarter of its size, and the same file with a quantisation
+    # table byte raised: a reduced DCT scale differed from the full path by a mean of 3 and 37.
+    noise = np.random.default_rng(subsampling).integers(0, 256, (256, 256, 3), dtype=np.uint8)
+    buffer = io.BytesIO()
+    Image.fromarray(noise).save(buffer, "JPEG", quality=95, subsampling=subsampling)
+    data = buffer.getvalue()
+    table = data.index(b"\xff\xdb") + 5  # DQT: marker, length, precision/id, then 64 entries in zigzag order
+    crafted = data[: table + 63] + b"\xc8" + data[table + 64 :]  # the last (highest-frequency) entry: 200
+    for blob in (data, crafted):
+        for size in ((64, 64), (32, 32), (16, 16)):
+            assert torch.equal(jpeg.decode_jpeg_resized(blob, size, None), reference(blob, size, None))  # type: ignore[arg-type]
 
 
 def test_a_batch_equals_image_by_image_and_reports_what_it_could_not_take() -> None:
@@ -159,7 +156,7 @@ def test_chunks_and_groups_give_the_same_batch_as_image_by_image(
             assert image is None and bool((out[j] == 7).all())  # left for the full path, untouched
         else:
             assert image is not None and torch.equal(out[j], image)
-            assert mean_abs_diff(out[j], reference(blobs[j], size, boxes[j])) <= MAX_MEAN_ABS_DIFF
+            assert torch.equal(out[j], reference(blobs[j], size, boxes[j]))
 
 
 def test_threads_decode_side_by_side_into_buffers_of_their_own() -> None:
@@ -222,7 +219,7 @@ def test_crafted_headers_are_left_to_the_full_path_whatever_simplejpeg_raises() 
 
 
 def test_a_huge_declared_size_is_refused_before_any_allocation() -> None:
-    """48679x59164 declared in a small file: the reduced path does not take it; the full path refuses it by the limit."""
+    """48679x59164 declared in a small file: the fast path does not take it; the full path refuses it by the limit."""
     import tracemalloc
 
     from stoker.errors import DecodeError
@@ -270,4 +267,20 @@ def test_nvjpeg_matches_the_cpu_within_two_grey_levels() -> None:
     batch = jpeg.decode_batch_on_device(blobs, boxes, size, torch.device("cuda"), on_cpu)
     assert batch.device.type == "cuda" and cpu_calls == [4]
     for j in range(4):
-        assert mean_abs_diff(batch[j].cpu(), reference(blobs[j].tobytes(), size, boxes[j])) <= MAX_MEAN_ABS_DIFF
+        assert mean_abs_diff(batch[j].cpu(), reference(blobs[j].tobytes(), size, boxes[j])) <= 2.0  # nvJPEG is another decoder: its rounding
+
+
+def test_the_fast_decoder_is_trusted_only_where_it_decodes_as_the_full_path() -> None:
+    import simplejpeg
+
+    class Drifted:  # another libjpeg-turbo build: one grey level off somewhere
+        __version__ = "drifted"
+
+        @staticmethod
+        def decode_jpeg(data: bytes, **options: object) -> np.ndarray:
+            pixels = simplejpeg.decode_jpeg(data, **options).copy()
+            pixels[0, 0, 0] ^= 1
+            return pixels
+
+    assert jpeg._same_pixels_as_the_full_path(simplejpeg)
+    assert not jpeg._same_pixels_as_the_full_path(Drifted())

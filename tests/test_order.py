@@ -83,28 +83,33 @@ def test_golden_pipe_shuffle_then_shard() -> None:
 
 def test_golden_shard_stream() -> None:
     """Pinned since ShardStream reads several shards at once (issue 21): the default merges all four
-    shards here (32 at once), ``shards_at_once=2`` two groups of two, one after the other."""
+    shards here (32 at once), ``shards_at_once=2`` two groups of two, one after the other. Since the
+    batch split (elastic determinism) the rank's order is pinned, read by one worker as before (these
+    values are the one-worker orders of the version before, unchanged), and its workers take it a
+    block at a time."""
 
-    def read(epoch: int, **at_once: int) -> dict[tuple[int, int], list[int]]:
+    def read(epoch: int, **at_once: int) -> dict[int, list[int]]:
         return {
-            (r, w): stream_order([6, 6, 6, 6], seed=0, epoch=epoch, shuffle=True, shuffle_buffer=3, rank=r,
-                                 world_size=2, worker=w, num_workers=2, block_rows=2, **at_once).tolist()
-            for r in (0, 1) for w in (0, 1)
+            r: stream_order([6, 6, 6, 6], seed=0, epoch=epoch, shuffle=True, shuffle_buffer=3, rank=r,
+                            world_size=2, worker=0, num_workers=1, **at_once).tolist()
+            for r in (0, 1)
         }
 
-    assert read(0) == {(0, 0): [13, 19, 7, 4, 6, 15], (0, 1): [10, 0, 11, 9, 14, 23],
-                       (1, 0): [12, 3, 22, 18, 5, 2], (1, 1): [8, 20, 1, 21, 16, 17]}
-    assert read(1) == {(0, 0): [0, 9, 6, 21, 16, 19], (0, 1): [3, 2, 17, 5, 20, 8],
-                       (1, 0): [13, 7, 14, 10, 12, 22], (1, 1): [4, 18, 23, 1, 11, 15]}
-    # one shard at a time reads exactly the orders of the version before (pinned then)
-    assert read(0, shards_at_once=1) == {(0, 0): [8, 0, 16, 4, 12, 20], (0, 1): [10, 14, 18, 6, 2, 22],
-                                         (1, 0): [17, 1, 5, 13, 21, 9], (1, 1): [15, 11, 7, 3, 19, 23]}
-    assert read(1, shards_at_once=1) == {(0, 0): [12, 6, 16, 10, 2, 20], (0, 1): [22, 18, 0, 4, 8, 14],
-                                         (1, 0): [21, 17, 7, 3, 13, 11], (1, 1): [23, 19, 1, 15, 5, 9]}
-    assert read(0, shards_at_once=2) == {(0, 0): [9, 17, 13, 21, 12, 22], (0, 1): [0, 7, 3, 8, 19, 23],
-                                         (1, 0): [14, 11, 1, 6, 2, 10], (1, 1): [15, 18, 16, 20, 4, 5]}
-    assert read(1, shards_at_once=2) == {(0, 0): [18, 17, 12, 7, 9, 16], (0, 1): [6, 21, 10, 4, 1, 13],
-                                         (1, 0): [22, 20, 23, 3, 19, 8], (1, 1): [0, 15, 11, 14, 5, 2]}
+    assert read(0) == {0: [0, 9, 7, 13, 10, 14, 19, 15, 6, 4, 23, 11], 1: [12, 1, 2, 3, 20, 21, 22, 18, 8, 16, 5, 17]}
+    assert read(1) == {0: [0, 2, 6, 19, 8, 20, 3, 9, 17, 16, 5, 21], 1: [1, 7, 18, 14, 12, 13, 15, 10, 22, 4, 23, 11]}
+    assert read(0, shards_at_once=1) == {0: [16, 6, 14, 8, 0, 2, 10, 18, 12, 4, 22, 20],
+                                         1: [15, 7, 9, 11, 1, 3, 5, 13, 17, 21, 19, 23]}
+    assert read(1, shards_at_once=1) == {0: [12, 18, 14, 20, 16, 8, 6, 22, 2, 0, 4, 10],
+                                         1: [17, 15, 19, 23, 13, 21, 9, 1, 11, 7, 3, 5]}
+    assert read(0, shards_at_once=2) == {0: [7, 8, 13, 9, 0, 19, 17, 22, 12, 21, 23, 3],
+                                         1: [14, 16, 10, 11, 18, 20, 1, 6, 15, 4, 2, 5]}
+    assert read(1, shards_at_once=2) == {0: [18, 21, 12, 16, 13, 1, 6, 17, 10, 9, 4, 7],
+                                         1: [14, 20, 15, 23, 19, 22, 2, 3, 8, 0, 11, 5]}
+    # Worker w of 3 reads blocks w, w + 3, ... of 5 rows of its rank's order.
+    for rank, order in read(0).items():
+        parts = [stream_order([6, 6, 6, 6], seed=0, epoch=0, shuffle=True, shuffle_buffer=3, rank=rank, world_size=2,
+                              worker=w, num_workers=3, block_rows=5).tolist() for w in range(3)]
+        assert parts == [order[0:5], order[5:10], order[10:]]
 
 
 def test_golden_pack_plan_and_simulated_buffer() -> None:

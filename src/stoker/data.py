@@ -126,8 +126,8 @@ def detect_layout(path: PathLike) -> Layout:
     p = where(path)  # a local path or a URL: the same questions (stoker.fs)
     try:
         is_file = p.is_file()
-    except NetworkError:  # the store is unreachable: a shard set whose manifest is cached still opens, offline
-        if has_cached(p.url):
+    except NetworkError as exc:  # the store is unreachable: a shard set whose manifest is cached still opens, offline
+        if exc.unreachable and has_cached(p.url):
             return "shards"
         raise
     if is_file:
@@ -207,7 +207,10 @@ def _with_crop(dataset: FileDataset, crop: Box | None) -> FileDataset:
     if crop is None:
         return dataset
     if len(crop) != 4 or any(isinstance(v, bool) or int(v) != v or v < 0 for v in crop) or crop[2] <= 0 or crop[3] <= 0:
-        raise ConfigError(f"crop must be four integers (top, left, height, width), got {crop!r}")
+        raise ConfigError(
+            f"crop must be four whole numbers (top, left, height, width) in pixels: top and left from 0, height and "
+            f"width from 1; got {crop!r}"
+        )
     box = (int(crop[0]), int(crop[1]), int(crop[2]), int(crop[3]))
     sources = tuple(dataclasses.replace(s, crop=box) for s in dataset.index.sources)
     return FileDataset(dataclasses.replace(dataset.index, sources=sources))

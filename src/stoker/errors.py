@@ -64,7 +64,13 @@ class NetworkError(StokerError, ConnectionError):
     Its message is one line naming the URL and the cause. It is a ``ConnectionError`` (an
     ``OSError``) too, so code that retries dropped connections sees it as one; but the
     network layer has already retried, so stoker's own callers do not retry it again.
+
+    ``unreachable`` is True only when nothing answered (unknown host, connection refused
+    or failed, timeout): only then may a fully cached set be read offline. A store that
+    answered with an error (HTTP 503, a refused request) is not offline.
     """
+
+    unreachable: bool = False
 
 
 class ShardError(StokerError):
@@ -76,4 +82,11 @@ class CheckpointError(StokerError):
 
 
 class TrainingError(StokerError):
-    """Training cannot go on, for example because the loss is not finite."""
+    """Training cannot go on, for example because the loss is not finite.
+
+    ``stopped`` is the reason a run's history records (``"non-finite loss"``, ``"no readable batch"``...).
+    """
+
+    def __init__(self, message: str, stopped: str = "non-finite loss") -> None:
+        super().__init__(message)
+        self.stopped = stopped

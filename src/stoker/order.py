@@ -8,7 +8,7 @@ and ``shard`` stages, ``ShardStream`` and the pack plan. The rule, in words:
 a numpy ``SeedSequence`` over the run's ``seed``, the ``epoch`` number and a few
 integers that name what the numbers are for (``stream``). An empty stream is the
 epoch's order itself; other uses name theirs, so they draw independent numbers:
-``(BUFFER, rank, worker)`` for one reader's shuffle buffer, ``(INTERLEAVE,)`` for how
+``(BUFFER, rank, 0)`` for a rank's shuffle buffer (``ShardStream``), ``(INTERLEAVE,)`` for how
 ``ShardStream`` merges the rows of the shards it reads at once, ``(WORKER_SEEDS,)`` for the
 seeds of the loader's worker processes, ``(PACK, crc32(split))`` for the pack plan,
 ``(LOADER_SEED, base_seed)`` for a ``Pipe`` in a DataLoader that never set its epoch. The
@@ -32,6 +32,14 @@ items, round robin: item ``j`` of the share (``j = i // R``) goes to worker
 read by all of them sees each item exactly once. :func:`reader_of` is the rule itself;
 :func:`share` applies it to an array, :func:`iter_share` to a stream of unknown length,
 :func:`share_size` counts a share without building it.
+
+**Batches.** stoker's loader deals in blocks of one batch (``block = batch_size``): batch
+``b`` of a rank is items ``[b * B, (b + 1) * B)`` of its share, read whole by worker
+``b % N``, and the workers' batches, taken round robin, come out in ``b`` order. So the
+batches a rank sees depend on the seed, the epoch, the rank count and the batch size,
+never on the worker count or the backend (MosaicML Streaming's *elastic determinism*),
+and a position is one number, the batches handed out: worker ``w`` resumes after its
+:func:`batches_before` of them, whatever the worker count was when it was taken.
 
 **Trim.** Only an *even* split trims: it first drops the last ``n % R`` items of the
 epoch's order (:func:`even_trim`), so every rank reads ``n // R`` items; this is what a
@@ -73,6 +81,7 @@ __all__ = [
     "PACK",
     "WORKER_SEEDS",
     "buffer_shuffle",
+    "batches_before",
     "buffer_shuffled",
     "check_placement",
     "epoch_rng",
@@ -89,7 +98,7 @@ T = TypeVar("T")
 
 # What the numbers of an epoch are for, as the first integer of ``stream`` (the epoch's
 # order itself has an empty stream).
-BUFFER = 1  # one reader's shuffle buffer: (BUFFER, rank, worker)
+BUFFER = 1  # a rank's shuffle buffer: (BUFFER, rank, 0), the 0 where a worker id stood before the batch split
 WORKER_SEEDS = 2  # the base seed of the loader's worker processes
 PACK = 3  # the pack plan: (PACK, crc32(split))
 LOADER_SEED = 4  # a Pipe's order in a DataLoader epoch it was never told: (LOADER_SEED, base seed)
@@ -368,3 +377,16 @@ def share_size(
     cycle = block * num_workers
     left = mine - mine // cycle * cycle
     return mine // cycle * block + min(max(left - worker * block, 0), block)
+
+
+def batches_before(batches: int, worker: int, num_workers: int) -> int:
+    """How many of a rank's first ``batches`` batches worker ``worker`` of ``num_workers`` reads (batch ``b`` is worker ``b % N``'s).
+
+    Example:
+        >>> [batches_before(5, w, 2) for w in (0, 1)], [batches_before(5, w, 3) for w in (0, 1, 2)]
+        ([3, 2], [2, 2, 1])
+    """
+    check_placement(0, 1, worker, num_workers, where="batches_before")
+    if batches < 0:
+        raise ConfigError(f"batches_before: batches must be >= 0, got {batches}")
+    return max(0, -(-(batches - worker) // num_workers))

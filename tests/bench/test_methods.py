@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import torch
 from click.testing import CliRunner
 
 from stoker import ClassFolderDataset, ConfigError
@@ -29,10 +30,24 @@ def registered() -> Iterator[Method]:
 
 
 def test_the_builtin_methods_are_registered_in_order() -> None:
-    assert list(METHODS) == ["files", "pipe", "shards-encoded", "shards-pixels"]
+    assert list(METHODS) == ["files", "pipe", "shards-encoded", "shards-pixels", "shards-encoded-gpu"]
+    assert method_names() == ("files", "pipe", "shards-encoded", "shards-pixels")
+    assert method_names(cuda=True) == tuple(METHODS)
     assert method_names(tunable=True) == ("files", "shards-encoded", "shards-pixels")
     assert METHODS["pipe"].backends == ("process",) and METHODS["files"].backends == BACKENDS
-    assert {name: m.store for name, m in METHODS.items() if m.store} == {"shards-encoded": "encoded", "shards-pixels": "pixels"}
+    assert METHODS["shards-encoded-gpu"].backends == ("thread",) and METHODS["shards-encoded-gpu"].needs_cuda
+    assert {name: m.store for name, m in METHODS.items() if m.store} == {
+        "shards-encoded": "encoded", "shards-pixels": "pixels", "shards-encoded-gpu": "encoded"}
+
+
+def test_the_gpu_method_is_a_default_only_where_cuda_is_available() -> None:
+    from stoker.bench.methods import resolve_methods
+
+    names = [m.name for m in resolve_methods(None)]
+    assert ("shards-encoded-gpu" in names) == torch.cuda.is_available()
+    if not torch.cuda.is_available():
+        with pytest.raises(ConfigError, match="'shards-encoded-gpu' decodes on a CUDA device, and torch sees none"):
+            resolve_methods(["files", "shards-encoded-gpu"])
 
 
 def test_a_registered_method_is_offered_everywhere_by_name(registered: Method, tiny_root: Path) -> None:
@@ -62,7 +77,7 @@ def test_a_method_and_a_plan_are_checked_when_made() -> None:
         BenchPlan("data", mode="fly")
     plan = BenchPlan("data", methods=["files", "pipe"], workers=(0, 2), backends=BACKENDS)
     assert [(m.name, b, w) for m, b, w in plan.runs()][:3] == [("files", "process", 0), ("files", "process", 2), ("files", "thread", 0)]
-    assert [m.name for m in BenchPlan("data").resolved_methods()] == list(METHODS)
+    assert [m.name for m in BenchPlan("data").resolved_methods()] == list(method_names(cuda=torch.cuda.is_available()))
 
 
 def test_a_pipe_settings_on_threads_is_refused() -> None:

@@ -38,14 +38,15 @@ def _with_size(data: bytes, height: int, width: int) -> bytes:
 
 
 def test_crafted_jpegs_through_files_shards_and_verify_give_only_decode_errors_in_bounded_memory() -> None:
-    # 260 cases x 4 paths; before the fix: KeyError out of the shard paths, 8 GiB for a declared 48679x59164,
-    # and verify calling rows ok that the shard reader died on.
-    counts = run_jpeg_guarded(range(260), block=130, timeout_s=300)
+    # 300 cases x 4 paths; before the fixes: KeyError out of the shard paths, 8 GiB for a declared 48679x59164,
+    # verify calling rows ok that the shard reader died on, and (a reduced DCT scale) shard pixels other than
+    # the file's for noise images and changed quantisation tables: every decoding path must give the file's pixels.
+    counts = run_jpeg_guarded(range(300), block=150, timeout_s=300)
     outcomes = {outcome for (_, _, outcome) in counts}
     assert outcomes <= {"decoded", "DecodeError"}, sorted(counts.items())
     assert {(path, kind) for (path, kind, _) in counts} == {(p, k) for p in JPEG_PATHS for k in JPEG_MUTATIONS}
     for path in JPEG_PATHS:
-        assert sum(n for (p, _, _), n in counts.items() if p == path) == 260
+        assert sum(n for (p, _, _), n in counts.items() if p == path) == 300
         huge = {o for (p, k, o) in counts if p == path and k.startswith("huge")}
         assert huge == {"DecodeError"}, (path, huge)
 
@@ -113,17 +114,34 @@ def test_verify_reports_what_escapes_a_decoder_instead_of_dying(tmp_path: Path, 
     def broken(*args: object) -> None:
         raise KeyError(6)
 
-    monkeypatch.setattr(jpeg, "decode_jpeg_resized", broken)  # the reduced path verify runs, as training does
+    monkeypatch.setattr(jpeg, "decode_jpeg_resized", broken)  # the fast path verify runs, as training does
     report = verify(tmp_path / "shards", workers=0)
     assert not report.ok and "the decoder raised KeyError" in report.faults[0].problem
     assert report.faults[0].row == 0
 
 
+def test_verify_finds_a_row_the_fast_decoder_reads_to_other_pixels(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    folder = tmp_path / "src" / "0"
+    folder.mkdir(parents=True)
+    (folder / "a.jpg").write_bytes(_jpeg())
+    pack(tmp_path / "src", tmp_path / "shards", store="encoded", size=(16, 16), progress=False, workers=0)
+    real = jpeg.decode_jpeg_resized
+
+    def off_by_three(*args: object) -> torch.Tensor | None:  # a fast decoder that drifted from the full one
+        image = real(*args)  # type: ignore[arg-type]
+        return None if image is None else image.clamp(max=250) + 3
+
+    monkeypatch.setattr(jpeg, "decode_jpeg_resized", off_by_three)
+    report = verify(tmp_path / "shards", workers=0)
+    assert not report.ok and "the fast JPEG decoder gives other pixels than the full decode" in report.faults[0].problem
+
+
 def test_a_huge_header_never_goes_to_nvjpeg() -> None:
-    good = _jpeg()
-    assert jpeg._fits_on_device(good)
-    assert not jpeg._fits_on_device(_with_size(good, 48679, 59164))
-    assert not jpeg._fits_on_device(b"\x89PNG\r\n\x1a\n")
+    from stoker.decode.device import check_headers
+
+    blobs = [_jpeg(), _with_size(_jpeg(), 48679, 59164), b"\x89PNG\r\n\x1a\n"]
+    offsets = np.cumsum([0] + [len(b) for b in blobs])
+    assert check_headers(np.frombuffer(b"".join(blobs), np.uint8), offsets).ok.tolist() == [True, False, False]
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")

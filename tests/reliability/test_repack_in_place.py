@@ -128,3 +128,89 @@ def test_interrupted_pack_leaves_no_stray_tmp_after_the_rerun(tmp_path: Path, mo
     pack(tmp_path / "cls", out, shard_samples=4, workers=0, progress=False)
     assert [p.name for p in out.iterdir() if p.name.endswith(".tmp")] == ["keep.tmp"]  # only the user's stays
     assert verify(out, workers=0).ok
+
+
+def _files(folder: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in sorted(folder.iterdir()) if p.is_file()}
+
+
+def _restore(folder: Path, files: dict[str, bytes]) -> None:
+    import shutil
+
+    shutil.rmtree(folder)
+    shutil.rmtree(staging_dir(folder), ignore_errors=True)
+    folder.mkdir()
+    for name, data in files.items():
+        (folder / name).write_bytes(data)
+
+
+def _kill_at(monkeypatch: pytest.MonkeyPatch, out: Path, point: str, count: int) -> None:
+    """Raise KeyboardInterrupt (a kill) at one point of the swap: before or after the exchange, after ``count`` removals
+    of the old set's files, after moving the user's file, or before removing the emptied folder."""
+    from stoker.shards.pack import replace
+
+    staging = staging_dir(out)
+    exchange, unlink, rename, rmdir = replace._exchange, Path.unlink, os.rename, Path.rmdir
+    done = {"n": 0}
+
+    def kill_exchange(a: Path, b: Path) -> bool:
+        if point == "after the exchange":
+            exchange(a, b)
+        raise KeyboardInterrupt
+
+    def kill_unlink(self: Path, missing_ok: bool = False) -> None:
+        unlink(self, missing_ok=missing_ok)
+        if self.parent == staging:
+            done["n"] += 1
+            if done["n"] == count:
+                raise KeyboardInterrupt
+
+    def kill_rename(a: object, b: object) -> None:
+        rename(a, b)  # type: ignore[arg-type]
+        if Path(a).parent == staging:  # type: ignore[arg-type]
+            raise KeyboardInterrupt
+
+    def kill_rmdir(self: Path) -> None:
+        if self == staging:
+            raise KeyboardInterrupt
+        rmdir(self)
+
+    if point in ("before the exchange", "after the exchange"):
+        monkeypatch.setattr(replace, "_exchange", kill_exchange)
+    elif point == "after removals":
+        monkeypatch.setattr(Path, "unlink", kill_unlink)
+    elif point == "after moving the user's file":
+        monkeypatch.setattr(replace.os, "rename", kill_rename)
+    else:
+        monkeypatch.setattr(Path, "rmdir", kill_rmdir)
+
+
+KILL_POINTS = [("before the exchange", 0), ("after the exchange", 0)] + [("after removals", k) for k in range(1, 6)] + [
+    ("after moving the user's file", 0), ("before removing the folder", 0)]
+
+
+def test_an_in_place_repack_killed_at_any_swap_point_and_rerun_gives_the_uninterrupted_shards(
+    packed: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Before: a re-run after the exchange read the new set and shuffled it again (another order).
+    (packed / "notes.txt").write_text("mine")
+    old = _files(packed)
+    assert len(Manifest.load(packed).shards) == 4  # the old set's manifest and 4 shards: 5 removals in the swap
+
+    def repack() -> Manifest:
+        return pack(packed, packed, overwrite=True, shard_samples=6, workers=0, progress=False)
+
+    repack()
+    expected = _files(packed)
+    assert expected != old and expected["notes.txt"] == b"mine"
+    assert repack() is not None and _files(packed) == expected  # the same command again: the same shards
+    for point, count in KILL_POINTS:
+        _restore(packed, old)
+        with monkeypatch.context() as patch:
+            _kill_at(patch, packed, point, count)
+            with pytest.raises(KeyboardInterrupt):
+                repack()
+        repack()
+        assert _files(packed) == expected, (point, count)
+        assert not staging_dir(packed).exists(), (point, count)
+        assert verify(packed, workers=0).ok

@@ -362,3 +362,28 @@ def test_a_mid_epoch_resume_under_another_cache_plan_is_refused(pack16: Path, tm
         loader(6 * cost).load_state_dict(state)
     done = again.state_dict()  # at the epoch's end
     loader(6 * cost).load_state_dict(done)
+
+
+def test_a_stream_larger_than_its_cache_keeps_its_worker_count_and_says_so(
+    s3_server: str, bucket: str, pack16: Path, tmp_path: Path
+) -> None:
+    """Split by batch, its workers would read different shards at once: it keeps the split by worker, and the loader
+    refuses what that split cannot do (another worker count on resume, the thread backend)."""
+    url = upload_folder(pack16, f"{bucket}/elastic")
+    limit = 4 * entry_cost(max(i.bytes for i in ShardDataset(pack16).manifest.shards))
+
+    def stream() -> ShardStream:
+        return ShardStream(url, cache_dir=tmp_path / "cache", cache_limit=limit, shuffle_buffer=4)
+
+    assert stream().split_by_batch(16) is False
+    assert ShardStream(pack16, shuffle_buffer=4).split_by_batch(16) is True  # a local set is split by batch
+    loader = make_loader(stream(), batch_size=16, num_workers=2, device="cpu", seed=1)
+    batches = iter(loader)
+    next(batches)
+    state = json.loads(json.dumps(loader.state_dict()))
+    del batches
+    assert "split" not in state
+    with pytest.raises(ConfigError, match="resume with the same num_workers"):
+        make_loader(stream(), batch_size=16, num_workers=0, device="cpu", seed=1).load_state_dict(state)
+    with pytest.raises(ConfigError, match="a ShardStream whose cache holds its split"):
+        make_loader(stream(), batch_size=16, num_workers=2, backend="thread", device="cpu", seed=1)

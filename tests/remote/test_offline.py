@@ -90,7 +90,9 @@ def test_a_fully_cached_set_reads_inspects_and_verifies_with_the_store_down(
     report = verify(url, workers=0)
     assert report.ok, report.summary()
     assert "offline: checked the cached copies, not the store" in report.summary()
-    for command in (["inspect", url], ["verify", url, "--quiet", "--workers", "0"]):
+    result = CliRunner().invoke(cli, ["verify", url, "--quiet", "--workers", "0"])
+    assert result.exit_code == 1 and "pass --accept-cache" in result.output  # verify checked the cache, not the store
+    for command in (["inspect", url], ["verify", url, "--quiet", "--workers", "0", "--accept-cache"]):
         result = CliRunner().invoke(cli, command)
         assert result.exit_code == 0, result.output
         assert "Traceback" not in result.output
@@ -158,3 +160,38 @@ def test_verify_url_compares_the_stores_own_sha256_where_it_keeps_one(own_s3: _S
     assert verify(url, workers=0).ok  # first: downloaded into the cache
     report = verify(url, workers=0)
     assert report.ok and "compared 5 store SHA-256 checksums" in report.checked, report.summary()
+
+
+def test_a_copied_warm_cache_is_recognised_offline_by_its_content(
+    own_s3: _Server, small_pack: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``cp -a`` of a warm cache keeps the bytes but not the stamps (new inodes): offline, each copy is hashed once."""
+    import shutil
+
+    url = upload_folder(small_pack, "s3://offline/copied")
+    first = _read_all(url)
+    own_s3.stop()
+    copied = tmp_path / "copied-cache"
+    shutil.copytree(tmp_path / "cache", copied, copy_function=shutil.copy2)
+    monkeypatch.setenv("STOKER_CACHE", str(copied))
+    manifest = Manifest.load(url)  # the copy's cached manifest
+    assert not any(ShardCache().has(info) for info in manifest.shards)  # the stamps do not match the new files
+    assert _read_all(url) == first
+    assert all(ShardCache().has(info) for info in manifest.shards)  # stamped anew after one SHA-256 each
+
+
+def test_offline_over_the_limit_says_so_once(
+    own_s3: _Server, small_pack: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    url = upload_folder(small_pack, "s3://offline/overlimit")
+    first = _read_all(url)
+    own_s3.stop()
+    held = ShardCache().size_bytes()
+    monkeypatch.setenv("STOKER_CACHE_LIMIT", str(held // 2))
+    with caplog.at_level(logging.WARNING, logger="stoker"):
+        assert _read_all(url) == first
+        assert _read_all(url) == first
+    notes = [r.getMessage() for r in caplog.records if "over its limit" in r.getMessage()]
+    assert len(notes) == 1, notes
+    assert notes[0].startswith("offline: the cache ") and url in notes[0]
+    assert ShardCache().size_bytes() == held  # nothing the reads need was deleted

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import json
 import os
 import subprocess
 import sys
@@ -481,6 +482,53 @@ def test_nvjpeg_fallback_skips_bad_rows(
     _damage_row(root, ShardDataset(root).shards.infos[0].name, 1)
     batch = ShardDataset(root, decoder="nvjpeg", on_error="skip").__getitems__(np.arange(8))
     assert len(batch) == 7 and len(batch.skipped) == 1
+
+
+def test_auto_without_cuda_decodes_on_the_cpu_and_chooses_nothing(jpeg_shards: Callable[..., Path]) -> None:
+    root = jpeg_shards((16, 16), (8, 4, 56, 56))
+    auto = ShardDataset(root, decode_device="cpu" if torch.cuda.is_available() else "cuda")
+    a, b = auto.__getitems__(np.arange(10)), ShardDataset(root).__getitems__(np.arange(10))
+    assert a.images.device.type == "cpu" and torch.equal(a.images, b.images) and auto.decode_choice is None
+
+
+def test_the_auto_measurement_times_both_paths_and_chooses_the_faster(jpeg_shards: Callable[..., Path]) -> None:
+    # The measurement itself, with the device path on CPU tensors (a CUDA device runs the same code on its stream).
+    root = jpeg_shards((16, 16), (8, 4, 56, 56))
+    ds = ShardDataset(root)
+    blobs, _, boxes = zip(*(ds.shards.checked_bytes(0, r) for r in range(8)), strict=True)
+    choice = ds._measure_decoders(list(blobs), list(boxes), (16, 16), torch.device("cpu"))
+    assert choice["gpu_img_per_s"] > 0 and choice["cpu_img_per_s"] > 0 and choice["batch"] == 8
+    faster = "gpu" if choice["gpu_img_per_s"] >= choice["cpu_img_per_s"] else "cpu"
+    assert choice["decoder"] == faster and f"{choice['cpu_threads']} CPU loader thread" in choice["reason"]
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_auto_on_cuda_chooses_once_and_the_loader_delivers_ready_batches(
+    jpeg_shards: Callable[..., Path], tmp_path: Path
+) -> None:
+    root = jpeg_shards((16, 16), (8, 4, 56, 56))
+    auto, full = ShardDataset(root), ShardDataset(root, decoder="full")
+    loader = make_loader(auto, batch_size=8, device="cuda", **auto.loader_defaults)
+    seen = 0
+    for images, labels in loader:
+        assert images.device.type == "cuda"
+        seen += len(labels)
+    assert seen == len(auto) and auto.decode_choice is not None and auto.decode_choice["decoder"] in ("gpu", "cpu")
+    from torch import nn
+
+    from stoker.train import Scenario, SmallCNN, fit
+
+    train = ShardDataset(root)
+    model = SmallCNN(train.num_classes, width=8)
+    history = fit(Scenario(model, torch.optim.SGD(model.parameters(), lr=0.01), nn.CrossEntropyLoss(),
+                           make_loader(train, batch_size=8, device="cuda", **train.loader_defaults), None, epochs=1,
+                           device="cuda", log_dir=tmp_path, name="auto", progress=False, loggers=("csv",)))
+    record = json.loads((history.run_dir / "run.json").read_text())  # type: ignore[operator]
+    assert record["decode"] == train.decode_choice and record["decode"]["device"].startswith("cuda")
+    nv = ShardDataset(root, decoder="nvjpeg")
+    a, b = nv.__getitems__(np.arange(12)), full.__getitems__(np.arange(12))
+    assert a.ready is not None and a.images.device.type == "cuda"
+    assert float((a.images.cpu().float() - b.images.float()).abs().mean()) <= 2.0
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")

@@ -10,6 +10,9 @@ one epoch of ``(images, labels)`` batches, images uint8 ``[B, 3, H, W]``.
   order (as a file listing gives them), through a shuffle buffer, sharded by worker.
 * ``shards-encoded``: packed Arrow shards of the original encoded bytes, decoded when read.
 * ``shards-pixels``: packed Arrow shards of decoded pixels: nothing to decode.
+* ``shards-encoded-gpu``: the encoded shards decoded, cropped and resized on the CUDA
+  device in batches (``decoder="nvjpeg"``, :mod:`stoker.decode.device`); offered only
+  where CUDA is available.
 
 A method is a :class:`Method`: a name, the work it does per image (for its limit), how
 it shuffles, and a ``build`` function. :data:`METHODS` is the one registry that
@@ -22,7 +25,7 @@ import what they need when they run.
 
 Example:
     >>> from stoker.bench.methods import METHODS
-    >>> list(METHODS)
+    >>> list(method_names())
     ['files', 'pipe', 'shards-encoded', 'shards-pixels']
     >>> METHODS["shards-pixels"].store
     'pixels'
@@ -52,6 +55,7 @@ __all__ = [
     "Method",
     "Shuffle",
     "Work",
+    "cuda_available",
     "method_names",
     "register_method",
     "resolve_methods",
@@ -134,6 +138,8 @@ class Method:
             order the shards were packed in); the notes explain a poor mix by it.
         tunable: ``stoker tune`` considers it (its settings are ones ``stoker train``
             can use).
+        needs_cuda: runs only where a CUDA device is available; left out of the
+            default methods elsewhere.
     """
 
     name: str
@@ -143,6 +149,7 @@ class Method:
     store: str | None = None
     shuffle: Shuffle = "sampler"
     tunable: bool = True
+    needs_cuda: bool = False
 
     def __post_init__(self) -> None:
         where = f"method {self.name!r}"
@@ -183,9 +190,19 @@ def register_method(method: Method, *, replace: bool = False) -> Method:
     return method
 
 
-def method_names(*, tunable: bool = False) -> tuple[str, ...]:
-    """The registered method names, in order; only those ``stoker tune`` considers when ``tunable``."""
-    return tuple(name for name, method in METHODS.items() if method.tunable or not tunable)
+def method_names(*, tunable: bool = False, cuda: bool = False) -> tuple[str, ...]:
+    """The registered method names, in order; only those ``stoker tune`` considers when ``tunable``;
+    those that need a CUDA device only with ``cuda``."""
+    return tuple(
+        name for name, method in METHODS.items() if (method.tunable or not tunable) and (cuda or not method.needs_cuda)
+    )
+
+
+def cuda_available() -> bool:
+    """Whether torch sees a CUDA device (torch imported only when asked)."""
+    import torch
+
+    return bool(torch.cuda.is_available())
 
 
 def _loader_args(data: BenchData, settings: LoaderSettings) -> dict[str, Any]:
@@ -220,10 +237,11 @@ def build_pipe(data: BenchData, settings: LoaderSettings) -> Iterable[Any]:
     return make_loader(pipe, shuffle=False, **_loader_args(data, settings))
 
 
-def build_shards(store: str, data: BenchData, settings: LoaderSettings) -> Iterable[Any]:
+def build_shards(store: str, data: BenchData, settings: LoaderSettings, decoder: str = "auto") -> Iterable[Any]:
     """A shard set of ``store`` (packed from this data, one split) read a batch of rows at a time.
 
     A set at a URL is read through the verified cache: a shard is downloaded when first read.
+    ``decoder="nvjpeg"`` decodes on the CUDA device batches go to.
     """
     from stoker.loading import make_loader
     from stoker.shards.read.dataset import ShardDataset
@@ -231,7 +249,9 @@ def build_shards(store: str, data: BenchData, settings: LoaderSettings) -> Itera
     root = data.packed.get(store)
     if root is None:
         raise ConfigError(f"shards-{store}: no packed shard set; pack the data first or pass --packed DIR")
-    dataset = ShardDataset(root, split=PACK_SPLIT, transform=data.shard_transform)
+    device = data.device if data.device not in (None, "auto", "cpu") else "cuda"
+    dataset = ShardDataset(root, split=PACK_SPLIT, transform=data.shard_transform, decoder=decoder,  # type: ignore[arg-type]
+                           decode_device=device)
     return make_loader(dataset, shuffle=True, **_loader_args(data, settings))
 
 
@@ -245,6 +265,9 @@ register_method(Method("files", "decode", build_files))
 register_method(Method("pipe", "decode", build_pipe, backends=("process",), shuffle="buffer", tunable=False))
 register_method(Method("shards-encoded", "decode", partial(build_shards, "encoded"), store="encoded", shuffle="pack"))
 register_method(Method("shards-pixels", "pixels", partial(build_shards, "pixels"), store="pixels", shuffle="pack"))
+# Not tuned: a training run's decoder="auto" measures the GPU against the CPU path itself (ShardDataset).
+register_method(Method("shards-encoded-gpu", "decode", partial(build_shards, "encoded", decoder="nvjpeg"),
+                       backends=("thread",), store="encoded", shuffle="pack", tunable=False, needs_cuda=True))
 
 def resolve_methods(methods: Iterable[str | Method] | None = None) -> list[Method]:
     """Registered methods by name (all of them for ``None``), and :class:`Method` objects as they are.
@@ -253,6 +276,7 @@ def resolve_methods(methods: Iterable[str | Method] | None = None) -> list[Metho
         ConfigError: an unknown name, or two methods of one name.
     """
     out: list[Method] = []
+    cuda: bool | None = None
     for method in METHODS.values() if methods is None else methods:
         if isinstance(method, Method):
             out.append(method)
@@ -260,6 +284,13 @@ def resolve_methods(methods: Iterable[str | Method] | None = None) -> list[Metho
             out.append(METHODS[method])
         else:
             raise ConfigError(f"unknown method {method!r}; choose from {', '.join(METHODS)}")
+        if out[-1].needs_cuda:
+            cuda = cuda_available() if cuda is None else cuda
+            if not cuda and methods is None:
+                out.pop()  # the default methods: those this machine can run
+            elif not cuda:
+                raise ConfigError(f"method {out[-1].name!r} decodes on a CUDA device, and torch sees none; "
+                                  f"leave it out of --methods, or run on a machine with a GPU")
     names = [m.name for m in out]
     if len(set(names)) != len(names):
         raise ConfigError(f"methods must have distinct names, got {', '.join(names)}")

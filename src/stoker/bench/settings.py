@@ -208,7 +208,7 @@ def _data_table(text: str, where: str) -> dict[str, Any]:
 
 def _read(path: Path) -> str:
     try:
-        return path.read_text(encoding="utf-8")
+        return path.read_text(encoding="utf-8-sig")  # a byte-order mark (Windows editors) is not TOML: dropped
     except FileNotFoundError:
         raise MissingFileError(f"{path}: loader settings file not found; write one with `stoker tune DATA --out {path}`") from None
     except UnicodeDecodeError as exc:

@@ -44,7 +44,9 @@ def parse_size(text: str | None) -> tuple[int, int] | None:
 
 @click.command("bench")
 @click.argument("data")  # a path or a URL (a str: pathlib would mangle s3://)
-@click.option("--methods", default=_METHODS, show_default=True, help="Comma-separated loading methods to compare.")
+@click.option("--methods", default=_METHODS, show_default=True,
+              help="Comma-separated loading methods to compare (by default also shards-encoded-gpu, JPEG shards "
+                   "decoded on the GPU, where CUDA is available).")
 @click.option("--workers", "workers_text", default=",".join(map(str, DEFAULT_WORKERS)), show_default=True,
               help="Comma-separated worker counts.")
 @click.option("--backend", "backend_text", default=BACKENDS[0], show_default=True,
@@ -104,7 +106,7 @@ def bench(
 
     plan = BenchPlan(
         data,
-        methods=split_list(methods, "methods"),
+        methods=None if methods == _METHODS else split_list(methods, "methods"),  # None: every method this machine runs
         workers=parse_workers(workers_text),
         backends=split_list(backend_text, "backend"),
         mode=mode,

@@ -48,8 +48,13 @@ def parse_crop(text: str | None) -> tuple[int, int, int, int] | None:
     if text is None:
         return None
     parts = text.split(",")
-    if len(parts) != 4 or not all(p.strip().isdigit() for p in parts):
-        raise click.BadParameter(f"{text!r}: write TOP,LEFT,HEIGHT,WIDTH, for example 40,20,138,138")
+    if len(parts) != 4 or not all(re.fullmatch(r"[0-9]{1,6}", p.strip()) for p in parts) or min(
+        int(parts[2]), int(parts[3])
+    ) < 1:
+        raise click.BadParameter(
+            f"{text!r}: write TOP,LEFT,HEIGHT,WIDTH in pixels (whole numbers: TOP and LEFT from 0, HEIGHT and WIDTH "
+            "from 1), for example 40,20,138,138"
+        )
     top, left, height, width = (int(p) for p in parts)
     return top, left, height, width
 

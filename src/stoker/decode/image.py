@@ -40,6 +40,7 @@ __all__ = [
     "ARRAY_SUFFIXES",
     "IMAGE_SUFFIXES",
     "SAMPLE_SUFFIXES",
+    "check_box",
     "crop",
     "decode_array",
     "decode_image",
@@ -324,14 +325,25 @@ def crop(image: torch.Tensor, box: Box | None, name: str = "<tensor>") -> torch.
     """Crop a CHW tensor to ``box = (top, left, height, width)``; ``None`` keeps it whole."""
     if box is None:
         return image
-    top, left, height, width = box
     _, h, w = image.shape
+    check_box(box, (h, w), name)
+    top, left, height, width = box
+    return image[:, top : top + height, left : left + width]
+
+
+def check_box(box: Box, image_hw: tuple[int, int], name: str = "<tensor>") -> None:
+    """Raise unless the crop box ``(top, left, height, width)`` fits in an image of ``image_hw = (height, width)``.
+
+    Raises:
+        DecodeError: it does not fit (the message names ``name``).
+    """
+    top, left, height, width = box
+    h, w = image_hw
     if top < 0 or left < 0 or height <= 0 or width <= 0 or top + height > h or left + width > w:
         raise DecodeError(
             f"{name}: crop box (top={top}, left={left}, height={height}, width={width}) "
-            f"does not fit in the {h}x{w} image; fix the crop box of this source"
+            f"does not fit in the {h}x{w} image; fix the crop box of this source (--crop, crop=)"
         )
-    return image[:, top : top + height, left : left + width]
 
 
 def resize(image: torch.Tensor, size: Sequence[int] | None) -> torch.Tensor:

@@ -1,29 +1,31 @@
-"""Decode a JPEG only as far as it is used: at a reduced DCT scale, then crop and resize.
+"""Decode a batch of JPEGs fast, to the same pixels as the full path: decode, crop, resize.
 
-A loader cannot decode faster than its decoder unless it decodes less. When the image
-is read at a known output size, this module decodes it with libjpeg-turbo (through
-`simplejpeg <https://gitlab.com/jfolz/simplejpeg>`_, which bundles it) at the smallest
-power-of-two scale ``m/8`` (``m`` = 1, 2, 4, 8; libjpeg-turbo has fast paths for these)
-that keeps the crop box at least twice as big as the output, then crops and resizes with the
-same antialiased resize as the full path (:func:`stoker.decode.image.resize`). At scale 1 it
-is still about twice as fast as the full path: the decoder writes into a buffer each
-thread keeps (memory already mapped: a fresh array per image costs a page fault per
-4 KiB), the resize reads a chunk of crops where they are, and one numpy copy puts them
-in the batch.
+One file has one answer: every reader (files, encoded shards by either decoder, ``stoker
+verify``, the GPU path's fallback) gives the pixels of the full path, a full-size decode,
+the crop, then :func:`stoker.decode.image.resize`. This module's path decodes with
+libjpeg-turbo through `simplejpeg <https://gitlab.com/jfolz/simplejpeg>`_ (which bundles
+it; its decode equals torchvision's bit for bit, which is checked once per process
+before it is used) at full scale, and is faster than the
+full path by how it handles memory: the decoder writes into a buffer each thread keeps
+(memory already mapped: a fresh array per image costs a page fault per 4 KiB), the
+resize reads a chunk of crops where they are, and one numpy copy puts them in the batch.
 
-Where the result could differ from the full path by more than rounding, or where this
-path cannot read the file (CMYK, a decoder warning, simplejpeg not installed), the
-functions return ``None`` and the caller takes the full path (:func:`decode_sample` +
+It never decodes at a reduced DCT scale (``m/8``): that result differs from the full path
+by as much as the image's high frequencies and its quantisation tables make it (a noise
+image or a crafted table, unbounded), and neither the header nor the reduced decode
+shows how much. docs/format-pixels.md states the rule.
+
+Where this path cannot read the file (CMYK, a decoder warning, simplejpeg not installed),
+the functions return ``None`` and the caller takes the full path (:func:`decode_sample` +
 :func:`resize`), which also names the file in its error.
 
-:func:`decode_batch_on_device` decodes a whole batch on a CUDA device with nvJPEG
-(``torchvision.io.decode_jpeg(list, device="cuda")``), crops and resizes there, and falls
-back to the CPU image by image when a decode fails or there is no CUDA device.
+:func:`decode_batch_on_device` decodes a whole batch on a CUDA device
+(:mod:`stoker.decode.device`: one header pass, one decode call, one resize per crop size)
+and falls back to the CPU image by image when a decode fails or there is no CUDA device.
 """
 
 from __future__ import annotations
 
-import functools
 import logging
 import threading
 from collections.abc import Callable, Sequence
@@ -32,36 +34,25 @@ from typing import Any
 import numpy as np
 import torch
 
-from stoker.decode.image import Box, declared_size, decode_sample, get_max_pixels, resize
+from stoker.decode.image import Box, decode_sample, get_max_pixels, resize
 
 __all__ = [
-    "JPEG_SCALES",
     "available",
     "decode_batch_on_device",
     "decode_jpeg_resized",
     "decode_jpegs_into",
     "decode_stored",
     "is_jpeg",
-    "reduced_scale",
 ]
 
 log = logging.getLogger(__name__)
-
-# The reduced image is at least this many times the output, so that the antialiased resize
-# after it, not the decoder's own reduction (a box filter), shapes the result: then it is
-# within a grey level or two of the full path (tests/test_jpeg.py pins it).
-MARGIN = 2.0
-
-# Scales m/8 libjpeg-turbo decodes with SIMD or a dedicated reduced IDCT (others, such
-# as 7/8, use a generic C IDCT that is slower than decoding at full size).
-JPEG_SCALES: tuple[int, ...] = (1, 2, 4, 8)
 
 _simplejpeg: Any | None = None
 _checked = False
 
 
 def available() -> bool:
-    """Whether the reduced-scale decoder (the ``simplejpeg`` package) is installed."""
+    """Whether the fast JPEG decoder (the ``simplejpeg`` package) is installed."""
     return _decoder() is not None
 
 
@@ -72,8 +63,51 @@ def _decoder() -> Any | None:
             import simplejpeg
         except ImportError:
             simplejpeg = None
-        _simplejpeg, _checked = simplejpeg, True
+        with _check_lock:
+            if not _checked:
+                if simplejpeg is not None and not _same_pixels_as_the_full_path(simplejpeg):
+                    log.warning(
+                        "simplejpeg %s decodes other pixels than torchvision's JPEG decoder here (another "
+                        "libjpeg-turbo build): every JPEG takes the full path, so that one file gives one answer",
+                        getattr(simplejpeg, "__version__", "?"),
+                    )
+                    simplejpeg = None
+                _simplejpeg, _checked = simplejpeg, True
     return _simplejpeg
+
+
+_check_lock = threading.Lock()
+
+
+def _same_pixels_as_the_full_path(simplejpeg: Any) -> bool:
+    """Whether simplejpeg decodes as the full path does, bit for bit, on this install (checked once per process).
+
+    The rule (one file, one answer) rests on both being the same libjpeg-turbo IDCT,
+    upsampling and colour conversion; two builds could differ, so a few small noise
+    JPEGs (every chroma subsampling Pillow writes, gray, progressive, odd sizes) are
+    decoded both ways before the fast path is trusted.
+    """
+    import io
+
+    from PIL import Image
+
+    from stoker.decode.image import decode_image
+
+    noise = np.random.default_rng(0).integers(0, 256, (29, 37, 3), dtype=np.uint8)
+    cases: list[tuple[Image.Image, dict[str, Any]]] = [
+        (Image.fromarray(noise), {"subsampling": sub}) for sub in (0, 1, 2)
+    ] + [(Image.fromarray(noise).convert("L"), {}), (Image.fromarray(noise), {"progressive": True})]
+    for image, options in cases:
+        buffer = io.BytesIO()
+        image.save(buffer, "JPEG", quality=90, **options)
+        data = buffer.getvalue()
+        try:
+            fast = simplejpeg.decode_jpeg(data, colorspace="RGB", strict=True)
+        except Exception:  # noqa: BLE001 - a broken install: the full path it is
+            return False
+        if not np.array_equal(fast.transpose(2, 0, 1), decode_image(data, "check.jpg").numpy()):
+            return False
+    return True
 
 
 def is_jpeg(data: np.ndarray | bytes) -> bool:
@@ -82,32 +116,10 @@ def is_jpeg(data: np.ndarray | bytes) -> bool:
     return head == b"\xff\xd8\xff"
 
 
-def reduced_scale(image_hw: tuple[int, int], box: Box | None, size: tuple[int, int]) -> int:
-    """The ``m`` of the smallest DCT scale ``m/8`` at which ``box`` still covers ``MARGIN x size``.
-
-    The box must land on whole pixels of the scaled image (every corner a multiple of
-    ``8/m``), so that cropping after the reduced decode takes the same part of the image
-    as cropping before a full one; otherwise the next larger scale is tried, down to 8
-    (full size).
-    """
-    height, width = image_hw
-    top, left, box_h, box_w = box if box is not None else (0, 0, height, width)
-    out_h, out_w = size
-    for m in JPEG_SCALES:
-        if m == 8:
-            return 8
-        if box_h * m < 8 * MARGIN * out_h or box_w * m < 8 * MARGIN * out_w:
-            continue  # too close to the output size: the decoder's box filter would show
-        edges = (top, left, box_h, box_w) if box is not None else (height, width)
-        if all(edge * m % 8 == 0 for edge in edges):
-            return m
-    return 8
-
-
 def decode_jpeg_resized(
     data: np.ndarray | bytes, size: tuple[int, int], box: Box | None = None
 ) -> torch.Tensor | None:
-    """Decode a JPEG, crop it to ``box`` and resize it to ``size``, decoding no more than needed.
+    """Decode a JPEG, crop it to ``box`` and resize it to ``size``: the full path's pixels, faster.
 
     Args:
         data: the encoded bytes (a read-only view is fine).
@@ -115,7 +127,7 @@ def decode_jpeg_resized(
         box: ``(top, left, height, width)`` in pixels of the full-size image, or ``None``.
 
     Returns:
-        ``uint8 [3, height, width]`` (contiguous), within 2 grey levels (mean absolute difference) of
+        ``uint8 [3, height, width]`` (contiguous), equal to
         ``resize(crop(decode_image(data), box), size)``; or ``None`` when this path
         cannot be sure of that (not a JPEG, CMYK, a warning from the decoder, a box
         outside the image, simplejpeg missing): then take the full path.
@@ -126,7 +138,7 @@ def decode_jpeg_resized(
         torch.Size([3, 112, 112])
     """
     simplejpeg = _decoder()
-    plan = _plan_of(simplejpeg, data, box, size) if simplejpeg is not None else None
+    plan = _plan_of(simplejpeg, data, box) if simplejpeg is not None else None
     if plan is None:  # before allocating anything: most callers then take the full path
         return None
     out = np.empty((1, 3, *size), dtype=np.uint8)
@@ -140,8 +152,7 @@ def decode_jpegs_into(
 ) -> list[int]:
     """Decode a batch of JPEGs into ``out`` (``uint8 [n, 3, height, width]``, contiguous), resizing them together.
 
-    Each image is decoded at its reduced scale (:func:`reduced_scale`) straight into a
-    buffer this thread reuses (a fresh one per image costs a page fault per 4 KiB on
+    Each image is decoded at full scale straight into a buffer this thread reuses (a fresh one per image costs a page fault per 4 KiB on
     every decode); images of one decoded size and crop are resized by one call per
     :data:`CHUNK_BYTES` of decoded pixels (one antialiased resize of a ``[k, 3, h, w]``
     batch costs a fraction of ``k`` calls) and copied into ``out`` once. The result
@@ -157,7 +168,7 @@ def decode_jpegs_into(
     failed: list[int] = []
     groups: dict[_Plan, list[int]] = {}
     for j, (data, box) in enumerate(zip(blobs, boxes, strict=True)):
-        plan = _plan_of(simplejpeg, data, box, size)
+        plan = _plan_of(simplejpeg, data, box)
         if plan is None:
             failed.append(j)
         else:
@@ -194,7 +205,7 @@ class _Scratch(threading.local):
 _scratch = _Scratch()
 
 
-def _plan_of(simplejpeg: Any, data: np.ndarray | bytes, box: Box | None, size: tuple[int, int]) -> _Plan | None:
+def _plan_of(simplejpeg: Any, data: np.ndarray | bytes, box: Box | None) -> _Plan | None:
     """How to decode one JPEG (see :func:`_plan`), or ``None`` when this path cannot take it."""
     if not is_jpeg(data):
         return None
@@ -206,22 +217,16 @@ def _plan_of(simplejpeg: Any, data: np.ndarray | bytes, box: Box | None, size: t
         return None  # before any allocation: the full path refuses it with the error that names the file
     if colorspace not in ("YCbCr", "Gray", "RGB"):
         return None  # CMYK/YCCK: libjpeg-turbo's RGB conversion of these is not the reference's
-    return _plan(height, width, None if box is None else tuple(box), tuple(size))  # type: ignore[arg-type]
+    return _plan(height, width, None if box is None else tuple(box))  # type: ignore[arg-type]
 
 
-@functools.lru_cache(maxsize=4096)
-def _plan(height: int, width: int, box: Box | None, size: tuple[int, int]) -> _Plan | None:
-    """The decoded size and the crop in its pixels of a ``height x width`` JPEG (a data set has few of these)."""
+def _plan(height: int, width: int, box: Box | None) -> _Plan | None:
+    """The decoded size and the crop of a ``height x width`` JPEG, or ``None`` for a box outside it."""
     if box is not None:
         top, left, box_h, box_w = box
         if top < 0 or left < 0 or box_h <= 0 or box_w <= 0 or top + box_h > height or left + box_w > width:
             return None  # the full path raises the error that names the file
-    m = reduced_scale((height, width), box, size)
-    want_h, want_w = -(-height * m // 8), -(-width * m // 8)
-    if box is None:
-        return want_h, want_w, None
-    scaled = tuple(v * m // 8 for v in box)
-    return want_h, want_w, scaled  # type: ignore[return-value]
+    return height, width, box
 
 
 def _decode_group(
@@ -282,13 +287,14 @@ def decode_batch_on_device(
     device: torch.device,
     on_cpu: Callable[[int], torch.Tensor],
 ) -> torch.Tensor:
-    """Decode a batch of JPEGs on a CUDA device (nvJPEG), crop and resize there.
+    """Decode a batch of JPEGs on a CUDA device, crop and resize there (:mod:`stoker.decode.device`).
 
     Falls back to ``on_cpu(j)`` for image ``j`` when the device cannot decode it (not a
-    JPEG, corrupt, CMYK, whatever nvJPEG raises), when its header declares more than
-    ``STOKER_MAX_PIXELS`` (or cannot be read: nvJPEG would allocate what it declares on
-    the device), and for every image when ``device`` is not CUDA or CUDA is not
-    available, so the result is the same batch either way (within the decoders' rounding).
+    JPEG, corrupt, CMYK, whatever the decoder raises), when a header declares more than
+    ``STOKER_MAX_PIXELS`` (or cannot be read: a device decoder allocates what it
+    declares), and for every image when ``device`` is not CUDA or CUDA is not available,
+    so the result is the same batch either way (within the decoders' rounding). The
+    calling thread's current stream waits for the batch.
 
     Args:
         blobs: each image's encoded bytes.
@@ -307,50 +313,12 @@ def decode_batch_on_device(
         for j in range(n):
             out[j] = on_cpu(j)
         return out
-    from torchvision.io import ImageReadMode, decode_jpeg
+    from stoker.decode.device import device_decoder
 
-    out = torch.empty((n, 3, *size), dtype=torch.uint8, device=device)
-    todo = [j for j in range(n) if _fits_on_device(blobs[j])]
-    decoded: dict[int, torch.Tensor] = {}
-    if todo:
-        tensors = [torch.from_numpy(np.array(blobs[j], dtype=np.uint8)) for j in todo]
-        try:
-            decoded = dict(zip(todo, decode_jpeg(tensors, mode=ImageReadMode.RGB, device=device), strict=True))
-        except Exception as exc:  # noqa: BLE001 - one bad file fails the batch (whatever it raises): one at a time
-            log.debug("nvJPEG batch decode failed (%s); decoding image by image", exc)
-            for j, tensor in zip(todo, tensors, strict=True):
-                try:
-                    decoded[j] = decode_jpeg(tensor, mode=ImageReadMode.RGB, device=device)
-                except Exception:  # noqa: BLE001 - crafted bytes may make nvJPEG raise anything: the CPU decides
-                    pass
-    for j in range(n):
-        image = decoded.get(j)
-        if image is None:
-            out[j] = on_cpu(j).to(device)
-            continue
-        box = boxes[j]
-        if box is not None:
-            top, left, box_h, box_w = box
-            _, height, width = image.shape
-            if top < 0 or left < 0 or top + box_h > height or left + box_w > width:
-                out[j] = on_cpu(j).to(device)  # the CPU path raises the error that names the file
-                continue
-            image = image[:, top : top + box_h, left : left + box_w]
-        out[j] = _resize_on_device(image, size)
-    return out
-
-
-def _fits_on_device(data: np.ndarray | bytes) -> bool:
-    """Whether nvJPEG may have this image: a JPEG whose declared size is known and within the pixel limit.
-
-    nvJPEG allocates the whole image on the device from the header, so a crafted header
-    (48679x59164 in 80 KB) is never handed to it: the CPU path refuses it with the error
-    that names the row, and an image whose size cannot be told goes there too.
-    """
-    if not is_jpeg(data):
-        return False
-    size = declared_size(data)
-    return size is not None and 0 < size[0] * size[1] <= get_max_pixels()
+    batch = device_decoder(device).decode(blobs, boxes, size, on_cpu)
+    if batch.ready is not None:
+        batch.ready.wait()
+    return batch.images
 
 
 def decode_stored(
@@ -358,8 +326,9 @@ def decode_stored(
 ) -> torch.Tensor:
     """One stored image as a training read on the CPU decodes it: cropped to ``box``, resized to ``size``.
 
-    With ``reduced`` (the default decoder) a JPEG goes by :func:`decode_jpeg_resized`
-    where it can; everything else, and whatever that path does not take, goes by the full
+    With ``reduced`` (the default decoder; the name is kept from when that path decoded at
+    a reduced DCT scale) a JPEG goes by :func:`decode_jpeg_resized` where it can, to the
+    same pixels; everything else, and whatever that path does not take, goes by the full
     path (:func:`stoker.decode.image.decode_sample`, then :func:`stoker.decode.image.resize`). The
     shard reader and ``stoker verify`` both decode through here, so a row verify calls
     ok is a row training reads.
@@ -374,15 +343,3 @@ def decode_stored(
             return image
     return resize(decode_sample(data, name, box), size)
 
-
-def _resize_on_device(image: torch.Tensor, size: tuple[int, int]) -> torch.Tensor:
-    """Antialiased resize of a uint8 CHW image on its device (through float where uint8 is not supported)."""
-    if tuple(image.shape[-2:]) == tuple(size):
-        return image
-    try:
-        return resize(image, size)
-    except RuntimeError:
-        scaled = torch.nn.functional.interpolate(
-            image.unsqueeze(0).float(), size=list(size), mode="bilinear", antialias=True, align_corners=False
-        )
-        return scaled[0].round_().clamp_(0, 255).to(torch.uint8)

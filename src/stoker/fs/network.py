@@ -54,6 +54,8 @@ ENV_TIMEOUT = "STOKER_NET_TIMEOUT"
 ENV_RETRIES = "STOKER_NET_RETRIES"
 _DEFAULT_TIMEOUT_S = 60.0
 _DEFAULT_RETRIES = 3
+_MAX_RETRIES = 100  # with the backoff capped at 8 s, 100 retries already wait over 13 minutes per call
+_MAX_TIMEOUT_S = 86400.0
 _BACKOFF_S = 0.5
 _BACKOFF_MAX_S = 8.0
 #: The slowest transfer a whole-object call is given time for, on a filesystem run against a deadline.
@@ -92,16 +94,20 @@ class NetSettings:
         timeout, retries = os.environ.get(ENV_TIMEOUT, ""), os.environ.get(ENV_RETRIES, "")
         try:
             timeout_s = float(timeout) if timeout.strip() else _DEFAULT_TIMEOUT_S
-            if not timeout_s > 0 or timeout_s == float("inf"):
+            if not 0 < timeout_s <= _MAX_TIMEOUT_S:
                 raise ValueError
         except ValueError:
-            raise ConfigError(f"{ENV_TIMEOUT}={timeout!r}: must be a number of seconds > 0, for example 60") from None
+            raise ConfigError(
+                f"{ENV_TIMEOUT}={timeout!r}: must be a number of seconds > 0 and <= {_MAX_TIMEOUT_S:g} (a day), for example 60"
+            ) from None
         try:
             count = int(retries) if retries.strip() else _DEFAULT_RETRIES
-            if count < 0:
+            if not 0 <= count <= _MAX_RETRIES:
                 raise ValueError
         except ValueError:
-            raise ConfigError(f"{ENV_RETRIES}={retries!r}: must be a whole number >= 0, for example 3") from None
+            raise ConfigError(
+                f"{ENV_RETRIES}={retries!r}: must be a whole number from 0 to {_MAX_RETRIES}, for example 3"
+            ) from None
         return cls(timeout_s, count)
 
     def backoff_s(self, attempt: int) -> float:
@@ -175,8 +181,11 @@ def _first_line(exc: BaseException) -> str:
     return text if len(text) <= 200 else text[:197] + "..."
 
 
-def _classify(exc: BaseException, settings: NetSettings) -> tuple[str, bool] | None:
-    """(the cause in words, whether trying again may help) of a network failure; None if it is none.
+def _classify(exc: BaseException, settings: NetSettings) -> tuple[str, bool, bool] | None:
+    """(the cause in words, whether trying again may help, whether nothing answered) of a network failure; None if none.
+
+    Only an unknown host, a refused or failed connection and a timeout are "nothing
+    answered" (the store is unreachable); a store that answered with an error is not.
 
     A ``FileNotFoundError`` raised *because of* a network failure (fsspec's HTTP
     filesystem says "not found" for a host it cannot reach) is that failure.
@@ -190,46 +199,46 @@ def _classify(exc: BaseException, settings: NetSettings) -> tuple[str, bool] | N
     modules = {type(e).__module__.split(".")[0] for e in chain}
     for e in chain:
         if isinstance(e, socket.gaierror):
-            return f"unknown host ({_first_line(exc)})", False
+            return f"unknown host ({_first_line(exc)})", False, True
     if "ConnectionRefusedError" in names:
-        return f"connection refused: nothing listens there ({_first_line(exc)})", False
+        return f"connection refused: nothing listens there ({_first_line(exc)})", False, True
     timeout = f"no answer for {settings.timeout_s:g} s (a timeout; set {ENV_TIMEOUT} to wait longer)"
     for e in chain:
         if isinstance(e, (TimeoutError, socket.timeout)) or type(e).__name__ in (
             "ConnectTimeoutError", "ReadTimeoutError", "FSTimeoutError", "ServerTimeoutError", "SocketTimeoutError",
         ):
-            return timeout, True
+            return timeout, True, True
     status = getattr(exc, "status", None)
     if "ClientResponseError" in names and isinstance(status, int):
         if status in (404, 410):
             return None  # not there: the caller says "missing"
-        return f"HTTP {status} {getattr(exc, 'message', '')}".rstrip(), status >= 500 or status == 429
+        return f"HTTP {status} {getattr(exc, 'message', '')}".rstrip(), status >= 500 or status == 429, False
     if isinstance(exc, ConnectionError) or "aiohttp" in modules and isinstance(exc, OSError):
-        return f"the connection failed ({_first_line(exc)})", True
+        return f"the connection failed ({_first_line(exc)})", True, True
     if isinstance(exc, (http.client.HTTPException, EOFError)):
-        return f"the connection was dropped ({_first_line(exc)})", True
+        return f"the connection was dropped ({_first_line(exc)})", True, True
     if isinstance(exc, ftplib.error_temp):
-        return f"the FTP server refused for now ({_first_line(exc)})", True
+        return f"the FTP server refused for now ({_first_line(exc)})", True, False
     if isinstance(exc, ftplib.Error):
-        return f"the FTP server refused ({_first_line(exc)})", False
+        return f"the FTP server refused ({_first_line(exc)})", False, False
     if "botocore" in modules or "aiobotocore" in modules:
         transient = any(n in names for n in ("HTTPClientError", "ConnectionClosedError", "ResponseStreamingError",
                                               "EndpointConnectionError", "IncompleteReadError"))
         if "NoCredentialsError" in names or "PartialCredentialsError" in names:
-            return f"no credentials ({_first_line(exc)}); set AWS_PROFILE or AWS_ACCESS_KEY_ID, or pass storage_options", False
+            return f"no credentials ({_first_line(exc)}); set AWS_PROFILE or AWS_ACCESS_KEY_ID, or pass storage_options", False, False
         response = getattr(exc, "response", None)
         status = response.get("ResponseMetadata", {}).get("HTTPStatusCode") if isinstance(response, dict) else None
         if isinstance(status, int):  # a ClientError: the store answered
             code = str(response.get("Error", {}).get("Code", ""))  # type: ignore[union-attr]
             busy = status >= 500 or status == 429 or code in ("SlowDown", "RequestTimeout", "Throttling")
-            return f"the store refused the request ({_first_line(exc)})", busy
-        return _first_line(exc), transient
+            return f"the store refused the request ({_first_line(exc)})", busy, False
+        return _first_line(exc), transient, transient  # EndpointConnectionError and the like: nothing answered
     if "aiohttp" in modules:
-        return f"the connection failed ({_first_line(exc)})", True
+        return f"the connection failed ({_first_line(exc)})", True, True
     if isinstance(exc, OSError) and not isinstance(exc, (FileNotFoundError, IsADirectoryError, NotADirectoryError,
                                                           FileExistsError, PermissionError)):
         # s3fs and others map a refused request to an errno: asking again gets the same answer
-        return f"the store refused or failed ({_first_line(exc)})", exc.errno not in _REFUSALS
+        return f"the store refused or failed ({_first_line(exc)})", exc.errno not in _REFUSALS, False
     return None
 
 
@@ -241,15 +250,29 @@ def translate(exc: BaseException, url: str, settings: NetSettings | None = None,
     """
     if isinstance(exc, StokerError) or isinstance(exc, FileNotFoundError) and _classify(exc, settings or NetSettings()) is None:
         return None
-    if isinstance(exc, PermissionError):
+    if isinstance(exc, PermissionError) or _denied(exc):
         return ConfigError(f"{url}: access denied ({_first_line(exc)}); check the credentials and the URL")
     settings = settings or NetSettings.from_env()
     found = _classify(exc, settings)
     if found is None:
         return None
-    cause, _ = found
+    cause, _, unreachable = found
     tries = f" (tried {attempts} times)" if attempts > 1 else ""
-    return NetworkError(f"{url}: {cause}{tries}; {ADVICE}")
+    error = NetworkError(f"{url}: {cause}{tries}; {ADVICE}")
+    error.unreachable = unreachable
+    return error
+
+
+def _denied(exc: BaseException) -> bool:
+    """Whether the store answered 401 or 403 (HTTP, or an S3 error response): the credentials, not the network."""
+    for e in _chain(exc):
+        status = getattr(e, "status", None)
+        if type(e).__name__ == "ClientResponseError" and status in (401, 403):
+            return True
+        response = getattr(e, "response", None)
+        if isinstance(response, dict) and response.get("ResponseMetadata", {}).get("HTTPStatusCode") in (401, 403):
+            return True
+    return False
 
 
 def call(url: str, fn: Callable[[], T], settings: NetSettings | None = None, *, moves_bytes: int = 0) -> T:
@@ -273,7 +296,8 @@ def call(url: str, fn: Callable[[], T], settings: NetSettings | None = None, *, 
             return run()
         except Exception as exc:  # noqa: BLE001  (sorted below: only network failures are translated)
             found = _classify(exc, settings)
-            if found is not None and found[1] and attempt < settings.retries and not isinstance(exc, PermissionError):
+            if found is not None and found[1] and attempt < settings.retries and not isinstance(exc, PermissionError) \
+                    and not _denied(exc):
                 time.sleep(settings.backoff_s(attempt))
                 attempt += 1
                 continue

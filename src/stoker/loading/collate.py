@@ -22,12 +22,13 @@ class Batch:
     data: Any
     size: int
     skipped: list[Skipped] = field(default_factory=list)
+    ready: Any = None  # data made on a CUDA side stream: its event, whose wait() orders the current stream after it
 
     def pin_memory(self) -> Batch:
         """Called by the DataLoader's pin-memory thread when the device is CUDA."""
         from torch.utils.data._utils.pin_memory import pin_memory
 
-        return Batch(pin_memory(self.data), self.size, self.skipped)
+        return Batch(pin_memory(self.data), self.size, self.skipped, self.ready)
 
 
 def collate(samples: Sequence[Any]) -> Batch:

@@ -32,6 +32,8 @@ from stoker.loading.skips import OnError
 __all__ = [
     "MapReader",
     "StreamReader",
+    "SupportsBatchLists",
+    "SupportsBatchSplit",
     "SupportsBatchesFrom",
     "SupportsCollate",
     "SupportsEpoch",
@@ -129,6 +131,47 @@ class SupportsBatchesFrom(Protocol):
 
 
 @runtime_checkable
+class SupportsBatchSplit(Protocol):
+    """A stream that deals its rank's order to the loader's workers a batch at a time: elastic.
+
+    Batch ``b`` of the rank is items ``[b * B, (b + 1) * B)`` of the rank's order, read whole
+    by worker ``b % N`` (:mod:`stoker.order`, "Batches"), so the batches do not depend on the
+    worker count or the backend, and a position taken under one worker count resumes under
+    another.
+    """
+
+    def split_by_batch(self, batch_size: int, /) -> bool:
+        """Deal this rank's order in blocks of ``batch_size`` items from now on.
+
+        The loader calls it as it is made, in its own process, and before every epoch in
+        each worker. Returns True when the reader does so; False when it cannot (a ``Pipe``
+        whose split is not the loader's to make), and the loader then keeps the worker
+        count fixed for its state.
+        """
+        ...
+
+
+@runtime_checkable
+class SupportsBatchLists(Protocol):
+    """A stream that cuts its own batches, so that items dropped after the cut shorten a batch, never shift one.
+
+    A stage that drops items (a filter, a bad sample skipped) makes a stream's positions
+    depend on the data; batched item by item, one drop would move every later batch's
+    boundary. A reader of this kind fixes each batch's boundary where its order is dealt
+    (``Pipe``: at ``shard()``) and runs what follows on one batch at a time.
+    """
+
+    def batch_lists_from(self, start: int, batch_size: int, /) -> Iterator[tuple[int, list[Any]]]:
+        """This process's batches of the epoch from item ``start`` (a multiple of ``batch_size``) on, uncollated.
+
+        Each element is ``(items, samples)``: how many items of the order the batch stands
+        for (``batch_size`` but the last; the loader counts positions in these) and the
+        samples left of them, which the loader's collate function makes into the batch.
+        """
+        ...
+
+
+@runtime_checkable
 class SupportsLoaderDefaults(Protocol):
     """A reader that knows the loader settings that read it fastest."""
 
@@ -183,8 +226,10 @@ class StreamReader(SupportsEpoch, SupportsIterFrom, SupportsCollate, Protocol):
     """An iterable reader: the epoch's order from :meth:`set_epoch`, resumable with :meth:`iter_from`.
 
     Under DataLoader workers and ``torch.distributed`` ranks each process reads its own
-    part of the epoch, so over all of them every item is read once. The ranks' parts may
-    differ in length: the loader keeps their steps equal (:mod:`stoker.loading.steps`).
+    part of the epoch, so over all of them every item is read once; stoker's readers deal
+    a rank's part to its workers a batch at a time (:class:`SupportsBatchSplit`). The
+    ranks' parts may differ in length: the loader keeps their steps equal
+    (:mod:`stoker.loading.steps`).
     """
 
     def __iter__(self) -> Iterator[Any]:

@@ -24,6 +24,8 @@ from stoker.loading.backends import BACKENDS, Backend, init_loader_thread
 from stoker.loading.collate import Batch, collate, to_device
 from stoker.loading.contract import (
     SupportsBatchesFrom,
+    SupportsBatchLists,
+    SupportsBatchSplit,
     SupportsCollate,
     SupportsEpoch,
     SupportsGetItems,
@@ -34,8 +36,9 @@ from stoker.loading.position import FromWorker, Positioned, ResumeSampler, TagWo
 from stoker.loading.samplers import EpochSampler, IndexBatches, RankSlice
 from stoker.loading.skips import Skipped
 from stoker.loading.steps import EqualSteps, ranks_in_step, steps_are_certain
+from stoker.loading.stream_threads import thread_batches
 from stoker.loading.workers import default_workers
-from stoker.order import WORKER_SEEDS, epoch_seed
+from stoker.order import WORKER_SEEDS, batches_before, epoch_seed
 
 __all__ = ["BACKENDS", "LOADER_STATE_FORMAT", "Backend", "Loader", "RankSlice", "iter_from", "make_loader", "resolve_device"]
 
@@ -76,10 +79,18 @@ class Loader:
     worker seeds: the same ``seed`` and epoch always give the same batches, which is
     what makes a resumed training run equal an uninterrupted one.
 
+    The batches do not depend on ``num_workers`` or ``backend``: a map-style data set's
+    order is its sampler's, and a ``Pipe`` (cut at ``shard()``) or a ``ShardStream`` deals
+    its rank's order to the workers a whole batch at a time (the "Batches" rule of
+    :mod:`stoker.order`; :class:`~stoker.loading.contract.SupportsBatchSplit`; a remote
+    ``ShardStream`` larger than its cache limit cannot, and keeps its worker count).
+
     Between two batches, :meth:`state_dict` says where the loader stands, and a new
     loader given it with :meth:`load_state_dict` yields exactly the next batch of that
     epoch, then the following epochs, whatever it wraps (file data sets, shard sets,
-    a ``ShardStream``, a ``Pipe``), with any number of workers, on either backend.
+    a ``ShardStream``, a ``Pipe``), with any number of workers, on either backend, and
+    under another worker count or backend than the one it was taken with (an iterable
+    other than these two keeps its worker count).
     Passing over the batches already seen reads no data: a map-style sampler leaves
     their indices out; an iterable data set's workers start their streams further on
     (``Pipe.iter_from``, ``ShardStream.iter_from``; other iterables read and discard).
@@ -169,27 +180,47 @@ class Loader:
         self._next_worker = 0
         self._pending: dict[str, Any] | None = None  # a loaded state, for the epoch it names
         self._resume_sampler = ResumeSampler(self._sampler) if self._sampler is not None else None
+        # An iterable that deals its rank's order to the workers a batch at a time: its batches, and
+        # so its positions, are the same for every worker count and backend (stoker.order, "Batches").
+        self._elastic = self._iterable and isinstance(dataset, SupportsBatchSplit) and dataset.split_by_batch(batch_size)
         # An iterable whose reads are the batches (a ShardStream read a batch's rows at a time)
         # hands them over whole with its own collate: no item-by-item batching, no second copy.
-        self._whole_batches = (
+        self._whole_batches = bool(
             self._iterable and isinstance(dataset, SupportsBatchesFrom)
             and collate_fn is getattr(dataset, "collate_fn", None) and dataset.take_batch_size(batch_size)
         )
-        self._positioned = (
-            Positioned(dataset, self._slots, (batch_size, drop_last) if self._whole_batches else None)  # type: ignore[arg-type]
-            if self._iterable else None
-        )
-        self._pin = device.type == "cuda"
+        # A Pipe cuts its batches at shard(): what a later stage drops shortens that batch only.
+        self._batch_lists = self._elastic and not self._whole_batches and isinstance(dataset, SupportsBatchLists)
         self.drop_last = drop_last
+        self._positioned: Positioned | None = None
+        self._make_positioned()
+        self._pin = device.type == "cuda"
         self.persistent_workers = persistent_workers
         self._dataloader: DataLoader | None = None
         self._pool: ThreadPoolExecutor | None = None
         self._start_readers()
 
+    def _make_positioned(self) -> None:
+        """The iterable data set as the workers run it, for the current worker slots (see :class:`Positioned`)."""
+        if not self._iterable:
+            return
+        whole = self._whole_batches or self._batch_lists
+        self._positioned = Positioned(
+            self.dataset, self._slots, (self.batch_size, self.drop_last) if whole else None,  # type: ignore[arg-type]
+            batch_split=self.batch_size if self._elastic else None, collate=self._collate if self._batch_lists else None,
+        )
+
     def _start_readers(self) -> None:
         """The DataLoader (process backend) or the thread pool (thread backend) for the current settings."""
         num_workers, prefetch_factor = self.num_workers, self.prefetch_factor
-        if self._whole_batches and self.backend == "process" and num_workers == 0 and not self._pin:
+        whole = self._whole_batches or self._batch_lists
+        if self._iterable and self.backend == "thread":
+            if not self._elastic:
+                raise ConfigError(f"backend='thread' reads a {type(self.dataset).__name__} only if it deals its order a "
+                                  "batch at a time (a Pipe with one shard(), a ShardStream whose cache holds its split); "
+                                  "use backend='process'")
+            return  # read on threads of this process, one per worker slot (see __iter__)
+        if whole and self.backend == "process" and num_workers == 0 and not self._pin:
             return  # read here, batch by batch, straight from the reader (see __iter__)
         if self.backend == "process" and num_workers == 0 and self._resume_sampler is not None and not self._pin:
             # Read here, batch by batch, with no DataLoader around it: its per-batch machinery
@@ -200,20 +231,18 @@ class Loader:
         elif self.backend == "process":
             self._dataloader = DataLoader(
                 self._positioned if self._positioned is not None else self.dataset,
-                batch_size=None if self._whole_batches else self.batch_size,
+                batch_size=None if whole else self.batch_size,
                 sampler=self._resume_sampler,
                 num_workers=num_workers,
-                collate_fn=as_is if self._whole_batches else TagWorker(self._collate) if self._iterable else self._collate,
+                collate_fn=as_is if whole else TagWorker(self._collate) if self._iterable else self._collate,
                 pin_memory=self._pin,
-                drop_last=self.drop_last and not self._whole_batches,  # whole batches: Positioned drops the last
+                drop_last=self.drop_last and not whole,  # whole batches: Positioned drops the last
                 prefetch_factor=prefetch_factor if num_workers > 0 else None,
                 persistent_workers=self.persistent_workers and num_workers > 0,
                 worker_init_fn=_seed_worker if num_workers > 0 else None,
                 generator=self._generator,
             )
-        else:
-            if self._resume_sampler is None:
-                raise ConfigError("backend='thread' needs a map-style data set; use backend='process' for a Pipe")
+        elif self._resume_sampler is not None:  # a map-style data set (an iterable on threads returned above)
             self._batches = IndexBatches(self._resume_sampler, self.batch_size, self.drop_last)
             self._pool = ThreadPoolExecutor(max(num_workers, 1), thread_name_prefix="stoker-loader",
                                             initializer=init_loader_thread)  # its own torch threads
@@ -223,17 +252,20 @@ class Loader:
         """Read with other workers, backend or prefetch depth from the next iteration on; the batches stay the same.
 
         For a map-style data set the order of an epoch is the sampler's, a function of
-        ``(seed, epoch)``: which worker reads a batch does not change what it holds, so
-        ``state_dict`` before and ``load_state_dict`` after a change continue the same
-        epoch at the same batch (:mod:`stoker.train.engine.adapt` changes settings this way,
-        between two batches). The old workers or threads are let go. (Random draws made
-        inside a transform come from the reading worker's generator, so they change.)
+        ``(seed, epoch)``; a ``Pipe`` or a ``ShardStream`` deals its rank's order to the
+        workers a batch at a time. Either way which worker reads a batch does not change
+        what it holds, so ``state_dict`` before and ``load_state_dict`` after a change
+        continue the same epoch at the same batch (:mod:`stoker.train.engine.adapt` changes
+        settings this way, between two batches). The old workers or threads are let go.
+        (Random draws made inside a transform come from the reading worker's generator,
+        so they change.)
 
         Raises:
-            ConfigError: an iterable data set (its stream is split by worker, so the worker
-                count decides what a batch holds), or a value :func:`make_loader` refuses.
+            ConfigError: an iterable data set that does not deal its order a batch at a
+                time (its worker count decides what a batch holds), or a value
+                :func:`make_loader` refuses.
         """
-        if self._iterable:
+        if self._iterable and not self._elastic:
             raise ConfigError(f"a Loader over a {type(self.dataset).__name__} (iterable) splits its stream by worker, "
                               "so its workers cannot change without changing its batches; make a new loader")
         workers = self.num_workers if num_workers is None else num_workers
@@ -250,6 +282,7 @@ class Loader:
         self.num_workers, self.backend, self.prefetch_factor = workers, kind, depth
         self._slots = max(workers, 1)
         self._restart_epoch()
+        self._make_positioned()
         self._start_readers()
 
     def __len__(self) -> int:
@@ -269,7 +302,7 @@ class Loader:
                 f"len() of a Loader over a {type(self.dataset).__name__} read by several ranks in step is not known "
                 "before the epoch is read (the ranks agree at every step); iterate it to the end"
             )
-        if self._whole_batches:  # as a DataLoader counts an iterable's batches
+        if self._whole_batches or self._batch_lists:  # as a DataLoader counts an iterable's batches
             items = len(self.dataset)  # type: ignore[arg-type]
             return items // self.batch_size if self.drop_last else -(-items // self.batch_size)
         if self._dataloader is not None:
@@ -300,7 +333,9 @@ class Loader:
             "next_worker", "skipped"}``: the epoch in progress (or next), the batches
             handed out in it (empty ones included), per worker for an iterable data
             set, whose turn is next, and the bad samples skipped so far as
-            ``[key, reason]`` pairs.
+            ``[key, reason]`` pairs; ``"split": "batch"`` for an iterable that deals its
+            order a batch at a time, whose position is ``batches`` alone (any worker count
+            resumes it).
 
         Example:
             >>> state = loader.state_dict()  # doctest: +SKIP
@@ -319,6 +354,7 @@ class Loader:
             "next_worker": self._next_worker,
             "skipped": [[s.key, s.reason] for s in self.skipped] if self._batches_done else [],
             **self._order_plan(),
+            **({"split": "batch"} if self._elastic else {}),
         }
 
     def _order_plan(self) -> dict[str, Any]:
@@ -337,8 +373,11 @@ class Loader:
 
         Raises:
             ConfigError: the state is not a loader state, or was taken from a loader
-                with another seed, batch size or (iterable data sets) worker count, or
-                mid-epoch under another order plan of the data set (:class:`~stoker.loading.contract.SupportsOrderPlan`).
+                with another seed, batch size or (an iterable that does not deal its
+                order a batch at a time) worker count, or mid-epoch under another order
+                plan of the data set (:class:`~stoker.loading.contract.SupportsOrderPlan`),
+                or mid-epoch over a ``Pipe`` or ``ShardStream`` by an earlier stoker,
+                whose batches depended on the worker count.
         """
         keys = ("format", "epoch", "seed", "batch_size", "batches", "worker_batches", "next_worker", "skipped")
         if isinstance(state, dict) and state.get("format") == "stoker-loader/1":
@@ -368,12 +407,25 @@ class Loader:
                     "from a checkpoint taken at an epoch's end"
                 )
         workers = list(state["worker_batches"])
+        batches = int(state["batches"])
+        if self._elastic and batches > 0 and state.get("split") != "batch":
+            raise ConfigError(
+                f"the loader state was taken mid-epoch by an earlier stoker, which split a {type(self.dataset).__name__} "
+                "between its workers item by item: this version reads other batches, and resuming would see some "
+                "samples twice and others not at all. Resume from a checkpoint taken at an epoch's end, or finish "
+                "the run with the version that started it"
+            )
+        if self._elastic:  # the position is the batches handed out: each worker's share of them, for this worker count
+            if batches < 0:
+                raise ConfigError(f"the loader state holds negative or out-of-range positions: {state!r}")
+            workers = [batches_before(batches, w, self._slots) for w in range(self._slots)]
+            state = {**state, "worker_batches": workers, "next_worker": batches % self._slots}
         if self._iterable and len(workers) != self._slots:
             raise ConfigError(
                 f"the loader state was taken with {len(workers)} worker(s) but this loader has {self._slots}; an "
                 "iterable data set splits its stream by worker, so resume with the same num_workers"
             )
-        batches, epoch, turn = int(state["batches"]), int(state["epoch"]), int(state["next_worker"])
+        epoch, turn = int(state["epoch"]), int(state["next_worker"])
         if batches < 0 or epoch < 0 or not 0 <= turn < self._slots or any(int(b) < 0 for b in workers):
             raise ConfigError(f"the loader state holds negative or out-of-range positions: {state!r}")
         self.epoch = epoch
@@ -382,6 +434,7 @@ class Loader:
             "format": LOADER_STATE_FORMAT, "epoch": epoch, "seed": self.seed, "batch_size": self.batch_size,
             "batches": batches, "worker_batches": [int(b) for b in workers] if self._iterable else [],
             "next_worker": turn, "skipped": [[str(k), str(r)] for k, r in state["skipped"]], **self._order_plan(),
+            **({"split": "batch"} if self._elastic else {}),
         }
 
     def _restart_epoch(self) -> None:
@@ -411,7 +464,10 @@ class Loader:
         elif self._resume_sampler is not None:
             self._resume_sampler.skip = self._batches_done * self.batch_size
         batches: Iterator[Any]
-        if self._dataloader is not None:
+        if self._iterable and self.backend == "thread" and self._positioned is not None:
+            batches = thread_batches(self._positioned, self._slots, self.batch_size, self.drop_last, self._collate,
+                                     self.prefetch_factor)
+        elif self._dataloader is not None:
             batches = self._iter_process(self._dataloader)
         elif self._pool is not None:
             batches = self._iter_threads(self._pool)
@@ -426,6 +482,8 @@ class Loader:
         steps = EqualSteps(self._counted(batches)) if self._agrees() else None
         self.trimmed = self._split_tail
         for item in steps if steps is not None else self._counted(batches):
+            if isinstance(item, Batch) and item.ready is not None:  # decoded on a side stream (stoker.decode.device)
+                item.ready.wait()
             yield to_device(item.data if isinstance(item, Batch) else item, self.device, non_blocking=self._pin)
         if steps is not None:
             self.trimmed += steps.trimmed
@@ -589,8 +647,10 @@ def make_loader(
         persistent_workers: keep worker processes between epochs.
         backend: ``"process"`` (torch DataLoader workers) or ``"thread"`` (a thread
             pool in this process; good when decoding releases the GIL or samples are
-            cheap to read but costly to ship between processes); default: the data
-            set's ``loader_defaults``, else ``"process"``.
+            cheap to read but costly to ship between processes; for an iterable, a
+            ``Pipe`` with one ``shard()`` or a ``ShardStream``); default: the data
+            set's ``loader_defaults``, else ``"process"``. Neither the backend nor
+            ``num_workers`` changes the batches.
         seed: base of the shuffle order and worker seeds.
         collate_fn: batch maker; default: the data set's ``collate_fn`` attribute if it
             has one, else torch's default collate with bad-sample accounting.
@@ -634,8 +694,6 @@ def make_loader(
     if backend not in BACKENDS:
         raise ConfigError(f"backend must be one of {', '.join(BACKENDS)}; got {backend!r}")
     iterable = isinstance(dataset, IterableDataset)
-    if backend == "thread" and iterable:
-        raise ConfigError("backend='thread' needs a map-style data set; use backend='process' for a Pipe")
     split_later = distributed is None  # no process group yet: the loader splits when one starts (Lightning)
     if distributed is None:
         distributed = torch.distributed.is_available() and torch.distributed.is_initialized()

@@ -3,16 +3,24 @@
 The Pipe's ``shard()`` and ``ShardStream`` both split an epoch by rank; both read the
 placement here, so they cannot disagree about it. How many ranks share this host
 (:func:`local_ranks`) is read here too: the CPU thread rule and the stream's cache
-planning both count the readers of one machine.
+planning both count the readers of one machine. Which loader worker this process (or
+thread) is reads here too (:func:`worker_placement`): a DataLoader worker process, or a
+thread of the loader's thread backend (:func:`as_worker`).
 """
 
 from __future__ import annotations
 
 import os
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import torch.distributed as dist
+from torch.utils.data import get_worker_info
 
-__all__ = ["distributed_placement", "local_rank", "local_ranks"]
+__all__ = ["as_worker", "distributed_placement", "local_rank", "local_ranks", "worker_placement"]
+
+_thread = threading.local()  # the worker a thread of the loader's thread backend runs as
 
 
 def distributed_placement() -> tuple[int, int] | None:
@@ -46,3 +54,34 @@ def local_rank(unknown: int = 0) -> int:
     """This process's rank among those of its host: ``LOCAL_RANK`` (set by ``torchrun``), else ``unknown``."""
     text = (os.environ.get("LOCAL_RANK") or "").strip()
     return int(text) if text.isdigit() else unknown
+
+
+def worker_placement() -> tuple[int, int]:
+    """``(worker, num_workers)`` of the loader worker running here: a DataLoader worker process, a
+    thread inside :func:`as_worker`, else ``(0, 1)`` (the loader's own process reads).
+
+    Example:
+        >>> worker_placement()
+        (0, 1)
+        >>> with as_worker(2, 3):
+        ...     worker_placement()
+        (2, 3)
+    """
+    info = get_worker_info()
+    if info is not None:
+        return info.id, info.num_workers
+    return getattr(_thread, "placement", (0, 1))
+
+
+@contextmanager
+def as_worker(worker: int, num_workers: int) -> Iterator[None]:
+    """Run the block in this thread as loader worker ``worker`` of ``num_workers`` (the thread backend's readers)."""
+    before = getattr(_thread, "placement", None)
+    _thread.placement = (worker, num_workers)
+    try:
+        yield
+    finally:
+        if before is None:
+            del _thread.placement
+        else:
+            _thread.placement = before

@@ -16,9 +16,11 @@ from itertools import islice
 from typing import Any
 
 import torch
-from torch.utils.data import IterableDataset, Sampler, get_worker_info
+from torch.utils.data import IterableDataset, Sampler
 
+from stoker.loading.collate import Batch
 from stoker.loading.contract import SupportsEpoch, SupportsIterFrom
+from stoker.loading.placement import worker_placement
 
 __all__ = ["FromWorker", "Positioned", "ResumeSampler", "TagWorker", "as_is", "in_worker_order", "iter_from"]
 
@@ -80,32 +82,58 @@ class Positioned(IterableDataset):
         dataset: the iterable data set.
         workers: the loader's worker slots (1 for reading in the calling process).
         whole_batches: ``(batch_size, drop_last)`` for a reader that hands its batches over
-            whole (:class:`~stoker.loading.contract.SupportsBatchesFrom`): each item is then
-            a :class:`FromWorker` batch, and a worker's last batch of fewer than
-            ``batch_size`` items is dropped under ``drop_last``, as a DataLoader drops it.
-            None: the items themselves, for the DataLoader to batch.
+            whole (:class:`~stoker.loading.contract.SupportsBatchesFrom`, or
+            :class:`~stoker.loading.contract.SupportsBatchLists` with ``collate``): each
+            item is then a :class:`FromWorker` batch, and a worker's last batch of fewer
+            than ``batch_size`` items is dropped under ``drop_last``, as a DataLoader drops
+            it. None: the items themselves, for the DataLoader to batch.
+        batch_split: the loader's batch size, for a reader that deals its rank's order to
+            the workers a batch at a time (:class:`~stoker.loading.contract.SupportsBatchSplit`):
+            told again in each worker before each epoch.
+        collate: the loader's collate function, for a reader's batch lists.
     """
 
-    def __init__(self, dataset: IterableDataset, workers: int, whole_batches: tuple[int, bool] | None = None) -> None:
+    def __init__(
+        self,
+        dataset: IterableDataset,
+        workers: int,
+        whole_batches: tuple[int, bool] | None = None,
+        *,
+        batch_split: int | None = None,
+        collate: Callable[[Any], Any] | None = None,
+    ) -> None:
         self.dataset = dataset
         self.control = torch.zeros(1 + workers, dtype=torch.int64).share_memory_()  # [epoch, start of worker 0, ...]
         self.whole_batches = whole_batches
+        self.batch_split = batch_split
+        self.collate = collate
 
     def __iter__(self) -> Iterator[Any]:
-        info = get_worker_info()
-        worker = info.id if info is not None else 0
+        worker, _ = worker_placement()
         epoch, start = int(self.control[0]), int(self.control[1 + worker])
         if isinstance(self.dataset, SupportsEpoch):
             self.dataset.set_epoch(epoch)
-        if self.whole_batches is not None:  # set only for a SupportsBatchesFrom reader (the loader asked)
+        if self.batch_split is not None:  # set only for a SupportsBatchSplit reader that said yes
+            self.dataset.split_by_batch(self.batch_split)  # type: ignore[attr-defined]
+        if self.whole_batches is not None:  # set only for a reader of whole batches (the loader asked)
             return self._batches(worker, start, *self.whole_batches)
         return iter_from(self.dataset, start)
 
     def _batches(self, worker: int, start: int, batch_size: int, drop_last: bool) -> Iterator[FromWorker]:
-        for items, batch in self.dataset.batches_from(start, batch_size):  # type: ignore[attr-defined]
+        if self.collate is None:
+            batches = self.dataset.batches_from(start, batch_size)  # type: ignore[attr-defined]
+        else:
+            batches = self._collated(self.dataset.batch_lists_from(start, batch_size), self.collate)  # type: ignore[attr-defined]
+        for items, batch in batches:
             if drop_last and items < batch_size:
                 return
             yield FromWorker(worker, batch)
+
+    @staticmethod
+    def _collated(lists: Iterator[tuple[int, list[Any]]], collate: Callable[[Any], Any]) -> Iterator[tuple[int, Any]]:
+        """Each batch list collated; one its later stages left empty is an empty :class:`Batch` (not yielded)."""
+        for items, samples in lists:
+            yield items, (collate(samples) if samples else Batch(None, 0))
 
     def __len__(self) -> int:
         return len(self.dataset)  # type: ignore[arg-type]
@@ -138,8 +166,7 @@ class TagWorker:
         self.collate_fn = collate_fn
 
     def __call__(self, samples: Any) -> FromWorker:
-        info = get_worker_info()
-        return FromWorker(info.id if info is not None else 0, self.collate_fn(samples))
+        return FromWorker(worker_placement()[0], self.collate_fn(samples))
 
 
 def in_worker_order(batches: Iterator[FromWorker], workers: int, first: int) -> Iterator[FromWorker]:

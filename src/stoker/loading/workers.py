@@ -4,12 +4,13 @@ The rule: the data set's measured ``loader_defaults["num_workers"]`` where it ha
 shard set knows what reads it fastest: pixel shards 0, in the training process; encoded
 shards one per core), else :data:`FALLBACK_WORKERS`.
 
-The fallback is a constant, not a function of the machine: an iterable data set (a
-``Pipe``, a ``ShardStream``) splits its stream by worker, so the worker count decides
-which samples a batch holds and whether a mid-epoch checkpoint resumes; a default that
-followed the core count would make the same run differ, and refuse to resume, from one
-machine to the next. Two workers keep decoding beside the training step on any machine
-with two cores or more, and are what the README's baseline rows ran with.
+The worker count is a speed setting only: for every reader (map-style, ``Pipe``,
+``ShardStream``) the batches a rank sees are the same for any worker count and either
+backend, and a mid-epoch checkpoint resumes under another count (the "Batches" rule of
+:mod:`stoker.order`), so a default may differ from one machine to the next without
+changing a run. (One exception, said where it applies: a ``ShardStream`` over a remote
+split larger than its cache limit, whose workers must read the same shards at once.) Two workers keep decoding beside the training step on any machine with
+two cores or more, and are what the README's baseline rows ran with.
 
 ``make_loader``, ``stoker train`` (``data.workers`` left out) and ``stoker inspect``
 all take this rule; set ``num_workers`` / ``--workers`` to choose.

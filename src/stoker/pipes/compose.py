@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from stoker.pipes.context import Context
 
-__all__ = ["Step", "compose", "same_length"]
+__all__ = ["Step", "compose", "run_stages", "same_length"]
 
 
 def same_length(n: int) -> int:
@@ -88,5 +88,19 @@ def compose(steps: Sequence[Step], context: Context, skip: int = 0) -> Iterator[
     if skip:
         items = islice(items, skip, None)
     for stage in stages[cut:]:
+        items = stage.start(items, context=context)
+    return items
+
+
+def run_stages(stages: Sequence[Step], items: Iterator[Any], context: Context) -> Iterator[Any]:
+    """Chain ``stages`` (no source) onto ``items``: what follows the cut, run on one batch's items at a time.
+
+    Example:
+        >>> from stoker.pipes.context import Context
+        >>> def doubled(items): return (2 * x for x in items)
+        >>> list(run_stages([Step("doubled", doubled)], iter([1, 2]), Context()))
+        [2, 4]
+    """
+    for stage in stages:
         items = stage.start(items, context=context)
     return items

@@ -41,7 +41,7 @@ from dataclasses import dataclass
 
 from torch.utils.data import get_worker_info
 
-from stoker.loading.placement import distributed_placement
+from stoker.loading.placement import distributed_placement, worker_placement
 from stoker.order import LOADER_SEED, epoch_seed
 
 __all__ = ["Context"]
@@ -59,6 +59,8 @@ class Context:
         world_size: the number of ranks (1 when not distributed).
         worker: this DataLoader worker's id (0 in the main process).
         num_workers: the number of DataLoader workers (1 in the main process).
+        block: items of the rank's share dealt to one worker at a time (``shard()``): the
+            loader's batch size under stoker's loader (:meth:`Pipe.split_by_batch`), else 1.
     """
 
     epoch: int | None = None
@@ -68,10 +70,11 @@ class Context:
     world_size: int = 1
     worker: int = 0
     num_workers: int = 1
+    block: int = 1
 
     @classmethod
     def current(
-        cls, epoch: int | None = None, iteration: int = 0, placement: tuple[int, int] | None = None
+        cls, epoch: int | None = None, iteration: int = 0, placement: tuple[int, int] | None = None, block: int = 1
     ) -> Context:
         """Read the worker and rank this process runs as.
 
@@ -80,13 +83,14 @@ class Context:
             iteration: how many times the pipe was iterated since.
             placement: ``(rank, world_size)`` seen when the pipe was pickled, used when
                 torch.distributed is not initialised here (a spawned worker).
+            block: items dealt to one worker at a time.
         """
         rank, world_size = distributed_placement() or placement or (0, 1)
         info = get_worker_info()
-        if info is None:
-            return cls(epoch, iteration, None, rank, world_size)
+        if info is None:  # the loader's process, or a thread of its thread backend
+            return cls(epoch, iteration, None, rank, world_size, *worker_placement(), block)
         loader_seed = info.seed - info.id if world_size == 1 else None
-        return cls(epoch, iteration, loader_seed, rank, world_size, info.id, info.num_workers)
+        return cls(epoch, iteration, loader_seed, rank, world_size, info.id, info.num_workers, block)
 
     @property
     def order_epoch(self) -> int:

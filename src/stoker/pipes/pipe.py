@@ -9,31 +9,42 @@ is a recipe that can be iterated again (a new epoch) and handed to DataLoader wo
     pipe = (
         Pipe.list_files("train/", masks="*.jpg", recursive=True)
         .shuffle(buffer_size=10_000, seed=0)   # same permutation in every worker and rank
-        .shard()                               # each worker x rank keeps a disjoint slice
+        .shard()                               # each rank keeps a disjoint share; the loader's cut
         .load_image()                          # a registered stage: path -> (path, image)
     )
     loader = DataLoader(pipe, batch_size=64, num_workers=8, persistent_workers=True)
 
 Shuffle before ``shard()`` and every sample is seen exactly once per epoch, in a new
 order each epoch; see :mod:`stoker.pipes.context` for how the epoch seed is derived.
+
+Under stoker's loader (``make_loader(pipe, ...)``) ``shard()`` is the *cut*: the rank's
+items there are cut into batches of the loader's ``batch_size`` (batch ``b`` is items
+``[b * B, (b + 1) * B)`` of the rank's share, read by worker ``b % N``), and the stages
+after it run on one batch's items at a time. A stage there that drops items (``filter``,
+``load_image(on_error="skip")``) shortens that batch and moves no other, so the batches
+are the same for any ``num_workers`` and either backend, and a mid-epoch state resumes
+under another worker count. Stages that reorder or regroup the stream (``shuffle``,
+``batch``, ``concat``) belong before the cut; the loader refuses them after it. The cheap
+part (file names, indices) goes before ``shard()``, the costly one (decoding) after.
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from itertools import islice
 from typing import Any, TypeVar
 
 from torch.utils.data import IterableDataset
 
 from stoker.errors import ConfigError
 from stoker.loading.collate import collate
-from stoker.loading.contract import StreamReader
+from stoker.loading.contract import StreamReader, SupportsBatchLists, SupportsBatchSplit
 from stoker.loading.placement import distributed_placement
-from stoker.pipes.compose import Step, compose
+from stoker.pipes.compose import Step, compose, run_stages
 from stoker.pipes.context import Context
 from stoker.pipes.registry import is_one_to_one, registered_stage, reserve_names
-from stoker.pipes.sharding import shard_step
+from stoker.pipes.sharding import shard_items, shard_step
 from stoker.pipes.shuffle import shuffle_step
 from stoker.pipes.sources import iterable_step, list_files_step
 from stoker.pipes.stages import batch_step, concat_step, filter_step, map_step
@@ -44,7 +55,11 @@ T = TypeVar("T")
 U = TypeVar("U")
 
 
-class Pipe(IterableDataset[T], StreamReader):
+# Stages that reorder or regroup a stream: run on one batch at a time they would mean something else.
+_BEFORE_THE_CUT = ("shuffle", "batch", "concat", "shard")
+
+
+class Pipe(IterableDataset[T], StreamReader, SupportsBatchSplit, SupportsBatchLists):
     """A streaming dataset built from a source and a chain of stages.
 
     Build one with :meth:`from_iterable` or :meth:`list_files`, then chain stages. Stages
@@ -70,6 +85,7 @@ class Pipe(IterableDataset[T], StreamReader):
         self._epoch: int | None = None
         self._iterations = 0
         self._placement: tuple[int, int] | None = None  # torch.distributed (rank, world_size) seen by pickle
+        self._block = 1  # items of the rank's share dealt to one worker at a time (split_by_batch)
 
     # -- sources ---------------------------------------------------------------------
 
@@ -181,7 +197,9 @@ class Pipe(IterableDataset[T], StreamReader):
 
         Item ``i`` goes to rank ``i % world_size`` and, within that rank's share, to
         worker ``i // world_size % num_workers`` (the split rule of :mod:`stoker.order`,
-        the same for every stoker reader). Values left out are read when the pipe runs: the rank and
+        the same for every stoker reader); under stoker's loader, a whole batch of the
+        rank's share at a time, so the batches do not depend on the worker count (the
+        cut, see the module docs). Values left out are read when the pipe runs: the rank and
         world size from torch.distributed (0 and 1 when it is not initialised), the
         worker from ``torch.utils.data.get_worker_info()`` (0 of 1 in the main process).
 
@@ -261,9 +279,65 @@ class Pipe(IterableDataset[T], StreamReader):
             >>> list(Pipe.from_iterable(range(5)).map(str).iter_from(3))
             ['3', '4']
         """
-        context = Context.current(self._epoch, self._iterations, self._placement)
+        context = Context.current(self._epoch, self._iterations, self._placement, self._block)
         self._iterations += 1
         return compose(self._steps, context, skip=start)
+
+    def split_by_batch(self, batch_size: int) -> bool:
+        """Deal this rank's items at ``shard()`` to the workers a batch of ``batch_size`` at a time (stoker's loader calls it).
+
+        Returns:
+            True for a pipe with one ``shard()`` that leaves the worker split to the loader
+            (no ``worker``/``num_workers`` override): its batches are then the same for any
+            worker count (see the module docs); False otherwise, and nothing changes.
+
+        Raises:
+            ConfigError: ``shuffle``, ``batch``, ``concat`` or another ``shard`` after ``shard()``.
+        """
+        cut = self._cut()
+        if cut is None:
+            return False
+        after = [step.name for step in self._steps[cut + 1 :] if step.name in _BEFORE_THE_CUT]
+        if after:
+            raise ConfigError(
+                f"{self!r}: stoker's loader cuts batches at shard() and runs what follows on one batch at a time, "
+                f"so {', '.join(after)} there would act within a batch; move it before shard()"
+            )
+        self._block = int(batch_size)
+        return True
+
+    def batch_lists_from(self, start: int, batch_size: int) -> Iterator[tuple[int, list[Any]]]:
+        """This process's batches from item ``start`` of its share at ``shard()`` on, each as ``(items, samples)``.
+
+        The items at ``shard()`` are cut into batches of ``batch_size``; the stages after it
+        run on one batch's items at a time, so a dropped item shortens its own batch
+        only. ``items`` is the batch's count at the cut (``batch_size`` but the last): the
+        loader counts positions in it. Items before ``start`` never reach the stages after
+        the cut.
+
+        Example:
+            >>> pipe = Pipe.from_iterable(range(6)).shard().filter(lambda x: x != 1)
+            >>> pipe.split_by_batch(2), list(pipe.batch_lists_from(0, 2))
+            (True, [(2, [0]), (2, [2, 3]), (2, [4, 5])])
+        """
+        cut = self._cut()
+        if cut is None:
+            raise ConfigError(f"{self!r}: batch_lists_from needs a shard() stage, the cut where batches are made")
+        context = Context.current(self._epoch, self._iterations, self._placement, batch_size)
+        self._iterations += 1
+        items = compose(self._steps[: cut + 1], context)
+        if start:
+            items = islice(items, start, None)
+        after = self._steps[cut + 1 :]
+        while chunk := list(islice(items, batch_size)):
+            yield len(chunk), list(run_stages(after, iter(chunk), context))
+
+    def _cut(self) -> int | None:
+        """Where the loader cuts batches: the index of the one ``shard`` step without a worker override, else None."""
+        shards = [i for i, step in enumerate(self._steps) if step.name == "shard" and step.fn is shard_items]
+        if len(shards) != 1 or self._steps[shards[0]].args[2] is not None:
+            return None
+        return shards[0]
 
     def iterate(self, context: Context) -> Iterator[T]:
         """Run the recipe in a given context (which epoch, rank and worker) without

@@ -8,6 +8,11 @@ items with ``i % (R * N) == r + R * w``. The shares are disjoint and together ho
 item, so an epoch over all of them sees each item exactly once; each rank reads the
 same items as a map-style sampler's rank share of the same order would, and nothing
 is trimmed here (the stream's length need not be known).
+
+Under stoker's loader a rank deals its share to its workers a whole batch at a time
+(``block`` of the iteration's :class:`~stoker.pipes.context.Context`, the loader's batch
+size; see :meth:`Pipe.split_by_batch`): worker ``w`` keeps batches ``w, w + N, ...`` of
+the rank's share, so a batch holds the same items whatever the worker count.
 """
 
 from __future__ import annotations
@@ -52,7 +57,8 @@ def shard_items(
     """The ``shard`` stage: keep this (rank, worker)'s share; ``None`` means "as running"."""
     rank_, world_size_, worker_, num_workers_ = _placement(rank, world_size, worker, num_workers, context)
     check_placement(rank_, world_size_, worker_, num_workers_, where="shard")
-    yield from iter_share(items, rank_, world_size_, worker_, num_workers_)
+    block = context.block if worker is None else 1  # a worker override deals item by item, as it always did
+    yield from iter_share(items, rank_, world_size_, worker_, num_workers_, block=block)
 
 
 def shard_length(

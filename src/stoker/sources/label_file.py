@@ -88,8 +88,12 @@ class LabelFileDataset(FileDataset):
         label_file = where(label_file)
         if not place.is_dir():
             raise MissingFileError(f"{place}: image folder not found")
-        if crop is not None and (len(crop) != 4 or any(int(v) != v for v in crop)):
-            raise ConfigError(f"crop must be four integers (top, left, height, width), got {crop!r}")
+        if crop is not None and (len(crop) != 4 or any(isinstance(v, bool) or int(v) != v or v < 0 for v in crop)
+                                 or crop[2] <= 0 or crop[3] <= 0):
+            raise ConfigError(
+                f"crop must be four whole numbers (top, left, height, width) in pixels: top and left from 0, height "
+                f"and width from 1; got {crop!r}"
+            )
         names, labels, lines = _read_label_lines(label_file)
         folder = place.resolve()  # what a line names must stay inside it (links resolved)
         resolved = str(folder)

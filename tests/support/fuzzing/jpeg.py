@@ -7,9 +7,16 @@ time), and read in a child process four ways:
 
 * ``file``: :func:`stoker.decode.image.decode_sample`, the file-dataset path;
 * ``shard batch``: ``ShardDataset(on_error="skip").__getitems__`` at a small image size
-  (the reduced-scale JPEG path, then the full path for what it does not take);
+  (the fast JPEG path, then the full path for what it does not take);
 * ``shard row``: ``ShardDataset(...)[i]`` (:meth:`ShardSet.decode`, as ``stoker inspect``);
 * ``verify``: :func:`stoker.shards.verify`, whose faults are matched to rows.
+
+Every path that decodes a case must give the pixels of the file path read at the same
+size (``resize(decode_sample(...), SIZE)``), exactly: one file, one answer
+(docs/format-pixels.md). A path that decodes to other pixels, or decodes what another
+refuses, is the outcome ``"pixels differ"``. The mutations include crafted quantisation
+tables and high-frequency (noise) images in every subsampling mode Pillow writes, where a
+reduced-scale DCT decode parted from the full path.
 
 Every case's memory is measured: the peak of what Python and numpy allocated
 (``tracemalloc``; numpy reports its buffers there, even those never touched) and the
@@ -57,13 +64,15 @@ JPEG_MUTATIONS = (
     "set byte in a header",
     "flip bit in scan data",
     "truncate",
+    "quantization table entry",
+    "high-frequency image",
 )
 
 #: The ways each case is read (see the module's docstring).
 JPEG_PATHS = ("file", "shard batch", "shard row", "verify")
 
 #: What reading one case one way can give. Only the first two are allowed.
-JPEG_OUTCOMES = ("decoded", "DecodeError", "other error", "memory", "verify ok, read failed", "crash")
+JPEG_OUTCOMES = ("decoded", "DecodeError", "other error", "memory", "verify ok, read failed", "pixels differ", "crash")
 
 # The sizes the issue found: 48679x59164 declared in an 80 KB file took 8 GiB.
 _HUGE_SIZES = ((48679, 59164), (65535, 65535), (30000, 40000))
@@ -115,7 +124,8 @@ def jpeg_case(seed: int) -> tuple[str, bytes]:
     """Crafted JPEG number ``seed``: ``(mutation, bytes)``."""
     rng = random.Random(seed)
     kind = JPEG_MUTATIONS[seed % len(JPEG_MUTATIONS)]
-    data = bytearray(_base_jpeg(rng, big=kind.startswith("huge") and rng.random() < 0.5))
+    big = kind == "high-frequency image" or (kind.startswith(("huge", "quantization table entry")) and rng.random() < 0.5)
+    data = bytearray(_base_jpeg(rng, big=big))
     sof, segments, scan = _segments(bytes(data))
     components = data[sof + 9]
     if kind == "luma sampling byte":
@@ -151,6 +161,14 @@ def jpeg_case(seed: int) -> tuple[str, bytes]:
             data[rng.randrange(scan, len(data) - 2)] ^= 1 << rng.randrange(8)
     elif kind == "truncate":
         data = data[: rng.randrange(2, len(data))]
+    elif kind == "quantization table entry":  # a valid file still: only the dequantised coefficients change
+        tables = [(pos, length) for marker, pos, length in segments if marker == 0xDB]
+        pos, length = rng.choice(tables)
+        for _ in range(rng.randint(1, 3)):
+            entry = rng.randrange(1, 64) if rng.random() < 0.5 else rng.randrange(32, 64)  # high frequencies half the time
+            table = pos + 4 + 65 * rng.randrange(max(1, (length - 2) // 65))
+            data[table + 1 + entry] = rng.choice((1, 2, 100, 200, 255, rng.randrange(1, 256)))
+    # "high-frequency image": the noise image as it is (4:4:4, 4:2:2 or 4:2:0, or gray)
     return kind, bytes(data)
 
 
@@ -158,7 +176,8 @@ _CHILD = r"""
 import json, os, resource, sys, tempfile, tracemalloc, warnings
 warnings.simplefilter("ignore")
 from pathlib import Path
-from stoker.decode.image import decode_sample
+import torch
+from stoker.decode.image import decode_sample, resize
 from stoker.errors import DataError, DecodeError
 from fuzzing.jpeg import jpeg_case
 from stoker.packer import pack
@@ -187,9 +206,23 @@ def measured(seed, kind, path, read):
     used = max(tracemalloc.get_traced_memory()[1] - held, rss() - before)  # what this case took, above what was held
     say(seed, kind, path, "memory" if used > bound else outcome, used)
 
+SIZE = (32, 32)
+reference = {}  # seed: the file path's pixels at SIZE, the answer every path must give
+
 def read_file(data, seed):
-    decode_sample(data, f"case-{seed}.jpg")
+    reference[seed] = resize(decode_sample(data, f"case-{seed}.jpg"), SIZE)
     return "decoded"
+
+def same(seed, image):  # one file, one answer: the file path's pixels, exactly (it decoded too)
+    ref = reference.get(seed)
+    return "decoded" if ref is not None and torch.equal(image, ref) else "pixels differ"
+
+def read_batch(i, seed):
+    batch = skipping.__getitems__([i])
+    return same(seed, batch[0][0]) if len(batch) == 1 else "DecodeError"
+
+def read_row(i, seed):
+    return same(seed, raising[i][0])
 
 tracemalloc.start()
 with tempfile.TemporaryDirectory() as tmp:
@@ -202,7 +235,7 @@ with tempfile.TemporaryDirectory() as tmp:
             out = folder / "src" / "0" / f"case-{seed}.jpg"
             out.parent.mkdir(parents=True, exist_ok=True)
             out.write_bytes(data)
-        pack(folder / "src", folder / "shards", store="encoded", size=(32, 32), progress=False, workers=0,
+        pack(folder / "src", folder / "shards", store="encoded", size=SIZE, progress=False, workers=0,
              shuffle=False, shard_samples=8)  # verify checks every row of a shard of at most 10 faults
         skipping = ShardDataset(folder / "shards", on_error="skip")
         raising = ShardDataset(folder / "shards")
@@ -210,9 +243,8 @@ with tempfile.TemporaryDirectory() as tmp:
         row_seed = [int(info["file"].rsplit("-", 1)[1].split(".")[0]) for info in infos]
         for i, seed in enumerate(row_seed):
             kind = cases[seed][0]
-            measured(seed, kind, "shard batch",
-                     lambda i=i: "decoded" if len(skipping.__getitems__([i])) == 1 else "DecodeError")
-            measured(seed, kind, "shard row", lambda i=i: raising[i] and "decoded")
+            measured(seed, kind, "shard batch", lambda i=i, seed=seed: read_batch(i, seed))
+            measured(seed, kind, "shard row", lambda i=i, seed=seed: read_row(i, seed))
         say(part[0], "block", "verify", "start")
         tracemalloc.reset_peak()
         held, before = tracemalloc.get_traced_memory()[0], rss()
@@ -220,7 +252,10 @@ with tempfile.TemporaryDirectory() as tmp:
         used = max(tracemalloc.get_traced_memory()[1] - held, rss() - before)
         bad_rows = {(f.shard, f.row) for f in report.faults}
         for info, seed in zip(infos, row_seed):
+            # verify's "ok" must mean the file decodes too (verify compares the fast and full decodes itself)
             outcome = "DecodeError" if (info["shard"], info["row"]) in bad_rows else "decoded"
+            if outcome == "decoded" and seed not in reference:
+                outcome = "pixels differ"
             say(seed, cases[seed][0], "verify", "memory" if used > bound else outcome, used)
         del skipping, raising
 """

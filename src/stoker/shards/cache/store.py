@@ -69,6 +69,8 @@ if TYPE_CHECKING:
 __all__ = ["ShardCache", "default_cache_dir", "download_note", "parse_bytes"]
 
 log = logging.getLogger("stoker")
+_said_over_limit: set[str] = set()  # cache folders said to be over their limit while offline (once each)
+_said_lock = threading.Lock()
 _CHUNK = 4 << 20
 # How long a reader waits for room that shards other readers of the machine still need take
 # (stoker.shards.cache.readers) before it evicts them anyway: readers in step move on within it.
@@ -276,6 +278,26 @@ class ShardCache:
                     info.name, path, problem)
         self._remove_entry(path)
         return False
+
+    def say_if_over_limit(self, url: str) -> None:
+        """Offline, a cache folder over its limit is not trimmed (its copies are the only ones to read): said once.
+
+        Once per cache folder and process, as a warning naming the folder, the bytes it holds and the limit.
+        """
+        if self.limit is None:
+            return
+        held = self.size_bytes()
+        if held <= self.limit:
+            return
+        with _said_lock:
+            if str(self.root) in _said_over_limit:
+                return
+            _said_over_limit.add(str(self.root))
+        log.warning(
+            "offline: the cache %s holds %.1f MB, over its limit of %.1f MB; %s is read from it as it is, and the "
+            "folder is trimmed by the next download that needs room (or raise STOKER_CACHE_LIMIT / --cache-limit)",
+            self.root, held / 1e6, self.limit / 1e6, url,
+        )
 
     def _remove_entry(self, path: Path) -> None:
         path.unlink(missing_ok=True)

@@ -1,11 +1,11 @@
 """How well a shard set's labels are mixed, in the orders its readers meet them.
 
-What training gets from a :class:`~stoker.shards.ShardStream` is not one reader's
-order: under a DataLoader with ``N`` workers each worker reads its own part of the
-epoch (:func:`~stoker.shards.read.stream.stream_order` for that rank and worker), makes
-whole batches of it, and torch hands the batches to the training loop round-robin
-(worker 0's first batch, worker 1's first batch, ..., then every worker's second...;
-a worker that has run out is skipped). Each rank of a distributed run does the same
+What training gets from a :class:`~stoker.shards.ShardStream` is its rank's order:
+under a DataLoader with ``N`` workers each worker reads its own batches of that order
+(:func:`~stoker.shards.read.stream.stream_order` for that rank and worker, a batch at a
+time), and torch hands the batches to the training loop round-robin (worker 0's first
+batch, worker 1's first batch, ..., then every worker's second...; a worker that has run
+out is skipped), which is the rank's order again, whatever ``N``. Each rank of a distributed run does the same
 over its own part. :func:`loader_label_streams` builds exactly that stream from the
 public ``stream_order``, so it follows whatever order the stream reads in, and
 :func:`stream_quality` scores it next to the order on disk.
@@ -79,7 +79,7 @@ def loader_label_streams(
     Args:
         labels: the split's labels in stored order (as :class:`~stoker.shards.ShardDataset` numbers rows).
         shard_sizes: samples per shard, in manifest order.
-        batch_size: samples per batch (each worker batches its own rows; the last batch may be short).
+        batch_size: samples per batch (a worker reads whole batches of the rank's order; the last may be short).
         workers: DataLoader workers per rank (0: the main process reads, like one worker).
         ranks: distributed ranks (world size).
         seed, epoch, shuffle, shuffle_buffer, shards_at_once: as
@@ -106,7 +106,7 @@ def loader_label_streams(
         for worker in range(readers):
             rows = stream_order(shard_sizes, seed=seed, epoch=epoch, shuffle=shuffle, shuffle_buffer=shuffle_buffer,
                                 rank=rank, world_size=ranks, worker=worker, num_workers=readers,
-                                shards_at_once=shards_at_once)
+                                block_rows=batch_size, shards_at_once=shards_at_once)
             mine = labels[rows]
             batches.append([mine[i : i + batch_size] for i in range(0, len(mine), batch_size)])
         # torch's DataLoader: batch i of every worker still running, in worker order
@@ -220,7 +220,7 @@ class MixingCheck:
                   "(ShardDataset, shuffled by the sampler)")
         if self.fix in ("shards_at_once", "shuffle_buffer") and self.fix_value is not None and self.fixed is not None:
             what = ("read more shards at once" if self.fix == "shards_at_once"
-                    else f"give it a larger shuffle buffer (each worker holds that many samples; now {self.shuffle_buffer})")
+                    else f"give it a larger shuffle buffer (each rank shuffles its order through that many samples; now {self.shuffle_buffer})")
             return (f"{what}: {setting(self.fix, self.fix_value)} scores {self.fixed.score:.2f} "
                     f"({self.fixed.classes_per_batch:.1f} classes per batch); or {repack}")
         if self.limited_by_cache:

@@ -29,9 +29,6 @@ from stoker.shards.read.shard_file import ShardFile
 
 __all__ = ["Fault", "VerifyReport", "verify"]
 
-_MAX_ROW_FAULTS = 10  # per shard; the first is what matters
-
-
 @dataclass(frozen=True)
 class Fault:
     """One problem found: the shard (or ``manifest.json``), the row when known, and what is wrong."""
@@ -39,6 +36,7 @@ class Fault:
     shard: str
     row: int | None
     problem: str
+    decodes_badly: bool = False  # a row that does not decode as training reads it (not damage: a re-pack writes it again)
 
     def __str__(self) -> str:
         where = self.shard if self.row is None else f"{self.shard} row {self.row}"
@@ -53,7 +51,7 @@ class VerifyReport:
         root: the shard set folder.
         shards: shards checked.
         samples: samples checked.
-        faults: every problem found, in manifest order (at most a few rows per shard).
+        faults: every problem found, in manifest order (every bad row).
     """
 
     root: str
@@ -61,6 +59,7 @@ class VerifyReport:
     samples: int = 0
     faults: list[Fault] = field(default_factory=list)
     checked: str = ""  # a set at a URL: how its store was checked (read, compared checksums, or offline)
+    offline: bool = False  # a set at a URL whose store could not be reached: only the cached copies were checked
 
     @property
     def ok(self) -> bool:
@@ -87,11 +86,23 @@ class VerifyReport:
             return f"ok: {self.shards} shards, {self.samples} samples verified in {self.root}{how}"
         row = self.first_bad_row
         first = str(self.faults[0]) + (f" (first bad row: {row.row}: {row.problem})" if row and row != self.faults[0] else "")
-        return (
-            f"FAULTY: {len(self.faults)} problem(s) in {self.root}; first: {first}. "
-            "Delete the bad shards and re-run the same `stoker pack` command (it rewrites only the "
-            f"missing ones), or re-pack with --overwrite.{how}"
-        )
+        bad_rows = [f for f in self.faults if f.row is not None]
+        shards = len({f.shard for f in bad_rows})
+        counted = f" ({len(bad_rows)} bad row(s) in {shards} shard(s))" if bad_rows else ""
+        advice = []
+        if any(not f.decodes_badly for f in self.faults):
+            advice.append(
+                "Delete the damaged shards and re-run the same `stoker pack` command (it rewrites only the "
+                "missing ones), or re-pack with --overwrite."
+            )
+        undecodable = sum(f.decodes_badly for f in self.faults)
+        if undecodable:
+            advice.append(
+                f"{undecodable} row(s) do not decode as training reads them, and the same `stoker pack` command "
+                "would write them again: fix the source files, or the setting that makes them unreadable (a crop "
+                "box that does not fit the images: --crop), then re-pack with --overwrite."
+            )
+        return f"FAULTY: {len(self.faults)} problem(s) in {self.root}{counted}; first: {first}. {' '.join(advice)}{how}"
 
 
 def _sha256(path: Path) -> str:
@@ -131,8 +142,6 @@ def _verify_shard(root: Path, manifest: Manifest, info: ShardInfo, decode: bool,
         sources, files = opened.column("source"), opened.column("file")
         crcs = opened.crc32().tolist()
         for row in range(len(opened)):
-            if len(faults) > _MAX_ROW_FAULTS:
-                break
             # ndarray has the buffer protocol; numpy's stubs declare __buffer__ only for Python >= 3.12
             if zlib.crc32(opened.image_bytes(row)) != crcs[row]:  # type: ignore[arg-type]
                 faults.append(Fault(info.name, row, "image bytes do not match their CRC-32 (damaged)"))
@@ -143,7 +152,7 @@ def _verify_shard(root: Path, manifest: Manifest, info: ShardInfo, decode: bool,
             if decode and manifest.store == "encoded":
                 problem = _decode_problem(opened.encoded(row), f"{sources[row]}/{files[row]}", crops[sources[row]], manifest.image_size)
                 if problem is not None:
-                    faults.append(Fault(info.name, row, problem))
+                    faults.append(Fault(info.name, row, problem, decodes_badly=True))
     finally:
         opened.close()
     return faults
@@ -153,14 +162,22 @@ def _decode_problem(data: Any, name: str, box: Any, size: tuple[int, int] | None
     """Why a stored image does not decode as training decodes it, or None when it does.
 
     Training decodes through :func:`stoker.decode.jpeg.decode_stored`: the full path with
-    ``decoder="full"`` (and wherever the reduced JPEG path does not take an image), the
-    reduced path first by default. Both are run, so "ok" holds whichever decoder a run
-    uses (the GPU path falls back to the CPU's for whatever nvJPEG does not decode).
+    ``decoder="full"`` (and wherever the fast JPEG path does not take an image), the fast
+    path first by default. Both are run and must give the same pixels (one file, one
+    answer: docs/format-pixels.md), so "ok" holds whichever decoder a run uses (the GPU
+    path falls back to the CPU's for whatever nvJPEG does not decode).
     """
     try:
-        decode_stored(data, name, box, size, reduced=False)
+        full = decode_stored(data, name, box, size, reduced=False)
         if size is not None and is_jpeg(data):
-            decode_stored(data, name, box, size, reduced=True)
+            fast = decode_stored(data, name, box, size, reduced=True)
+            if not torch.equal(fast, full):
+                differ = int((fast.int() - full.int()).abs().max())
+                return (
+                    f"{name}: the fast JPEG decoder gives other pixels than the full decode (up to {differ} grey "
+                    "levels), so a run would read other pixels than a folder of the same files; please report it, "
+                    "and read the set with ShardDataset(..., decoder=\"full\") meanwhile"
+                )
     except DataError as exc:
         return str(exc)
     except Exception as exc:  # noqa: BLE001 - escaped a decoder's guard: a fault to report, never a verify that dies
@@ -258,11 +275,14 @@ def verify(
     and its SHA-256 — the store's own where it keeps a trustworthy one (S3's
     ``ChecksumSHA256``), else by reading every byte (a shard not yet cached is downloaded
     into the verified cache, hashed on the way). The cached copies are then checked like
-    a local set. ``report.checked`` says which was done. With the store unreachable, a
-    set whose manifest is cached is checked from the cache (and says so).
+    a local set. ``report.checked`` says which was done. With the store unreachable
+    (nothing answers), a set whose manifest is cached is checked from the cache, and
+    ``report.offline`` is True (``stoker verify URL`` then fails unless ``--accept-cache``).
 
     Raises:
-        NetworkError: the store cannot be reached and the set is not fully cached.
+        NetworkError: the store cannot be reached and the set is not fully cached, or it
+            answered with an error (HTTP 503).
+        ConfigError: the store denied access (401, 403).
 
     Args:
         root: the shard set folder, or its URL.
@@ -298,6 +318,7 @@ def verify(
         cache = ShardCache(cache_dir)
         if offline_since(place.url) is not None:
             paths, fetch_faults, report.checked = _cached_only(place.url, manifest, cache)
+            report.offline = True
         else:
             paths, fetch_faults, report.checked = _check_store(place, manifest, cache, progress)
         root = Path(".")  # unused: every shard's path is given

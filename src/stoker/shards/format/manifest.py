@@ -202,8 +202,9 @@ class Manifest:
 
         Raises:
             ShardError: the manifest is missing, unreadable, edited or malformed.
-            ConfigError: the URL's filesystem is not installed.
-            NetworkError: the store cannot be reached and no copy of the manifest is cached.
+            ConfigError: the URL's filesystem is not installed, or the store denied access (401, 403).
+            NetworkError: the store cannot be reached and no copy of the manifest is cached, or it
+                answered with an error (HTTP 503): a store that answers is never read offline.
         """
         place = where(root, storage_options)
         if place.is_local:
@@ -231,6 +232,8 @@ def _load_remote(place: Location, cache_dir: str | os.PathLike[str] | None) -> M
     try:
         data = _read(place)
     except NetworkError as exc:
+        if not exc.unreachable:  # the store answered (HTTP 503, a refused request): an error, not offline
+            raise
         cached = manifest_cache.recall(place.url, cache_dir)
         if cached is None:
             raise NetworkError(

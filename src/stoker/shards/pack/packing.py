@@ -23,6 +23,8 @@ interruptions: the same arguments give byte-identical shards and manifest.
 from __future__ import annotations
 
 import errno
+import hashlib
+import json
 import multiprocessing
 import os
 import shutil
@@ -39,7 +41,8 @@ import torch
 from tqdm import tqdm
 
 from stoker.cores import usable_cores
-from stoker.decode.image import resize
+from stoker.decode.headers import declared_size
+from stoker.decode.image import ARRAY_SUFFIXES, check_box, resize
 from stoker.errors import ConfigError, DataError, ShardError
 from stoker.fs import Location, where
 from stoker.lifetime import die_with_parent
@@ -55,7 +58,7 @@ from stoker.shards.format.schema import (
 from stoker.shards.pack.claim import check_place, claim, reuse_finished
 from stoker.shards.pack.plan import PackPlan, ShardPlan, make_plan
 from stoker.shards.pack.ray_engine import ENGINES, import_ray, write_on_ray
-from stoker.shards.pack.replace import LOCK_NAME, is_ours, pack_lock, staging_dir, swap_in
+from stoker.shards.pack.replace import LOCK_NAME, finish_swap, is_ours, pack_lock, staging_dir, swap_in
 from stoker.shards.pack.rows import RowSource, as_rows, row_values
 from stoker.shards.pack.upload import RemoteOut, upload_shard
 from stoker.shards.pack.writer import WrittenShard, say_resized
@@ -197,15 +200,38 @@ def _pixels(rows: RowSource, i: int, size: tuple[int, int], channels: int = 3) -
     return image.contiguous(), resized
 
 
+def _check_crop(rows: RowSource, i: int, data: bytes | np.ndarray, crops: Mapping[str, Any]) -> None:
+    """Refuse an encoded row whose source's crop box does not fit the image (a pixel pack finds it by decoding).
+
+    The size comes from the header; an image whose header stoker does not read (an array
+    file, a BMP or TIFF) is decoded and cropped to check it.
+
+    Raises:
+        DecodeError: the box does not fit (the message names the file).
+    """
+    box = crops.get(str(rows.source_names[i]))
+    if box is None:
+        return
+    name = f"{rows.source_names[i]}/{rows.files[i]}"
+    size = None if str(rows.files[i]).lower().endswith(ARRAY_SUFFIXES) else declared_size(data)
+    if size is None:
+        rows.read_pixels(i)  # decodes and crops: raises the error that names the file
+        return
+    width, height = size
+    check_box(tuple(box), (height, width), name)  # type: ignore[arg-type]
+
+
 def _write_shard(job: _Job, plan: ShardPlan, report: Callable[[int], None]) -> ShardInfo:
     from stoker.shards.pack.writer import ShardWriter
 
     rows = job.rows[plan.split]
     pending = resized = 0
+    crops = {s.name: s.crop for s in rows.sources}
     with ShardWriter(job.out / plan.name, plan.split, job.store, job.size, channels=job.channels) as writer:
         for i in plan.rows.tolist():
             if job.store == "encoded":
                 image: Any = rows.read_encoded(i)
+                _check_crop(rows, i, image, crops)
             else:
                 image, changed = _pixels(rows, i, job.size, job.channels)  # type: ignore[arg-type]
                 resized += changed
@@ -395,6 +421,9 @@ def write_shards(
         "plan": plan.fingerprint,
         **({} if shuffle else {"shuffle": False}),
     }
+    in_place = _replacing_its_source(datasets, out)
+    if in_place:  # recorded only here, so other packs keep their bytes
+        made_by["replaced_in_place"] = _fingerprint_of(settings)
     write = _Writing(plan, rows, store, size, workers, progress, classes, sources, made_by, engine, place.name, channels,
                      size_given=size_given)
     if remote is not None:
@@ -408,6 +437,10 @@ def write_shards(
         return manifest
     check_place(out, sources)
     with pack_lock(out):
+        if in_place:
+            done = _replaced_already(out, made_by["replaced_in_place"])
+            if done is not None:
+                return done
         target, finished, known = _claim_target(out, sources, plan.fingerprint, overwrite)
         if finished is not None:
             return finished
@@ -419,6 +452,42 @@ def write_shards(
             raise
         if target != out:
             swap_in(target, out)  # the new set is complete: only now does the old one go
+    return manifest
+
+
+def _replacing_its_source(datasets: Mapping[str, Any], out: Path) -> bool:
+    """Whether this pack re-packs the shard set in ``out`` into ``out`` itself (``stoker pack S S --overwrite``)."""
+    for dataset in datasets.values():
+        root = dataset.shards.root if isinstance(dataset, ShardDataset) else None
+        if isinstance(root, Path) and root.resolve() == out.resolve():
+            return True
+    return False
+
+
+def _fingerprint_of(settings: Mapping[str, Any]) -> str:
+    """A SHA-256 of a pack's settings (not of its rows): what an in-place re-pack records and compares."""
+    return hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()
+
+
+def _replaced_already(out: Path, fingerprint: str) -> Manifest | None:
+    """The set in ``out`` when these same settings already re-packed it in place; finishes an interrupted swap.
+
+    A re-run of ``stoker pack S S --overwrite`` interrupted after the swap would read the
+    new set and shuffle it again: the set it made is the answer, so it is kept (and what
+    the swap left of the old set beside it is cleared). Re-running it after a complete
+    pack keeps the set too: the same arguments give the same shards.
+    """
+    try:
+        manifest = Manifest.load(out)
+    except ShardError:
+        return None
+    if manifest.made_by.get("replaced_in_place") != fingerprint:
+        return None
+    for info in manifest.shards:
+        path = out / info.name
+        if not path.is_file() or path.stat().st_size != info.bytes:
+            return None  # a shard missing or changed since: not the finished set (the pack decides as before)
+    finish_swap(out)
     return manifest
 
 

@@ -31,7 +31,7 @@ from pathlib import Path
 from stoker.errors import ConfigError, ShardError
 from stoker.shards.format.schema import MANIFEST_NAME, PLAN_NAME, TMP_SUFFIX, is_shard_name
 
-__all__ = ["LOCK_NAME", "is_ours", "lock_path", "pack_lock", "staging_dir", "swap_in"]
+__all__ = ["LOCK_NAME", "finish_swap", "is_ours", "lock_path", "pack_lock", "staging_dir", "swap_in"]
 
 LOCK_NAME = ".stoker-pack.lock"
 _RENAME_EXCHANGE = 2
@@ -123,6 +123,22 @@ def swap_in(staging: Path, out: Path) -> None:
             shutil.rmtree(old)
         os.rename(out, old)
         os.rename(staging, out)
+    _clear_old(old, out)
+
+
+def finish_swap(out: Path) -> None:
+    """Finish a swap interrupted after the exchange: what is left of the old set beside ``out`` goes as :func:`swap_in` does.
+
+    Call it only when ``out`` holds the new set, complete (the staging folder then holds
+    the old set's remains, never a new set).
+    """
+    staging = staging_dir(out)
+    if staging.is_dir():
+        _clear_old(staging, out)
+
+
+def _clear_old(old: Path, out: Path) -> None:
+    """Remove the old set's stoker files from ``old``, move the user's files into ``out``, remove ``old`` if empty."""
     for entry in sorted(os.listdir(old)):
         if is_ours(entry):
             (old / entry).unlink(missing_ok=True)

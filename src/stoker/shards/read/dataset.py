@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import copy
+import logging
 import math
 import os
+import threading
+import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, Literal
 
@@ -13,6 +16,7 @@ import torch
 from torch.utils.data import Dataset, default_collate, get_worker_info
 
 from stoker.cores import usable_cores
+from stoker.decode.device import Ready, device_decoder
 from stoker.decode.image import is_png, png_decoder
 from stoker.decode.jpeg import decode_batch_on_device, decode_jpeg_resized, decode_jpegs_into, is_jpeg
 from stoker.errors import ConfigError, DataError
@@ -29,6 +33,10 @@ Transform = Callable[[torch.Tensor], Any]
 Decoder = Literal["auto", "full", "nvjpeg"]
 DECODERS: tuple[Decoder, ...] = ("auto", "full", "nvjpeg")  # how encoded shards decode (ShardDataset's decoder=)
 SNIFF_ROWS = 16  # rows read to tell what an encoded set holds (ShardDataset.mostly_jpeg)
+GPU_TRIALS = 2  # timed decodes of the first batch on each side when decoder="auto" has a CUDA device
+
+log = logging.getLogger(__name__)
+_choosing = threading.Lock()  # one measurement per data set, whichever loader thread gets the first batch
 
 
 def _empty_uint8(shape: tuple[int, ...]) -> torch.Tensor:
@@ -73,12 +81,25 @@ class ShardBatch(Sequence[Any]):
             per-sample transform, else a list of per-sample results.
         labels: ``int64 [n]``.
         skipped: bad samples dropped under ``on_error="skip"``.
+        ready: for images decoded on a CUDA device, the event they are ready at
+            (:class:`stoker.decode.device.Ready`); reading :attr:`images` waits for it on the
+            reader's stream, and stoker's loader waits for it on the consumer's.
     """
 
-    def __init__(self, images: torch.Tensor | list[Any], labels: torch.Tensor, skipped: list[Skipped]) -> None:
-        self.images = images
+    def __init__(
+        self, images: torch.Tensor | list[Any], labels: torch.Tensor, skipped: list[Skipped], ready: Ready | None = None
+    ) -> None:
+        self._images = images
         self.labels = labels
         self.skipped = skipped
+        self.ready = ready
+
+    @property
+    def images(self) -> torch.Tensor | list[Any]:
+        """The images, once ready on the current stream (see ``ready``)."""
+        if self.ready is not None:
+            self.ready.wait()
+        return self._images
 
     def __len__(self) -> int:
         return len(self.labels)
@@ -104,10 +125,10 @@ def collate_shard_batch(samples: Any) -> Batch:
         return collate(samples)
     if len(samples) == 0:
         return Batch(None, 0, samples.skipped)
-    images = samples.images
+    images = samples._images  # not waited for here: the loader waits on the consumer's stream (Batch.ready)
     if isinstance(images, list):
         images = default_collate(images)
-    return Batch((images, samples.labels), len(samples), samples.skipped)
+    return Batch((images, samples.labels), len(samples), samples.skipped, samples.ready)
 
 
 class ShardDataset(Dataset, MapReader, SupportsEpoch, SupportsCollate, SupportsLoaderDefaults):
@@ -134,13 +155,16 @@ class ShardDataset(Dataset, MapReader, SupportsEpoch, SupportsCollate, SupportsL
             verified in, its size limit (``"50GB"``), and the fsspec filesystem's options
             (see :class:`~stoker.shards.read.reader.ShardSet`).
         decoder: how encoded images are decoded when the set has an image size and there
-            is no transform. ``"auto"`` (default): JPEGs at a reduced DCT scale where the
-            output allows, cropped, and resized a batch at a time (:mod:`stoker.decode.jpeg`),
-            within 2 grey levels of the full path; ``"full"``: every image decoded at full size
-            (the reference); ``"nvjpeg"``: whole batches decoded, cropped and resized on
-            ``decode_device`` by nvJPEG, batches come back there (falls back to the CPU
+            is no transform. ``"auto"`` (default): JPEGs decoded into reused buffers,
+            cropped, and resized a batch at a time (:mod:`stoker.decode.jpeg`), to the same
+            pixels as the full path; where ``decode_device`` is an available CUDA device and
+            the set is mostly JPEG, the first batch is decoded both ways and the faster keeps
+            decoding (said once in the log, :attr:`decode_choice`, ``run.json``'s ``"decode"``);
+            ``"full"``: every image by the full path (the reference); ``"nvjpeg"``: whole
+            batches decoded, cropped and resized on ``decode_device`` (:mod:`stoker.decode.device`),
+            batches come back there (falls back to the CPU
             image by image, and for every image without CUDA). Pixel shards ignore it.
-        decode_device: the CUDA device of ``decoder="nvjpeg"``.
+        decode_device: the CUDA device of ``decoder="nvjpeg"`` and of ``"auto"``'s GPU trial.
 
     Raises:
         ShardError: the manifest or a shard is missing, edited, truncated or grown.
@@ -180,6 +204,7 @@ class ShardDataset(Dataset, MapReader, SupportsEpoch, SupportsCollate, SupportsL
         self._rows: np.ndarray | None = None  # a view of some rows of the split (subset, split)
         self._mostly_jpeg: bool | None = None  # what the shards hold (mostly_jpeg), once known
         self._mostly_spng: bool | None = None  # mostly JPEG or PNG, with libspng for the PNGs (decodes_on_threads)
+        self._choice: dict[str, Any] | None = None  # decoder="auto" on a CUDA device: what it measured and chose
 
     # -- what the set holds ---------------------------------------------------------
     @property
@@ -273,6 +298,74 @@ class ShardDataset(Dataset, MapReader, SupportsEpoch, SupportsCollate, SupportsL
         # A per-sample Python transform holds the GIL: then worker processes, as before.
         backend = "thread" if self.transform is None and self.decodes_on_threads() else "process"
         return {"backend": backend, "num_workers": min(4, cores)}
+
+    @property
+    def decode_choice(self) -> dict[str, Any] | None:
+        """What ``decoder="auto"`` chose on a CUDA device, and the rates it measured; None until it chose.
+
+        ``{"decoder": "gpu" or "cpu", "gpu_img_per_s", "cpu_img_per_s", "cpu_threads", "engine", "device",
+        "batch", "reason"}``, set when the first batch is read; it stays None where there is nothing to
+        choose (no CUDA device, not mostly JPEG, another ``decoder``).
+        """
+        return self._choice
+
+    def _on_gpu(self, blobs: list[np.ndarray], boxes: list[Any], size: tuple[int, int]) -> bool:
+        """``decoder="auto"``: whether this batch decodes on the GPU (measured on the first batch, once).
+
+        Only in the process that trains: a DataLoader worker process never starts CUDA.
+        """
+        if self.decoder != "auto" or get_worker_info() is not None:
+            return False
+        if self._choice is None:
+            device = torch.device(self.decode_device)
+            if device.type != "cuda" or not torch.cuda.is_available() or not self.mostly_jpeg():
+                return False
+            with _choosing:
+                if self._choice is None:
+                    self._choice = self._measure_decoders(blobs, boxes, size, device)
+        return self._choice["decoder"] == "gpu"
+
+    def _measure_decoders(
+        self, blobs: list[np.ndarray], boxes: list[Any], size: tuple[int, int], device: torch.device
+    ) -> dict[str, Any]:
+        """Decode one batch on the CPU path and on the GPU (after a warm-up); the GPU is chosen when it decodes
+        at least as fast as the CPU path on all the loader threads the set would use (cores per thread as measured).
+        """
+        from stoker.decode.device import device_decoder
+
+        def blank(k: int) -> torch.Tensor:  # the rows the device refuses cost the same either way: not timed
+            return torch.zeros((3, *size), dtype=torch.uint8)
+
+        out = torch.empty((len(blobs), 3, *size), dtype=torch.uint8)
+        cpu_s = gpu_s = math.inf
+        for _ in range(GPU_TRIALS):
+            start = time.perf_counter()
+            decode_jpegs_into(blobs, boxes, size, out)
+            cpu_s = min(cpu_s, time.perf_counter() - start)
+        try:
+            decoder = device_decoder(device)
+            for trial in range(GPU_TRIALS + 1):  # the first call starts the decoder and its CUDA context: not timed
+                start = time.perf_counter()
+                decoded = decoder.decode(blobs, boxes, size, blank)
+                if decoded.ready is not None:
+                    decoded.ready.event.synchronize()
+                if trial:
+                    gpu_s = min(gpu_s, time.perf_counter() - start)
+        except Exception as exc:  # noqa: BLE001 - a device that cannot decode (driver, memory): the CPU path, said so
+            reason = f"the GPU decode failed on {device} ({type(exc).__name__}: {exc})"
+            log.warning("decoder='auto' decodes %s on the CPU: %s", self.root, reason)
+            return {"decoder": "cpu", "gpu_img_per_s": None, "cpu_img_per_s": None, "cpu_threads": None,
+                    "engine": None, "device": str(device), "batch": len(blobs), "reason": reason}
+        threads = min(4, usable_cores())  # the CPU path's loader threads (loader_defaults)
+        n = max(len(blobs), 1)
+        gpu_rate, cpu_rate = n / max(gpu_s, 1e-9), n / max(cpu_s, 1e-9) * threads
+        chosen = "gpu" if gpu_rate >= cpu_rate else "cpu"
+        reason = (f"first batch: {gpu_rate:,.0f} img/s on {device} ({decoder.engine}) vs {cpu_rate:,.0f} img/s "
+                  f"on {threads} CPU loader thread(s)")
+        log.info("decoder='auto' decodes %s on the %s (%s)", self.root, chosen.upper(), reason)
+        return {"decoder": chosen, "gpu_img_per_s": round(gpu_rate, 1), "cpu_img_per_s": round(cpu_rate, 1),
+                "cpu_threads": threads, "engine": decoder.engine, "device": str(device), "batch": len(blobs),
+                "reason": reason}
 
     def decodes_on_threads(self) -> bool:
         """Whether most stored images decode with the GIL released: JPEGs, and PNGs when libspng decodes them.
@@ -467,14 +560,15 @@ class ShardDataset(Dataset, MapReader, SupportsEpoch, SupportsCollate, SupportsL
             names.append(name)
             keep.append(j)
         bad: list[int] = []  # positions in ``keep`` that fail by the full path too
+        ready: Ready | None = None  # set when the batch was decoded on a CUDA device
 
         def full_path(k: int) -> torch.Tensor:  # the bytes were checked above: not again
             return self.shards.decode_checked(blobs[k], names[k], boxes[k])
 
-        if self.decoder == "nvjpeg":
+        if self.decoder == "nvjpeg" or self._on_gpu(blobs, boxes, size):
             device = torch.device(self.decode_device)
 
-            def on_cpu(k: int) -> torch.Tensor:  # the CPU's own path: reduced where it can, else full
+            def on_cpu(k: int) -> torch.Tensor:  # the CPU's own path: the fast one where it can, else full
                 image = decode_jpeg_resized(blobs[k], size, boxes[k])
                 if image is not None:
                     return image
@@ -485,7 +579,11 @@ class ShardDataset(Dataset, MapReader, SupportsEpoch, SupportsCollate, SupportsL
                     bad.append(k)
                     return torch.zeros((3, *size), dtype=torch.uint8)
 
-            images = decode_batch_on_device(blobs, boxes, size, device, on_cpu)
+            if device.type == "cuda" and torch.cuda.is_available():
+                decoded = device_decoder(device).decode(blobs, boxes, size, on_cpu)
+                images, ready = decoded.images, decoded.ready
+            else:  # no CUDA: the CPU path, image by image
+                images = decode_batch_on_device(blobs, boxes, size, device, on_cpu)
         else:
             images = _empty_uint8((len(blobs), 3, *size))
             failed = decode_jpegs_into(blobs, boxes, size, images) if self.shards.reduced_jpeg else range(len(blobs))
@@ -497,10 +595,15 @@ class ShardDataset(Dataset, MapReader, SupportsEpoch, SupportsCollate, SupportsL
                     bad.append(k)
         if bad:
             good = [k for k in range(len(keep)) if k not in set(bad)]
-            images = images[good]
+            if ready is not None:  # the copy of the good rows waits for the decode, on this thread's stream
+                ready.wait()
+                images = images[good]
+                ready = Ready.now(images)
+            else:
+                images = images[good]
             keep = [keep[k] for k in good]
         kept_labels = torch.from_numpy(labels[keep] if len(keep) != len(idx) else labels)
-        return ShardBatch(images, kept_labels, skipped)
+        return ShardBatch(images, kept_labels, skipped, ready)
 
     # stoker's make_loader picks this up; torch's DataLoader takes it as collate_fn=.
     collate_fn = staticmethod(collate_shard_batch)

@@ -130,7 +130,7 @@ class ShardSet:
         )
         # Copying threads of gather_pixels and read_pixels; None: 1 or 2 by the machine's load (idle_copy_threads).
         self.gather_threads: int | None = None
-        self.reduced_jpeg = True  # decode JPEGs at a reduced scale where the output allows (stoker.decode.jpeg)
+        self.reduced_jpeg = True  # JPEGs by the fast path (stoker.decode.jpeg), to the full path's pixels
         # Set by a reader that lets go of each shard by its own plan (ShardStream): reads
         # then keep what they open, even when the split is larger than the cache.
         self.streaming = False
@@ -171,7 +171,9 @@ class ShardSet:
         """
         if self.remote is not None:
             if offline_since(self.remote.url) is not None and self.cache is not None:  # the store is unreachable
-                require_cached(self.remote.url, self.split, self.infos, self.cache.has)
+                # check_entry: a copied cache (same bytes, new stamps) is recognised by its SHA-256, once
+                require_cached(self.remote.url, self.split, self.infos, self.cache.check_entry)
+                self.cache.say_if_over_limit(self.remote.url)
                 return
             sizes = listing.result() if listing is not None else self.remote.sizes()
             for info in self.infos:

@@ -13,14 +13,23 @@ pack cut into shards of one class gave batches of about one class whenever the b
 held about one shard.)
 
 That sequence is split by the rule of :mod:`stoker.order`: rank ``r`` of ``R`` takes
-every ``R``-th row (so the ranks' shares differ by at most one sample), and deals its
-rows to its workers in blocks of ``block_rows``: worker ``w`` of ``N`` reads blocks
-``w, w + N, w + 2N, ...``. Every (rank, worker) therefore reads across the whole epoch,
-in step with the others, rather than one contiguous piece of it, so how well the
-batches are mixed does not depend on the number of workers or ranks. Every sample is
-read exactly once per epoch; nothing is trimmed. Each reader then shuffles its rows
-through a buffer of ``shuffle_buffer`` rows (:func:`stoker.order.buffer_shuffle`, drawn
-from ``(BUFFER, rank, worker)`` of the epoch). Its reads stay within one group of files
+every ``R``-th row (so the ranks' shares differ by at most one sample) and shuffles its
+share through a buffer of ``shuffle_buffer`` rows (:func:`stoker.order.buffer_shuffle`,
+drawn from ``(BUFFER, rank, 0)`` of the epoch): that is the rank's order, the same
+whatever reads it. The rank deals it to its workers a batch at a time (``block_rows``,
+the loader's batch size: :meth:`ShardStream.split_by_batch`): batch ``b`` of the rank is
+read whole by worker ``b % N``, so the batches a rank sees do not depend on the worker
+count or the backend, and a mid-epoch position resumes under another worker count.
+Every sample is read exactly once per epoch; nothing is trimmed. Each worker reads
+across the whole epoch, in step with the others.
+
+One exception: a remote split larger than its cache limit is read as before the batch
+split, so that its workers read the same shards at once (with a batch each, they would
+read different ones, and the limit would force shards out before others' last reads):
+each worker takes blocks of :data:`BLOCK_ROWS` rows (fewer when a group of shards would
+not give every worker a block) of the rank's share, through a buffer of its own (drawn
+from ``(BUFFER, rank, worker)``). Its batches then depend on the worker count, and the
+loader says so (it keeps that count for a resume, and refuses the thread backend). Its reads stay within one group of files
 at a time (good for a page cache, or a disk larger than memory): for a set at a URL,
 each shard of the group is a file in the local cache, fetched ahead while the one
 before is read and let go after its last read (:mod:`stoker.shards.read.fetch_ahead`). When
@@ -46,12 +55,18 @@ from typing import Any
 
 import numpy as np
 import torch
-from torch.utils.data import IterableDataset, get_worker_info
+from torch.utils.data import IterableDataset
 
 from stoker.errors import ConfigError
 from stoker.loading.collate import Batch, collate
-from stoker.loading.contract import StreamReader, SupportsBatchesFrom, SupportsLoaderDefaults, SupportsOrderPlan
-from stoker.loading.placement import distributed_placement, local_ranks
+from stoker.loading.contract import (
+    StreamReader,
+    SupportsBatchesFrom,
+    SupportsBatchSplit,
+    SupportsLoaderDefaults,
+    SupportsOrderPlan,
+)
+from stoker.loading.placement import distributed_placement, local_ranks, worker_placement
 from stoker.loading.skips import OnError, Skipped
 from stoker.order import BUFFER, INTERLEAVE, buffer_shuffled, check_placement, epoch_rng, permutation, share, share_size
 from stoker.shards.cache.entries import entry_cost
@@ -72,8 +87,8 @@ __all__ = [
 ]
 
 log = logging.getLogger("stoker")
-READ_ROWS = 256  # rows a read gathers when neither the caller nor a loader said
-BLOCK_ROWS = 64  # rows a worker takes at a time: small enough to interleave, large enough to read in runs
+READ_ROWS = 256  # rows a read gathers (and a worker takes at a time) when neither the caller nor a loader said
+BLOCK_ROWS = 64  # rows a worker takes at a time from a split larger than its cache (not split by batch)
 # Shards whose rows are merged into one stretch of the epoch: a batch mixes about this many
 # shards' classes. A local file open at once costs an address range and shorter runs per read
 # (read_rows / shards_at_once rows of each file); a remote one costs a cached file on disk and
@@ -127,31 +142,43 @@ def stream_order(
     world_size: int,
     worker: int,
     num_workers: int,
-    block_rows: int = BLOCK_ROWS,
+    block_rows: int = READ_ROWS,
     shards_at_once: int = SHARDS_AT_ONCE,
+    by_batch: bool = True,
 ) -> np.ndarray:
     """The sample indices one (rank, worker) reads in one epoch, in the order it reads them.
+
+    The rank's order (its share of the epoch, through its buffer) does not depend on the
+    workers; worker ``w`` of ``N`` reads its blocks ``w, w + N, ...`` of ``block_rows`` rows.
 
     Args:
         shard_sizes: samples in each shard of the split, in manifest order.
         seed, epoch: fix the shard order, the merge of each group and the buffer's draws.
         shuffle: shuffle the shard order, merge groups of shards and run the buffer;
             False reads in stored order.
-        shuffle_buffer: rows in the shuffle buffer.
+        shuffle_buffer: rows in the rank's shuffle buffer.
         rank, world_size, worker, num_workers: which part of the epoch to read.
-        block_rows: rows of a rank's sequence dealt to one worker at a time (fewer
-            when the smallest group of shards would not give every worker a block).
+        block_rows: rows of the rank's order dealt to one worker at a time: the loader's
+            batch size, so that each batch is read whole by one worker.
         shards_at_once: shards whose rows are merged into one stretch of the epoch
             (1: one shard after the other).
+        by_batch: deal the rank's order (one buffer per rank) in blocks of ``block_rows``;
+            False: the split of a stream larger than its cache (see the module docs): each
+            worker takes blocks of at most ``block_rows`` of the rank's share, fewer where
+            a group of shards would not give every worker one, through its own buffer.
 
     Returns:
         ``int64`` sample indices (into the split, as :class:`ShardDataset` numbers them).
 
     Example:
-        >>> order = [stream_order([3, 3], seed=0, epoch=0, shuffle=True, shuffle_buffer=4,
-        ...                       rank=0, world_size=1, worker=w, num_workers=2) for w in (0, 1)]
+        >>> order = [stream_order([3, 3], seed=0, epoch=0, shuffle=True, shuffle_buffer=4, rank=0,
+        ...                       world_size=1, worker=w, num_workers=2, block_rows=2) for w in (0, 1)]
         >>> sorted(np.concatenate(order).tolist())
         [0, 1, 2, 3, 4, 5]
+        >>> one = stream_order([3, 3], seed=0, epoch=0, shuffle=True, shuffle_buffer=4, rank=0,
+        ...                    world_size=1, worker=0, num_workers=1)
+        >>> np.concatenate([one[0:2], one[4:6]]).tolist() == order[0].tolist()  # worker 0 reads blocks 0 and 2
+        True
     """
     check_placement(rank, world_size, worker, num_workers, where="stream_order")
     if block_rows < 1:
@@ -162,17 +189,19 @@ def stream_order(
         groups = shard_groups(permutation(len(sizes), seed, epoch), shards_at_once)
         sequence = _merged(groups, sizes, starts, epoch_rng(seed, epoch, INTERLEAVE))
     else:
-        groups = shard_groups(np.arange(len(sizes)), 1)
         sequence = np.arange(int(starts[-1]), dtype=np.int64)
-    # Each group must give every worker a block, or a worker would miss that group's shards.
-    totals = np.asarray([int(sizes[g].sum()) for g in groups], dtype=np.int64)
-    smallest = int(totals[totals > 0].min()) if (totals > 0).any() else 1
-    block_rows = max(1, min(block_rows, smallest // (world_size * num_workers)))
-    mine = share(sequence, rank, world_size, worker, num_workers, block=block_rows)
-    if not shuffle:
-        return mine
-    rng = epoch_rng(seed, epoch, BUFFER, rank, worker)
-    return buffer_shuffled(mine, shuffle_buffer, rng)
+    if not by_batch:
+        # Each group must give every worker a block, or a worker would miss that group's shards.
+        groups = groups if shuffle else [np.arange(len(sizes))[k : k + 1] for k in range(len(sizes))]
+        totals = np.asarray([int(sizes[g].sum()) for g in groups], dtype=np.int64)
+        smallest = int(totals[totals > 0].min()) if (totals > 0).any() else 1
+        block = max(1, min(block_rows, smallest // (world_size * num_workers)))
+        mine = share(sequence, rank, world_size, worker, num_workers, block=block)
+        return buffer_shuffled(mine, shuffle_buffer, epoch_rng(seed, epoch, BUFFER, rank, worker)) if shuffle else mine
+    mine = share(sequence, rank, world_size)
+    if shuffle:  # the rank's buffer: drawn as the one worker of a rank always drew it
+        mine = buffer_shuffled(mine, shuffle_buffer, epoch_rng(seed, epoch, BUFFER, rank, 0))
+    return share(mine, 0, 1, worker, num_workers, block=block_rows)
 
 
 def cache_plan(shard_bytes: list[int], cache_limit: int, fetch_ahead: int, overhead: int = 0) -> tuple[int, int]:
@@ -228,13 +257,16 @@ def shards_at_once_for(
     return max(1, min(fits, len(shard_bytes)))
 
 
-class ShardStream(IterableDataset, StreamReader, SupportsBatchesFrom, SupportsLoaderDefaults, SupportsOrderPlan):
+class ShardStream(
+    IterableDataset, StreamReader, SupportsBatchesFrom, SupportsBatchSplit, SupportsLoaderDefaults, SupportsOrderPlan
+):
     """An iterable torch Dataset over one split of a shard set: every sample once per epoch.
 
     Use it where an iterable data set is wanted (streaming-style training, several
     ranks); for an exact global shuffle use the map-style :class:`ShardDataset`. Under
-    DataLoader workers and ``torch.distributed`` ranks each reader takes its own piece of
-    the epoch (see the module docs). The epoch number (from :meth:`set_epoch`, which
+    ``torch.distributed`` ranks each rank takes its own share of the epoch, and deals it to
+    its workers a batch at a time, so its batches do not depend on the worker count (see
+    the module docs). Under torch's own DataLoader, give ``read_rows`` its ``batch_size``. The epoch number (from :meth:`set_epoch`, which
     stoker's loader calls) lives in shared memory, so persistent workers follow it.
 
     Args:
@@ -309,6 +341,8 @@ class ShardStream(IterableDataset, StreamReader, SupportsBatchesFrom, SupportsLo
         self.shuffle_buffer = shuffle_buffer
         self.seed = seed
         self._read_rows = read_rows  # None: the first loader's batch size (take_batch_size)
+        self._block: int | None = None  # rows dealt to a worker at a time: the loader's batch size (split_by_batch)
+        self._by_batch = not shards.tight  # a split larger than its cache: its workers read the same shards at once
         self._placement = (rank, world_size) if rank is not None and world_size is not None else None
         self._epoch = torch.zeros((), dtype=torch.int64).share_memory_()
         self._said_buffer = False
@@ -323,18 +357,45 @@ class ShardStream(IterableDataset, StreamReader, SupportsBatchesFrom, SupportsLo
         self._epoch.fill_(int(epoch))
 
     def placement(self) -> tuple[int, int, int, int]:
-        """``(rank, world_size, worker, num_workers)`` of the current process."""
+        """``(rank, world_size, worker, num_workers)`` of the current process (or loader thread)."""
         rank, world_size = self._placement or distributed_placement() or (0, 1)
-        info = get_worker_info()
-        return (rank, world_size, 0, 1) if info is None else (rank, world_size, info.id, info.num_workers)
+        return (rank, world_size, *worker_placement())
+
+    @property
+    def block_rows(self) -> int:
+        """Rows of the rank's order dealt to one worker at a time: the loader's batch size, else :attr:`read_rows`
+        (:data:`BLOCK_ROWS` at most for a split larger than its cache, see the module docs)."""
+        if not self._by_batch:
+            return BLOCK_ROWS
+        return self._block if self._block is not None else self.read_rows
+
+    def split_by_batch(self, batch_size: int) -> bool:
+        """Deal the rank's order to the workers a batch of ``batch_size`` rows at a time (stoker's loader calls it).
+
+        Returns:
+            True: its batches are then the same for any worker count; False for a remote
+            split larger than its cache limit, read as the module docs say (its batches
+            depend on the worker count).
+        """
+        if self._by_batch:
+            self._block = int(batch_size)
+        return self._by_batch
 
     def order(self, rank: int = 0, world_size: int = 1, worker: int = 0, num_workers: int = 1) -> np.ndarray:
         """The sample indices a (rank, worker) reads this epoch, in order (see :func:`stream_order`).
 
-        A split larger than its cache is read with a smaller buffer where this reader's
-        order would otherwise need more shards on disk at once than the limit holds
-        (:func:`~stoker.shards.read.fetch_ahead.disk_peak`): halved until it fits, and said once.
+        A split larger than its cache is read with a smaller buffer where the rank's order
+        would otherwise need more shards on disk at once than the limit holds
+        (:func:`~stoker.shards.read.fetch_ahead.disk_peak`): halved until it fits, and said
+        once. The rank's order decides it, so every worker count reads the same.
         """
+        if not self._by_batch:  # a split larger than its cache: each worker's own blocks and buffer
+            return self._reader_order(rank, world_size, worker, num_workers)
+        return share(self._reader_order(rank, world_size), 0, 1, worker, num_workers, block=self.block_rows)
+
+    def _reader_order(self, rank: int, world_size: int, worker: int = 0, num_workers: int = 1) -> np.ndarray:
+        """The order of the rank (worker 0 of 1), or of one worker of a stream not split by batch, its buffer
+        lowered to fit a tight cache."""
         shards = self.dataset.shards
         buffer = self.shuffle_buffer
         while True:
@@ -348,7 +409,9 @@ class ShardStream(IterableDataset, StreamReader, SupportsBatchesFrom, SupportsLo
                 world_size=world_size,
                 worker=worker,
                 num_workers=num_workers,
+                block_rows=self.block_rows,
                 shards_at_once=self.shards_at_once,
+                by_batch=self._by_batch,
             )
             if not (self.shuffle and shards.tight) or buffer == 1:
                 break
@@ -371,12 +434,9 @@ class ShardStream(IterableDataset, StreamReader, SupportsBatchesFrom, SupportsLo
 
         As for the map-style :class:`ShardDataset`, a pixel read is a copy out of the
         memory-mapped files, and shipping it from a worker process costs several times
-        more: with the fallback of 2 worker processes a 112x112 pixel stream ran at about
-        an eighth of the map-style set (``benchmarks/bench_peers.py``, the ShardStream
-        rows). Encoded shards say nothing, so the loader's fixed fallback
-        (:data:`~stoker.loading.workers.FALLBACK_WORKERS`) applies: the worker count splits
-        a stream, and a count that followed the machine's cores would change its batches
-        from one machine to the next.
+        more (``benchmarks/bench_peers.py``, the ShardStream rows). Encoded shards say
+        nothing, so the loader's default rule (:mod:`stoker.loading.workers`) applies; the
+        worker count is a speed setting only, since a stream's batches do not depend on it.
         """
         return {"backend": "process", "num_workers": 0} if self.dataset.store == "pixels" else {}
 
@@ -412,11 +472,12 @@ class ShardStream(IterableDataset, StreamReader, SupportsBatchesFrom, SupportsLo
             The iterator of the remaining samples and :class:`Skipped` markers.
         """
         rows = self.order(*self.placement())
-        first = start // self.read_rows * self.read_rows
+        size = self._read_size()
+        first = start // size * size
         return self._read(rows, first, start - first)
 
     def _read(self, rows: np.ndarray, first: int, drop: int) -> Iterator[tuple[Any, int] | Skipped]:
-        for chunk in self._reads(rows[first:]):  # first is a multiple of read_rows: the same reads
+        for chunk in self._reads(rows[first:]):  # first is a multiple of the read size: the same reads
             batch = self.dataset.__getitems__(chunk)
             items: list[Any] = [*batch.skipped, *batch]
             yield from items[drop:] if drop else items
@@ -457,8 +518,18 @@ class ShardStream(IterableDataset, StreamReader, SupportsBatchesFrom, SupportsLo
         for chunk in self._reads(rows[start:]):
             yield len(chunk), collate_shard_batch(self.dataset.__getitems__(chunk))
 
+    def _read_size(self) -> int:
+        """Rows per read: :attr:`read_rows`, or a worker's block where that would cut reads across its blocks.
+
+        Item by item, a read's bad-sample markers come first; a read inside one block
+        (one batch) keeps every sample in its batch whatever the worker count.
+        """
+        if not self._by_batch or self.block_rows % self.read_rows == 0:
+            return self.read_rows
+        return self.block_rows
+
     def _reads(self, rows: np.ndarray) -> Iterator[np.ndarray]:
-        """``rows`` cut into reads of ``read_rows``; a remote set's next shards are fetched ahead meanwhile."""
+        """``rows`` cut into reads (:meth:`_read_size`); a remote set's next shards are fetched ahead meanwhile."""
         _, world_size, _, num_workers = self.placement()
         readers = num_workers * local_ranks(unknown=world_size)  # without torchrun's count, every rank may be here
         shards = self.dataset.shards
@@ -466,7 +537,7 @@ class ShardStream(IterableDataset, StreamReader, SupportsBatchesFrom, SupportsLo
             shards.root, shards.split, [info.sha256 for info in shards.infos], self.seed, self.epoch, world_size,
             num_workers, sorted(self.order_plan().items()),
         )
-        return read_ahead(shards, rows, self.read_rows, self.fetch_ahead, readers=readers, tag=tag)
+        return read_ahead(shards, rows, self._read_size(), self.fetch_ahead, readers=readers, tag=tag)
 
     def __len__(self) -> int:
         """Samples this rank reads per epoch (all its workers together), as for every stoker reader."""

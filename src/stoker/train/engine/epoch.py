@@ -117,8 +117,15 @@ def train_epoch(run: Run, epoch: int, here: dict[str, Any] | None, stop: StopReq
         _train_batches(run, trained, stop)
     elif isinstance(s.train_loader, KeepsStepsEqual):  # trained before the stop: what its split leaves out
         trained.trimmed = s.train_loader.trimmed
-    if run.ranks.sum([trained.tally.samples])[0] == 0:
-        raise TrainingError(f"epoch {epoch}: the train loader gave no batches; check the data and drop_last")
+    samples, skipped = run.ranks.sum([trained.tally.samples, len(getattr(s.train_loader, "skipped", ()))])
+    if samples == 0 and skipped > 0:
+        raise TrainingError(
+            f"epoch {epoch}: no readable batch: all {int(skipped)} sample(s) the train loader read were skipped as bad "
+            "(on_error='skip'; the first is named above); run `stoker verify` on the data and fix what it names",
+            stopped="no readable batch",
+        )
+    if samples == 0:
+        raise TrainingError(f"epoch {epoch}: the train loader gave no batches; check the data and drop_last", stopped="no batches")
     trained.rng = get_rng_state()
     return trained
 

@@ -98,7 +98,7 @@ class History:
         best_acc: best validation accuracy so far (``-inf`` before any).
         best_epoch: the epoch that reached it (0 before any).
         stopped: why the run ended: ``"finished"``, ``"patience"``, ``"non-finite loss"``,
-            ``"interrupted"`` or ``"error"``.
+            ``"no readable batch"``, ``"no batches"``, ``"interrupted"`` or ``"error"``.
     """
 
     epochs: list[EpochStats] = field(default_factory=list)

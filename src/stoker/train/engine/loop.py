@@ -174,11 +174,19 @@ def _start(run: Run, threads: ComputeThreads) -> dict[str, Any]:
         "adapt": run.adapter.record() if run.adapter is not None else {"enabled": False, "reason": "off (adapt=False, "
                  "--no-adapt): the loader's settings as given"},
     }
+    _record_decode(record, s.train_loader)
     if ranks.main:
         write_run_json(run.run_dir, record, run.history)
     for logger in run.loggers:
         logger.start(info, run.history)
     return record
+
+
+def _record_decode(record: dict[str, Any], loader: Any) -> None:
+    """``run.json``'s ``"decode"``: where ``decoder="auto"`` chose to decode the train set, once it has chosen."""
+    choice = getattr(getattr(loader, "dataset", None), "decode_choice", None)
+    if isinstance(choice, dict):
+        record["decode"] = dict(choice)
 
 
 @contextlib.contextmanager
@@ -187,8 +195,8 @@ def _ending(run: Run, record: dict[str, Any]) -> Iterator[None]:
     history = run.history
     try:
         yield
-    except TrainingError:
-        history.stopped = "non-finite loss"
+    except TrainingError as exc:
+        history.stopped = exc.stopped
         raise
     except KeyboardInterrupt:
         history.stopped = "interrupted"
@@ -201,6 +209,7 @@ def _ending(run: Run, record: dict[str, Any]) -> Iterator[None]:
             logger.end(history)
         if run.adapter is not None:
             record["adapt"] = run.adapter.record()
+        _record_decode(record, run.scenario.train_loader)
         if run.ranks.main:
             write_run_json(run.run_dir, record, history)
         if run.scenario.plot and history.epochs and run.ranks.main:

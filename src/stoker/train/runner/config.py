@@ -331,7 +331,7 @@ def load_config(
     if path is not None:
         source = str(path)
         try:
-            toml_text = Path(path).read_text(encoding="utf-8")
+            toml_text = Path(path).read_text(encoding="utf-8-sig")  # a byte-order mark (Windows editors) is dropped
         except FileNotFoundError:
             raise MissingFileError(f"{path}: config file not found") from None
         except UnicodeDecodeError as exc:
@@ -364,6 +364,15 @@ def _no_such_run(log_dir: Path, name: str) -> str:
             "or start a new run with --data (without --resume)")
 
 
+def _damaged_record(record_path: str, why: str) -> str:
+    """The one line for a run whose ``run.json`` cannot be read: never replaced silently, the user chooses."""
+    return (
+        f"{record_path}: cannot resume: the run's record is damaged ({why}); it holds the config the run continues "
+        "with. Restore it from a copy and run again; or, to continue from last.pt with the config given now (the "
+        "file and flags), move run.json aside and run again; or start a new run under another --name"
+    )
+
+
 def _with_the_runs_config(given: dict[str, Any], config: TrainConfig, source: str, origins: Mapping[str, str],
                           records: Callable[[TrainConfig], str | None] | None = None) -> TrainConfig:
     """The config a resumed run continues with: its own, from ``run.json``, plus what was given.
@@ -377,15 +386,22 @@ def _with_the_runs_config(given: dict[str, Any], config: TrainConfig, source: st
     record_path = join(config.run.log_dir, str(config.run.name), "run.json")  # a path or a URL
     try:
         text = records(config) if records is not None else Path(record_path).read_text(encoding="utf-8")
-        if text is None:
-            raise FileNotFoundError(record_path)
-        record = json.loads(text)
     except NetworkError:
         raise
-    except (OSError, ValueError):
+    except UnicodeDecodeError as exc:
+        raise ConfigError(_damaged_record(record_path, f"not UTF-8 text at byte {exc.start}")) from None
+    except OSError:
+        text = None
+    if text is None:
         if not config.data.path:  # nothing to go on: say which run is missing, not which key
             raise ConfigError(_no_such_run(Path(config.run.log_dir), str(config.run.name))) from None
         return config  # no record to follow: the given config it is (fit says if there is nothing to resume)
+    try:
+        record = json.loads(text)
+    except ValueError as exc:
+        raise ConfigError(_damaged_record(record_path, f"not JSON: {exc}")) from None
+    if not isinstance(record, dict):
+        raise ConfigError(_damaged_record(record_path, f"JSON {type(record).__name__}, not an object"))
     stored_raw = record.get("config") if isinstance(record, dict) else None
     if not isinstance(stored_raw, dict) or not set(stored_raw) <= set(_TABLES) or not stored_raw:
         return config  # a run made by fit() directly: it recorded no stoker train config

@@ -117,12 +117,19 @@ def _kind(value: Any) -> str:
     )
 
 
-def whole(minimum: int) -> Check:
-    """A whole number ``>= minimum`` (a boolean is not a number here)."""
+#: The largest whole number a key takes unless it says otherwise: what every count stoker passes
+#: to Python, numpy and torch (slices, islice, sizes) fits in, with room.
+MAX_WHOLE = 2**31 - 1
+
+
+def whole(minimum: int, maximum: int = MAX_WHOLE) -> Check:
+    """A whole number ``>= minimum`` and ``<= maximum`` (a boolean is not a number here)."""
 
     def check(value: Any, key: str) -> int:
         if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
             raise ConfigError(f"{key} must be a whole number >= {minimum}, got {value!r}")
+        if value > maximum:
+            raise ConfigError(f"{key} must be a whole number from {minimum} to {maximum}, got {value!r}")
         return value
 
     return Check(check, _parse_whole, "N")
@@ -216,9 +223,14 @@ def _crop(value: Any, key: str) -> tuple[int, int, int, int]:
     if (
         not isinstance(value, (list, tuple))
         or len(value) != 4
-        or not all(isinstance(v, int) and not isinstance(v, bool) for v in value)
+        or not all(isinstance(v, int) and not isinstance(v, bool) and v <= _MAX_SIDE for v in value)
+        or min(value[0], value[1]) < 0
+        or min(value[2], value[3]) < 1
     ):
-        raise ConfigError(f"{key} must be [top, left, height, width] in pixels, got {value!r}")
+        raise ConfigError(
+            f"{key} must be [top, left, height, width] in pixels: top and left from 0, height and width from 1 "
+            f"(each at most {_MAX_SIDE}), got {value!r}"
+        )
     return (value[0], value[1], value[2], value[3])
 
 

@@ -1,0 +1,415 @@
+"""Decode a whole batch of JPEGs on a device: one header pass, one decode call, one resize per crop size.
+
+The batch goes through in a fixed number of steps whatever its length:
+
+1. **Headers, in one vectorised pass** (:func:`check_headers`): the batch's bytes are
+   joined into one array and every start-of-frame marker in it is found at once. An image
+   goes to the device only when it starts like a JPEG and *every* frame header in it
+   (including look-alikes inside other segments: the largest counts) declares a non-zero
+   size within ``STOKER_MAX_PIXELS`` with 1 or 3 components, and it has no Adobe marker
+   and no R/G/B component ids (colour transforms a GPU decoder may not apply as
+   libjpeg-turbo does). A crafted header never reaches a decoder that allocates on the
+   device; whatever is refused here takes the CPU path, which decodes it or names the file.
+2. **One decode call** per budget of decoded bytes (:data:`DECODE_BUDGET_BYTES`): nvImageCodec
+   (the hardware JPEG decoder of A100/H100/H200, then nvJPEG on the GPU) where the optional
+   package is installed (``pip install "stoker[gpu]"``), else
+   ``torchvision.io.decode_jpeg(list, device=...)``.
+3. **Crop by slicing, one antialiased resize per crop size**: crops of one size are
+   stacked (views, one copy) and resized together through float, rounded, into one
+   ``uint8 [n, 3, H, W]`` output. The resize is the same arithmetic on every device, so
+   the CPU tests check the GPU's; it is within 1 grey level (max abs) of the CPU path's
+   uint8 resize of the same decoded pixels. A GPU decoder's own IDCT and chroma
+   upsampling add their rounding: within 2 grey levels (mean abs) of libjpeg-turbo.
+
+On CUDA the work runs on the decoder's own stream; :meth:`DeviceDecoder.decode` returns
+the batch with a :class:`Ready` event that the consumer waits on (on its own stream, not
+the host) before using it. The loader decodes ahead by its prefetch depth, so at most that
+many batches (and one budget of decoded pixels) are held on the device.
+
+Per image, Python only makes views (a bytes view, a crop); every kernel serves a group.
+The nvImageCodec branch cannot run without a CUDA device and the package: it is the small
+:class:`_NvImageCodec` and is measured by ``bash benchmarks/gpu_check.sh decode``.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import numpy as np
+import torch
+
+from stoker.decode.image import Box, get_max_pixels
+
+__all__ = [
+    "DECODE_BUDGET_BYTES",
+    "ENGINES",
+    "Decoded",
+    "DeviceDecoder",
+    "Engine",
+    "HeaderCheck",
+    "Ready",
+    "check_headers",
+    "device_decoder",
+    "nvimagecodec_available",
+]
+
+log = logging.getLogger(__name__)
+
+Engine = Literal["auto", "nvimagecodec", "torchvision"]
+ENGINES: tuple[Engine, ...] = ("auto", "nvimagecodec", "torchvision")
+
+#: Decoded bytes (3 x declared pixels) handed to one decode call: a batch of huge images is
+#: decoded a part at a time, so the device memory a batch takes is bounded whatever it holds.
+DECODE_BUDGET_BYTES = 512 << 20
+
+# Frame headers that declare an image size: SOF0-15 (less DHT, JPG, DAC), DHP, and JPEG-LS's SOF55.
+_SIZE_MARKERS = np.zeros(256, dtype=bool)
+_SIZE_MARKERS[[m for m in range(0xC0, 0xD0) if m not in (0xC4, 0xC8, 0xCC)] + [0xDE, 0xF7]] = True
+_ADOBE = 0xEE  # APP14: Adobe's colour transform flag (RGB or YCCK stored without YCbCr)
+
+
+@dataclass(frozen=True)
+class HeaderCheck:
+    """What :func:`check_headers` found, one entry per image.
+
+    Attributes:
+        ok: the image may be decoded on the device (``bool [n]``).
+        pixels: the largest size any of its frame headers declares (``int64 [n]``; 0 when none).
+    """
+
+    ok: np.ndarray
+    pixels: np.ndarray
+
+
+def check_headers(joined: np.ndarray, offsets: np.ndarray, max_pixels: int | None = None) -> HeaderCheck:
+    """Which images of a batch may go to a device decoder, read from every frame header at once.
+
+    Args:
+        joined: the batch's encoded bytes, one after the other (``uint8``).
+        offsets: where each image starts, and the end (``int64 [n + 1]``).
+        max_pixels: the pixel limit (default: :func:`stoker.decode.image.get_max_pixels`).
+
+    A 0xFF followed by a size-declaring marker is taken as a frame header wherever it is,
+    also inside another segment's payload (entropy-coded data cannot hold one: its 0xFF
+    bytes are stuffed), so the largest of them bounds what a decoder will allocate; a
+    header cut off by the end of the file, a zero size, or no header at all refuses the
+    image. Refusing costs only the CPU path, never a wrong result.
+    """
+    limit = get_max_pixels() if max_pixels is None else max_pixels
+    n = len(offsets) - 1
+    starts, ends = offsets[:-1], offsets[1:]
+    lengths = ends - starts
+    padded = np.concatenate([joined, np.zeros(16, dtype=np.uint8)])  # reads past the end see zeros
+    ok = (lengths >= 4) & (padded[starts] == 0xFF) & (padded[starts + 1] == 0xD8) & (padded[starts + 2] == 0xFF)
+    pixels = np.zeros(n, dtype=np.int64)
+    if len(joined) < 2:
+        return HeaderCheck(ok & False, pixels)
+    is_ff = joined[:-1] == 0xFF
+    marker = joined[1:]
+    found = np.flatnonzero(is_ff & _SIZE_MARKERS[marker])
+    adobe = np.flatnonzero(is_ff & (marker == _ADOBE))
+    owner = np.searchsorted(offsets, found, side="right") - 1
+    height = padded[found + 5].astype(np.int64) << 8 | padded[found + 6]
+    width = padded[found + 7].astype(np.int64) << 8 | padded[found + 8]
+    components = padded[found + 9]
+    rgb_ids = (padded[found + 10] == ord("R")) & (padded[found + 13] == ord("G")) & (padded[found + 16] == ord("B"))
+    bad = (
+        (found + 10 > ends[owner])  # the header is cut off: its size cannot be told
+        | (height == 0) | (width == 0)
+        | ((components != 1) & (components != 3))
+        | rgb_ids
+    )
+    np.maximum.at(pixels, owner, height * width)
+    headers = np.bincount(owner, minlength=n)
+    refused = np.bincount(owner, weights=bad.astype(np.float64), minlength=n) > 0
+    refused |= np.bincount(np.searchsorted(offsets, adobe, side="right") - 1, minlength=n) > 0
+    ok &= (headers > 0) & ~refused & (pixels <= limit)
+    return HeaderCheck(ok, pixels)
+
+
+class Ready:
+    """The event a device batch is ready at; :meth:`wait` makes the consumer's stream wait for it (not the host)."""
+
+    def __init__(self, event: Any, images: torch.Tensor) -> None:
+        self.event = event
+        self.images = images
+
+    @classmethod
+    def now(cls, images: torch.Tensor) -> Ready:
+        """An event recorded now on the current stream, for ``images`` made there."""
+        event = torch.cuda.Event()
+        event.record(torch.cuda.current_stream(images.device))
+        return cls(event, images)
+
+    def wait(self) -> None:
+        """Order the current stream after the decode, and keep the batch's memory until that stream is done with it."""
+        stream = torch.cuda.current_stream(self.images.device)
+        stream.wait_event(self.event)
+        self.images.record_stream(stream)
+
+
+@dataclass
+class Decoded:
+    """A decoded batch: ``uint8 [n, 3, H, W]`` on the device, and the event it is ready at (None on the CPU)."""
+
+    images: torch.Tensor
+    ready: Ready | None
+    on_cpu: int  # images that took the CPU path
+
+
+class DeviceDecoder:
+    """Decodes batches of JPEGs on one device into one tensor, on a CUDA stream of its own.
+
+    Args:
+        device: where to decode (``"cuda:0"``; ``"cpu"`` runs the same ops on CPU tensors).
+        engine: ``"auto"`` (nvImageCodec where installed and it starts on this device, else
+            torchvision), ``"nvimagecodec"`` or ``"torchvision"``.
+
+    Example:
+        >>> decoder = DeviceDecoder("cuda")  # doctest: +SKIP
+        >>> batch = decoder.decode(blobs, boxes, (112, 112), on_cpu)  # doctest: +SKIP
+        >>> batch.ready.wait(); model(batch.images)  # doctest: +SKIP
+    """
+
+    def __init__(self, device: str | torch.device, engine: Engine = "auto") -> None:
+        if engine not in ENGINES:
+            raise ValueError(f"engine must be one of {', '.join(ENGINES)}, got {engine!r}")
+        self.device = torch.device(device)
+        cuda = self.device.type == "cuda"
+        if cuda and self.device.index is None:
+            self.device = torch.device("cuda", torch.cuda.current_device())
+        self.stream = torch.cuda.Stream(self.device) if cuda else None
+        self._nvimagecodec = _NvImageCodec.start(self.device) if cuda and engine != "torchvision" else None
+        if engine == "nvimagecodec" and self._nvimagecodec is None:
+            log.info("nvImageCodec is not available on %s: decoding with torchvision.io", self.device)
+        self.engine: str = "nvimagecodec" if self._nvimagecodec is not None else "torchvision"
+
+    def decode(
+        self,
+        blobs: Sequence[np.ndarray],
+        boxes: Sequence[Box | None],
+        size: tuple[int, int],
+        on_cpu: Callable[[int], torch.Tensor],
+    ) -> Decoded:
+        """Decode, crop and resize a batch; image ``j`` the device cannot take goes by ``on_cpu(j)``.
+
+        Args:
+            blobs: each image's encoded bytes (``uint8`` arrays; read-only views are fine).
+            boxes: each image's crop box ``(top, left, height, width)`` in its own pixels, or ``None``.
+            size: ``(height, width)`` of every output image.
+            on_cpu: decodes, crops and resizes image ``j`` on the CPU (raises on a bad image).
+
+        Returns:
+            The batch on the device, ready once :attr:`Decoded.ready` is waited on.
+        """
+        if self.stream is None:
+            out, fell_back = self._decode(blobs, boxes, size, on_cpu)
+            return Decoded(out, None, fell_back)
+        with torch.cuda.stream(self.stream):
+            out, fell_back = self._decode(blobs, boxes, size, on_cpu)
+            event = torch.cuda.Event()
+            event.record(self.stream)
+        return Decoded(out, Ready(event, out), fell_back)
+
+    def _decode(
+        self,
+        blobs: Sequence[np.ndarray],
+        boxes: Sequence[Box | None],
+        size: tuple[int, int],
+        on_cpu: Callable[[int], torch.Tensor],
+    ) -> tuple[torch.Tensor, int]:
+        n = len(blobs)
+        out = torch.empty((n, 3, *size), dtype=torch.uint8, device=self.device)
+        if n == 0:
+            return out, 0
+        arrays = [np.asarray(b, dtype=np.uint8).reshape(-1) for b in blobs]
+        lengths = np.fromiter(map(len, arrays), dtype=np.int64, count=n)
+        offsets = np.zeros(n + 1, dtype=np.int64)
+        np.cumsum(lengths, out=offsets[1:])
+        joined = np.concatenate(arrays)
+        checked = check_headers(joined, offsets)
+        take = np.flatnonzero(checked.ok)
+        views = torch.from_numpy(joined).split(lengths.tolist())  # one call: a view per image, no copy
+        failed = np.flatnonzero(~checked.ok).tolist()
+        # Parts of about one budget of decoded bytes (an image starts the part its first byte falls in).
+        cost = checked.pixels[take] * 3
+        part_of = (np.cumsum(cost) - cost) // DECODE_BUDGET_BYTES
+        for part in np.unique(part_of):
+            members = take[part_of == part]
+            decoded = self._decode_part([views[j] for j in members.tolist()])
+            failed += self._crop_resize(decoded, members, boxes, size, out)
+            if decoded[1] and self.stream is not None:
+                # nvImageCodec owns the decoded images' memory, outside torch's stream-ordered allocator:
+                # they are let go only once the copies out of them are done.
+                self.stream.synchronize()
+            del decoded
+        for j in sorted(failed):  # not for the device, or it failed there: the CPU path decodes or raises
+            out[j] = on_cpu(j).to(self.device)
+        return out, len(failed)
+
+    def _decode_part(self, tensors: list[torch.Tensor]) -> tuple[list[torch.Tensor | None], bool]:
+        """The images decoded (uint8 on the device; None where one could not be), and whether they are HWC (else CHW)."""
+        if self._nvimagecodec is not None:
+            try:
+                return self._nvimagecodec.decode(tensors, self.stream), True
+            except Exception as exc:  # noqa: BLE001 - the optional engine failing as a whole: torchvision from now on
+                log.warning("nvImageCodec failed on %s (%s: %s); decoding with torchvision.io from now on",
+                            self.device, type(exc).__name__, exc)
+                self._nvimagecodec, self.engine = None, "torchvision"
+        from torchvision.io import ImageReadMode, decode_jpeg
+
+        try:
+            return list(decode_jpeg(tensors, mode=ImageReadMode.RGB, device=self.device)), False
+        except Exception as exc:  # noqa: BLE001 - one bad file fails the batch (whatever it raises): one at a time
+            log.debug("batch JPEG decode on %s failed (%s); decoding image by image", self.device, exc)
+        decoded: list[torch.Tensor | None] = []
+        for tensor in tensors:
+            try:
+                decoded.append(decode_jpeg(tensor, mode=ImageReadMode.RGB, device=self.device))
+            except Exception:  # noqa: BLE001 - crafted bytes may make the decoder raise anything: the CPU decides
+                decoded.append(None)
+        return decoded, False
+
+    def _crop_resize(
+        self,
+        decoded: tuple[list[torch.Tensor | None], bool],
+        members: np.ndarray,
+        boxes: Sequence[Box | None],
+        size: tuple[int, int],
+        out: torch.Tensor,
+    ) -> list[int]:
+        """``out[members] = resize(crop(decoded))``, one resize per crop size; the positions that failed.
+
+        Within a crop size, images of one decoded size are stacked whole (contiguous inputs: one
+        batched copy, where views would cost a copy each) and cropped by one slice, or by one
+        gather where their boxes differ.
+        """
+        images, hwc = decoded
+        first = next((image for image in images if image is not None), None)
+        if not hwc and first is not None and first.stride(0) == 1:  # CHW views of HWC memory (torchvision on the CPU)
+            images, hwc = [None if image is None else image.permute(1, 2, 0) for image in images], True
+        k = len(members)
+        shapes = np.zeros((k, 3), dtype=np.int64)  # channels, height, width as decoded (0: not decoded)
+        crops = np.zeros((k, 4), dtype=np.int64)
+        for i, (image, j) in enumerate(zip(images, members.tolist(), strict=True)):
+            if image is not None:
+                shapes[i] = (image.shape[2], image.shape[0], image.shape[1]) if hwc else image.shape
+                box = boxes[j]
+                crops[i] = box if box is not None else (0, 0, shapes[i, 1], shapes[i, 2])
+        top, left, height, width = crops.T
+        fits = (
+            (shapes[:, 0] == 3) & (top >= 0) & (left >= 0) & (height > 0) & (width > 0)
+            & (top + height <= shapes[:, 1]) & (left + width <= shapes[:, 2])
+        )
+        failed = members[~fits].tolist()  # not decoded, or the box is outside the image: the CPU path names the file
+        good = np.flatnonzero(fits)
+        if len(good) == 0:
+            return failed
+        keys = np.concatenate([crops[good, 2:], shapes[good, 1:]], axis=1)  # crop size, then decoded size
+        groups, group_of = np.unique(keys, axis=0, return_inverse=True)
+        group_of = group_of.reshape(-1)
+        for crop_size in np.unique(groups[:, :2], axis=0).tolist():
+            parts: list[torch.Tensor] = []
+            order: list[np.ndarray] = []
+            for g in np.flatnonzero((groups[:, :2] == crop_size).all(axis=1)):
+                inside = good[group_of == g]
+                whole = torch.stack([images[i] for i in inside.tolist()])  # type: ignore[misc]
+                whole = whole.permute(0, 3, 1, 2) if hwc else whole
+                parts.append(_crop(whole, top[inside], left[inside], *crop_size))
+                order.append(members[inside])
+            batch = parts[0] if len(parts) == 1 else torch.cat([p.contiguous() for p in parts])
+            where = torch.from_numpy(np.concatenate(order)).to(self.device, non_blocking=True)
+            out.index_copy_(0, where, resize_batch(batch, (int(size[0]), int(size[1]))))
+        return failed
+
+
+def _crop(whole: torch.Tensor, top: np.ndarray, left: np.ndarray, height: int, width: int) -> torch.Tensor:
+    """Crop each image of ``whole`` (``[k, C, H, W]``) at its own ``(top, left)``: one slice when they agree, else one gather."""
+    if (top == top[0]).all() and (left == left[0]).all():
+        t, le = int(top[0]), int(left[0])
+        return whole[:, :, t : t + height, le : le + width]
+    device = whole.device
+    k = torch.arange(len(top), device=device)[:, None, None, None]
+    c = torch.arange(whole.shape[1], device=device)[None, :, None, None]
+    rows = (torch.from_numpy(top).to(device)[:, None] + torch.arange(height, device=device))[:, None, :, None]
+    cols = (torch.from_numpy(left).to(device)[:, None] + torch.arange(width, device=device))[:, None, None, :]
+    return whole[k, c, rows, cols]
+
+
+def resize_batch(images: torch.Tensor, size: tuple[int, int]) -> torch.Tensor:
+    """Antialiased bilinear resize of a ``uint8 [k, 3, h, w]`` batch through float, rounded: the same on every device."""
+    if tuple(images.shape[-2:]) == tuple(size):
+        return images
+    scaled = torch.nn.functional.interpolate(
+        images.float(), size=list(size), mode="bilinear", antialias=True, align_corners=False
+    )
+    return scaled.round_().clamp_(0, 255).to(torch.uint8)
+
+
+class _NvImageCodec:
+    """nvImageCodec's batched decoder: the hardware JPEG engine first, then nvJPEG on the GPU (CUDA only).
+
+    Not run by the CPU tests (it needs the package and a device); ``bash benchmarks/gpu_check.sh decode``
+    runs it on a GPU against the torchvision path.
+    """
+
+    def __init__(self, module: Any, decoder: Any, params: Any, device: torch.device) -> None:
+        self.module = module
+        self.decoder = decoder
+        self.params = params
+        self.device = device
+        self.lock = threading.Lock()  # one decoder, loader threads take turns
+
+    @classmethod
+    def start(cls, device: torch.device) -> _NvImageCodec | None:
+        """The decoder on ``device``, or None when the package is missing or does not start there."""
+        try:
+            from nvidia import nvimgcodec  # type: ignore[import-not-found]
+        except ImportError:
+            return None
+        try:
+            kinds = nvimgcodec.BackendKind
+            backends = [nvimgcodec.Backend(kinds.HW_GPU_ONLY), nvimgcodec.Backend(kinds.GPU_ONLY)]
+            params = nvimgcodec.DecodeParams(apply_exif_orientation=False, allow_any_depth=False)
+            try:  # libjpeg-turbo's chroma upsampling, as the CPU path decodes
+                decoder = nvimgcodec.Decoder(device_id=device.index or 0, backends=backends,
+                                             options=":fancy_upsampling=1")
+            except Exception:  # noqa: BLE001 - an option this version does not know: its default
+                decoder = nvimgcodec.Decoder(device_id=device.index or 0, backends=backends)
+        except Exception as exc:  # noqa: BLE001 - no engine, no driver: torchvision decodes
+            log.info("nvImageCodec did not start on %s (%s): decoding with torchvision.io", device, exc)
+            return None
+        return cls(nvimgcodec, decoder, params, device)
+
+    def decode(self, tensors: list[torch.Tensor], stream: Any) -> list[torch.Tensor | None]:
+        """HWC uint8 tensors on the device (each keeps its nvImageCodec image alive), None where one failed."""
+        streams = [self.module.CodeStream(t.numpy().tobytes()) for t in tensors]
+        with self.lock:
+            images = self.decoder.decode(streams, params=self.params, cuda_stream=stream.cuda_stream)
+        return [None if im is None else torch.as_tensor(im, device=self.device) for im in images]
+
+
+def nvimagecodec_available() -> bool:
+    """Whether the optional nvImageCodec package (``stoker[gpu]``) can be imported."""
+    try:
+        from nvidia import nvimgcodec  # type: ignore[import-not-found]  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+_decoders: dict[tuple[str, str], DeviceDecoder] = {}
+_decoders_lock = threading.Lock()
+
+
+def device_decoder(device: str | torch.device, engine: Engine = "auto") -> DeviceDecoder:
+    """The process's one :class:`DeviceDecoder` for ``device`` (its stream and engine made once)."""
+    key = (str(torch.device(device)), engine)
+    with _decoders_lock:
+        if key not in _decoders:
+            _decoders[key] = DeviceDecoder(device, engine)
+        return _decoders[key]

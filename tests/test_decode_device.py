@@ -1,0 +1,266 @@
+"""stoker.decode.device: the batched device path, run on CPU tensors (the same ops torchvision runs on a GPU)."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import struct
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+from stoker.decode import device as dev
+from stoker.decode.headers import declared_size
+from stoker.decode.image import decode_sample, resize
+from stoker.decode.jpeg import decode_jpeg_resized
+from stoker.errors import DecodeError
+
+# The device path resizes through float (as torchvision does on a GPU); the CPU path's uint8
+# resize rounds differently: at most 1 grey level apart on the same decoded pixels.
+MAX_ABS_DIFF_SAME_DECODE = 1
+MAX_MEAN_ABS_DIFF = 2.0  # against the reduced-scale CPU path (stoker.decode.jpeg's tolerance)
+
+
+def photo(height: int, width: int, seed: int = 0) -> np.ndarray:
+    """A photo-like RGB image: smooth gradients, a few discs with edges, mild noise."""
+    rng = np.random.default_rng(seed)
+    y, x = np.mgrid[0:height, 0:width].astype(np.float32)
+    image = np.stack([128 + 100 * np.sin(x / (7 + seed) + y / 23), 128 + 90 * np.cos(y / 11 - x / 31),
+                      (x * 255 / max(width - 1, 1)) * 0.6 + 40], axis=-1)
+    for _ in range(4):
+        cy, cx, r = rng.integers(0, height), rng.integers(0, width), rng.integers(3, max(4, min(height, width) // 3))
+        image[(y - cy) ** 2 + (x - cx) ** 2 < r**2] = rng.integers(0, 255, 3)
+    return np.clip(image + rng.normal(0, 6, image.shape), 0, 255).astype(np.uint8)
+
+
+def encode(pixels: np.ndarray, mode: str = "RGB", **options: object) -> bytes:
+    buffer = io.BytesIO()
+    Image.fromarray(pixels).convert(mode).save(buffer, "JPEG", quality=90, **options)
+    return buffer.getvalue()
+
+
+def _blob(data: bytes) -> np.ndarray:
+    return np.frombuffer(data, dtype=np.uint8)
+
+
+def _joined(blobs: list[bytes]) -> tuple[np.ndarray, np.ndarray]:
+    offsets = np.zeros(len(blobs) + 1, dtype=np.int64)
+    np.cumsum([len(b) for b in blobs], out=offsets[1:])
+    return np.frombuffer(b"".join(blobs), dtype=np.uint8), offsets
+
+
+def _with_size(data: bytes, height: int, width: int) -> bytes:
+    at = data.index(b"\xff\xc0")
+    return data[: at + 5] + struct.pack(">HH", height, width) + data[at + 9 :]
+
+
+def _full_path(blobs: list[np.ndarray], boxes: list, size: tuple[int, int], j: int) -> torch.Tensor:
+    return resize(decode_sample(blobs[j].tobytes(), f"{j}.jpg", boxes[j]), size)
+
+
+def test_a_batch_decodes_as_the_cpu_path_within_the_resize_rounding() -> None:
+    size = (56, 48)
+    blobs = [_blob(encode(photo(218, 178, seed=i))) for i in range(5)]
+    blobs += [_blob(encode(photo(90, 120, seed=7), "L")), _blob(encode(photo(64, 64, seed=8), subsampling=1))]
+    blobs += [_blob(encode(photo(218, 178, seed=9), progressive=True)), _blob(encode(photo(40, 30, seed=10)))]
+    # Crops of one size at two places in images of one size (a gather), two other crop sizes, whole images of
+    # three sizes, one crop already at the output size.
+    boxes = [(40, 20, 138, 138), (30, 10, 138, 138), (40, 20, 138, 138), (0, 0, 100, 90), None, None,
+             (8, 8, 56, 48), (40, 20, 138, 138), None]
+    calls: list[int] = []
+
+    def on_cpu(j: int) -> torch.Tensor:
+        calls.append(j)
+        return _full_path(blobs, boxes, size, j)
+
+    batch = dev.DeviceDecoder("cpu").decode(blobs, boxes, size, on_cpu)
+    assert calls == [] and batch.on_cpu == 0 and batch.ready is None
+    assert batch.images.shape == (len(blobs), 3, *size) and batch.images.dtype == torch.uint8
+    for j in range(len(blobs)):
+        expected = _full_path(blobs, boxes, size, j)
+        assert int((batch.images[j].int() - expected.int()).abs().max()) <= MAX_ABS_DIFF_SAME_DECODE, j
+        reduced = decode_jpeg_resized(blobs[j], size, boxes[j])
+        if reduced is not None:
+            assert float((batch.images[j].float() - reduced.float()).abs().mean()) <= MAX_MEAN_ABS_DIFF, j
+    assert torch.equal(batch.images[6], _full_path(blobs, boxes, size, 6))  # a crop at the output size: no resize
+
+
+def test_what_the_device_cannot_take_goes_to_the_cpu_path_in_place() -> None:
+    size = (16, 16)
+    good = encode(photo(40, 48, seed=1))
+    blobs = [
+        _blob(good),
+        _blob(b"\x89PNG\r\n\x1a\n" + b"\x00" * 40),  # not a JPEG
+        _blob(_with_size(good, 48679, 59164)),  # the pixel limit
+        _blob(good[: len(good) // 2]),  # truncated: decodes partly or fails, on the CPU too
+        _blob(encode(photo(40, 48, seed=2))),
+        _blob(good),
+    ]
+    boxes = [None, None, None, None, (0, 0, 400, 400), (4, 4, 20, 20)]  # [4]: a box outside the image
+    calls: list[int] = []
+
+    def on_cpu(j: int) -> torch.Tensor:
+        calls.append(j)
+        return torch.full((3, *size), j, dtype=torch.uint8)
+
+    batch = dev.DeviceDecoder("cpu").decode(blobs, boxes, size, on_cpu)
+    assert set(calls) >= {1, 2, 4} and set(calls) <= {1, 2, 3, 4} and batch.on_cpu == len(calls)
+    for j in calls:
+        assert torch.equal(batch.images[j], torch.full((3, *size), j, dtype=torch.uint8))
+    assert int((batch.images[5].int() - _full_path(blobs, boxes, size, 5).int()).abs().max()) <= 1
+
+
+def test_the_header_pass_refuses_crafted_sizes_and_colour_transforms_before_any_decoder() -> None:
+    good = encode(photo(40, 48, seed=3))
+    at = good.index(b"\xff\xc0")
+    app = b"\xff\xe1" + struct.pack(">H", 2 + 9) + b"\xff\xc0\x00\x11\x08" + struct.pack(">HH", 60000, 60000)
+    adobe = b"\xff\xee" + struct.pack(">H", 14) + b"Adobe\x00\x64\x00\x00\x00\x00\x00"
+    rgb_ids = bytearray(good)
+    rgb_ids[at + 10], rgb_ids[at + 13], rgb_ids[at + 16] = ord("R"), ord("G"), ord("B")
+    cases = {
+        "good": (good, True),
+        "huge": (_with_size(good, 48679, 59164), False),
+        "huge behind garbage": (good[:at] + b"\x13\x37" + _with_size(good, 30000, 40000)[at:], False),
+        "a larger look-alike inside an APP segment": (good[:2] + app + good[2:], False),
+        "zero height": (_with_size(good, 0, 48), False),
+        "no frame header": (good[:at], False),
+        "cut inside the frame header": (good[: at + 7], False),
+        "four components": (good[: at + 9] + b"\x04" + good[at + 10 :], False),
+        "Adobe marker": (good[:2] + adobe + good[2:], False),
+        "R, G, B component ids": (bytes(rgb_ids), False),
+        "PNG": (b"\x89PNG\r\n\x1a\n" + b"\x00" * 30, False),
+        "empty": (b"", False),
+        "two bytes": (b"\xff\xd8", False),
+    }
+    joined, offsets = _joined([data for data, _ in cases.values()])
+    checked = dev.check_headers(joined, offsets)
+    assert dict(zip(cases, checked.ok.tolist(), strict=True)) == {name: ok for name, (_, ok) in cases.items()}
+    assert checked.pixels[0] == 40 * 48 and checked.pixels[1] == 48679 * 59164
+    limited = dev.check_headers(*_joined([good, good]), max_pixels=40 * 48 - 1)
+    assert not limited.ok.any()
+
+
+def test_a_huge_header_never_goes_to_the_device_decoder_and_the_cpu_path_names_it() -> None:
+    good = encode(photo(40, 48, seed=4))
+    blobs = [_blob(good), _blob(_with_size(good, 48679, 59164))]
+
+    def on_cpu(j: int) -> torch.Tensor:
+        return resize(decode_sample(blobs[j].tobytes(), f"row{j}.jpg"), (16, 16))
+
+    with pytest.raises(DecodeError, match="row1.jpg: .*pixels, more than the limit"):
+        dev.DeviceDecoder("cpu").decode(blobs, [None, None], (16, 16), on_cpu)
+
+
+def test_the_header_pass_never_lets_through_what_the_precise_header_walk_refuses() -> None:
+    from fuzzing.jpeg import jpeg_case
+
+    from stoker.decode.image import get_max_pixels
+
+    cases = [jpeg_case(seed)[1] for seed in range(390)]
+    checked = dev.check_headers(*_joined(cases))
+    for data, ok in zip(cases, checked.ok.tolist(), strict=True):
+        if ok:
+            size = declared_size(data)
+            assert size is not None and 0 < size[0] * size[1] <= get_max_pixels()
+
+
+_FUZZ_CHILD = r"""
+import json, resource, sys, warnings
+warnings.simplefilter("ignore")
+import numpy as np, torch
+from fuzzing.jpeg import jpeg_case
+from stoker.decode.device import DeviceDecoder
+from stoker.decode.image import decode_sample, resize
+from stoker.errors import DecodeError
+
+decoder, size, counts = DeviceDecoder(sys.argv[2]), (32, 32), {}
+start = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+for seed in range(int(sys.argv[1])):
+    kind, data = jpeg_case(seed)
+    blobs = [np.frombuffer(data, np.uint8), np.frombuffer(jpeg_case(0)[1], np.uint8)]
+    where = {}
+    def on_cpu(j):
+        try:
+            image = resize(decode_sample(blobs[j].tobytes(), "case.jpg"), size)
+        except DecodeError:
+            where[j] = "cpu refused"
+            return torch.zeros((3, *size), dtype=torch.uint8)
+        where[j] = "cpu"
+        return image
+    try:
+        decoder.decode(blobs, [None, None], size, on_cpu)
+        outcome = where.get(0, "device")
+    except Exception as exc:
+        outcome = "other error: " + type(exc).__name__
+    key = kind + "|" + outcome
+    counts[key] = counts.get(key, 0) + 1
+grown = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - start
+print(json.dumps({"counts": counts, "grown_kib": grown}))
+"""
+
+
+@pytest.mark.timeout(240)
+def test_crafted_jpegs_through_the_batched_path_decode_or_go_to_the_cpu_without_crashing() -> None:
+    # The fuzz battery's cases (tests/support/fuzzing/jpeg.py) in a child process: a crash is an exit code.
+    support = Path(__file__).parent / "support"
+    paths = os.pathsep.join([str(support), str(Path(dev.__file__).parents[2]), os.environ.get("PYTHONPATH", "")])
+    done = subprocess.run(
+        [sys.executable, "-c", _FUZZ_CHILD, "260", "cuda" if torch.cuda.is_available() else "cpu"],
+        capture_output=True, text=True, timeout=220, env={**os.environ, "PYTHONPATH": paths},
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    outcomes = {key.split("|")[1] for key in result["counts"]}
+    assert outcomes <= {"device", "cpu", "cpu refused"}, result["counts"]
+    assert sum(result["counts"].values()) == 260
+    huge = {key.split("|")[1] for key in result["counts"] if key.startswith("huge")}
+    assert huge == {"cpu refused"}, result["counts"]
+    assert result["grown_kib"] < 1 << 20, result  # no case took a GiB
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_on_cuda_the_batch_is_ready_after_its_event_and_matches_the_cpu_run() -> None:
+    size = (112, 112)
+    blobs = [_blob(encode(photo(218, 178, seed=i))) for i in range(16)]
+    boxes = [(40, 20, 138, 138)] * 16
+
+    def on_cpu(j: int) -> torch.Tensor:
+        return _full_path(blobs, boxes, size, j)
+
+    on_gpu = dev.DeviceDecoder("cuda").decode(blobs, boxes, size, on_cpu)
+    assert on_gpu.ready is not None and on_gpu.images.device.type == "cuda" and on_gpu.on_cpu == 0
+    on_gpu.ready.wait()
+    for j in range(16):
+        assert float((on_gpu.images[j].cpu().float() - on_cpu(j).float()).abs().mean()) <= MAX_MEAN_ABS_DIFF
+    torchvision = dev.DeviceDecoder("cuda", engine="torchvision").decode(blobs, boxes, size, on_cpu)
+    torchvision.ready.wait()  # type: ignore[union-attr]
+    cpu = dev.DeviceDecoder("cpu").decode(blobs, boxes, size, on_cpu).images
+    assert float((torchvision.images.cpu().float() - cpu.float()).abs().mean()) <= MAX_MEAN_ABS_DIFF
+
+
+def test_a_batch_over_the_decode_budget_is_decoded_a_part_at_a_time_with_the_same_result(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    size = (24, 24)
+    blobs = [_blob(encode(photo(60 + 4 * i, 50, seed=i))) for i in range(6)]
+    boxes = [None] * 6
+    whole = dev.DeviceDecoder("cpu").decode(blobs, boxes, size, lambda j: pytest.fail(f"image {j} fell back"))
+    parts: list[int] = []
+    decoder = dev.DeviceDecoder("cpu")
+    original = decoder._decode_part
+
+    def counted(tensors: list[torch.Tensor]) -> tuple[list[torch.Tensor | None], bool]:
+        parts.append(len(tensors))
+        return original(tensors)
+
+    monkeypatch.setattr(decoder, "_decode_part", counted)
+    monkeypatch.setattr(dev, "DECODE_BUDGET_BYTES", 2 * 3 * 64 * 50)  # about two images a part
+    split = decoder.decode(blobs, boxes, size, lambda j: pytest.fail(f"image {j} fell back"))
+    assert len(parts) >= 3 and sum(parts) == 6 and max(parts) <= 3
+    assert torch.equal(split.images, whole.images)
