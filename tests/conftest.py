@@ -57,6 +57,7 @@ MULTIPROCESS_FILES = frozenset({
     "train/test_machines.py",
     "train/test_run_status.py",
     "train/test_threads.py",
+    "test_decode_device.py",
 })
 
 # The slow tier, relative to tests/: a folder ("remote/") or a file marks all its tests, a node id
