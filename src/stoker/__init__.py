@@ -6,8 +6,11 @@ do not pay for importing torch until something needs it.
 
 Example:
     >>> import stoker
-    >>> ds = stoker.ClassFolderDataset("digiface")  # doctest: +SKIP
-    >>> loader = stoker.make_loader(ds, batch_size=256, num_workers=2)  # doctest: +SKIP
+    >>> ds = stoker.ClassFolderDataset("data/digiface")
+    >>> loader = stoker.make_loader(ds, batch_size=8, num_workers=2)
+    >>> images, labels = next(iter(loader))
+    >>> images.dtype, tuple(images.shape), labels.dtype
+    (torch.uint8, (8, 3, 112, 112), torch.int64)
 """
 
 from __future__ import annotations

@@ -5,17 +5,10 @@ user code — opens data here, so layout detection, split folders, validation sp
 (later) URLs are decided once. This module sits above :mod:`stoker.sources` and
 :mod:`stoker.shards`; neither of those imports it.
 
-=================================================  ======================================
-what a folder holds                                opened as
-=================================================  ======================================
-``manifest.json``                                  a shard set: one :class:`ShardDataset` per split
-``ids.json`` or ``ids.csv``                        :class:`IdDataset`: every partition is a split
-``identity_CelebA.txt``, or a ``*.txt`` file       :class:`LabelFileDataset` (images in ``img/``
-beside an ``img/`` folder                          when there is one, else beside the file)
-only folders named ``train``, ``val``/``valid``/   split folders: each one any file layout (class
-``validation``, ``test``                           folders, usually), one label mapping for all
-anything else                                      :class:`ClassFolderDataset`
-=================================================  ======================================
+The layout is detected from what the folder holds: ``manifest.json`` (a shard set),
+``ids.json``/``ids.csv`` (ids + partitions), a label file beside ``img/``, split folders
+(``train``, ``val``/``valid``/``validation``, ``test``), else class folders; the table is
+in the guide, ``docs/guides/opening-data.md``.
 
 A path may also name the label file (``*.txt``) or the id file (``*.json``, ``*.csv``)
 itself. Split names ``validation`` and ``val`` become ``valid``. Several paths are laid
@@ -23,9 +16,10 @@ side by side: each source's labels are shifted past the previous sources' classe
 same way in every split.
 
 Example:
-    >>> data = open_data("data/digiface", valid=0.1)  # doctest: +SKIP
-    >>> data["train"], data["valid"], data.num_classes  # doctest: +SKIP
-    >>> train = open_data(["data/celeba", "data/digiface"], "train", image_size=112)  # doctest: +SKIP
+    >>> data = open_data("data/digiface", valid=0.1)
+    >>> len(data["train"]), len(data["valid"]), data.num_classes
+    (36, 4, 4)
+    >>> train = open_data(["data/celeba", "data/digiface"], "train", image_size=112)
 """
 
 from __future__ import annotations
@@ -557,8 +551,11 @@ def open_data(
         DataError: the data itself is malformed (the message names the file and line).
 
     Example:
-        >>> data = open_data("data/digiface", valid=0.1, image_size=64)  # doctest: +SKIP
-        >>> loader = make_loader(data["train"], batch_size=128)  # doctest: +SKIP
+        >>> from stoker import make_loader
+        >>> data = open_data("data/digiface", valid=0.1, image_size=64)
+        >>> images, labels = next(iter(make_loader(data["train"], batch_size=8, num_workers=0)))
+        >>> tuple(images.shape)
+        (8, 3, 64, 64)
     """
     on_error = check_on_error(on_error)
     size_transform = _transform(image_size, transform)

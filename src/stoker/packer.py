@@ -59,9 +59,9 @@ def pack(
         ShardError: a shard set source is damaged.
 
     Example:
-        >>> manifest = pack("data/digiface", "packed", store="pixels", size=(112, 112), valid=0.1)  # doctest: +SKIP
-        >>> manifest.split_samples("valid")  # doctest: +SKIP
-        2000
+        >>> manifest = pack("data/digiface", "packed-here", store="pixels", size=(32, 32), valid=0.1, progress=False)
+        >>> manifest.split_samples("train"), manifest.split_samples("valid")
+        (36, 4)
     """
     if isinstance(source, Mapping) and all(isinstance(v, (str, os.PathLike, list, tuple)) for v in source.values()):
         opened = open_data(source, crop=crop, labels=labels, label_order=label_order)  # {split: paths}: one label mapping

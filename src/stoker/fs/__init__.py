@@ -20,10 +20,10 @@ Credentials and endpoints come from fsspec's usual configuration (see
 :mod:`stoker.fs.remote`); stoker adds none of its own.
 
 Example:
-    >>> where("data/digiface")  # doctest: +SKIP
-    LocalLocation('data/digiface')
-    >>> where("s3://bucket/packed").child("manifest.json").url  # doctest: +SKIP
-    's3://bucket/packed/manifest.json'
+    >>> where("data/digiface").is_local
+    True
+    >>> where("memory://bucket/packed").child("manifest.json").url
+    'memory://bucket/packed/manifest.json'
 """
 
 from __future__ import annotations

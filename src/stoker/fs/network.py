@@ -22,8 +22,12 @@ Every network call of a :class:`~stoker.fs.remote.RemoteLocation` goes through
   for the caller to name.
 
 Example:
-    >>> call("s3://bucket/x", lambda: fs.cat_file("bucket/x"))  # doctest: +SKIP
-    NetworkError: s3://bucket/x: could not connect to ... (connection refused); ...
+    >>> def refused():
+    ...     raise ConnectionRefusedError(111, "Connection refused")
+    >>> call("s3://bucket/x", refused)
+    Traceback (most recent call last):
+    ...
+    stoker.errors.NetworkError: s3://bucket/x: ...
 """
 
 from __future__ import annotations

@@ -4,11 +4,12 @@
 :func:`write_shards`; this package never opens paths of other layouts itself.
 
 Example:
+    >>> import stoker
     >>> from stoker.shards import ShardDataset, verify
-    >>> stoker.pack("data/digiface", "packed", store="pixels", size=(112, 112), valid=0.1)  # doctest: +SKIP
-    >>> train = ShardDataset("packed", split="train")  # doctest: +SKIP
-    >>> verify("packed").ok  # doctest: +SKIP
-    True
+    >>> manifest = stoker.pack("data/digiface", "packed-here", store="pixels", size=(32, 32), valid=0.1, progress=False)
+    >>> train = ShardDataset("packed-here", split="train")
+    >>> len(train), verify("packed-here").ok
+    (36, True)
 """
 
 from __future__ import annotations

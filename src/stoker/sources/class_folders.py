@@ -138,8 +138,10 @@ class ClassFolderDataset(FileDataset):
             symbolic link to a folder outside ``root`` (unless ``follow_links``).
 
     Example:
-        >>> ds = ClassFolderDataset("digiface", labels="numeric")  # doctest: +SKIP
-        >>> image, label = ds[0]  # image: uint8 tensor 3x112x112  # doctest: +SKIP
+        >>> ds = ClassFolderDataset("data/digiface", labels="numeric")
+        >>> image, label = ds[0]
+        >>> image.dtype, tuple(image.shape), label
+        (torch.uint8, (3, 112, 112), 0)
     """
 
     def __init__(

@@ -30,9 +30,12 @@ def concat(
         on_error: the bad-sample policy (default: the first data set's).
 
     Example:
-        >>> both = concat(LabelFileDataset("celeba/img", "celeba/identity_CelebA.txt"),
-        ...               ClassFolderDataset("digiface"))  # doctest: +SKIP
-        >>> both.num_classes == celeba.num_classes + digiface.num_classes  # doctest: +SKIP
+        >>> from stoker.sources import ClassFolderDataset, LabelFileDataset
+        >>> celeba = LabelFileDataset("data/celeba/img", "data/celeba/identity_CelebA.txt")
+        >>> digiface = ClassFolderDataset("data/digiface")
+        >>> both = concat(celeba, digiface)
+        >>> both.num_classes == celeba.num_classes + digiface.num_classes, len(both) == len(celeba) + len(digiface)
+        (True, True)
     """
     if not datasets:
         raise ConfigError("concat needs at least one data set")

@@ -176,7 +176,10 @@ class FileDataset(Dataset, MapReader):
             ``(train, valid)`` data sets.
 
         Example:
-            >>> train, valid = ClassFolderDataset("digiface").split(valid=0.1, seed=0)  # doctest: +SKIP
+            >>> from stoker.sources import ClassFolderDataset
+            >>> train, valid = ClassFolderDataset("data/digiface").split(valid=0.1, seed=0)
+            >>> len(train), len(valid)
+            (36, 4)
         """
         train_rows, valid_rows = stratified_split(self.labels, valid, seed)
         return self.subset(train_rows), self.subset(valid_rows)

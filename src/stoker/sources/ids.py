@@ -58,8 +58,10 @@ class IdDataset(FileDataset):
         MissingFileError: an id has no file in ``root``.
 
     Example:
-        >>> ds = IdDataset.from_json("ids/ids.json", split="train")  # doctest: +SKIP
-        >>> image, label = ds[0]  # doctest: +SKIP
+        >>> ds = IdDataset.from_json("data/ids/ids.json", split="train")
+        >>> image, label = ds[0]
+        >>> image.dtype, image.shape[0]
+        (torch.uint8, 3)
     """
 
     def __init__(

@@ -38,8 +38,8 @@ def indexing_progress(where: str, unit: str = "files") -> tqdm | LogCounter:
     under ``--quiet`` nothing.
 
     Example:
-        >>> with indexing_progress("data/train") as bar:  # doctest: +SKIP
-        ...     bar.update(len(names))
+        >>> with indexing_progress("data/digiface") as bar:
+        ...     _ = bar.update(40)
     """
     disable = bar_disable()
     if disable is None and not sys.stderr.isatty():

@@ -69,7 +69,10 @@ class LabelFileDataset(FileDataset):
         MissingFileError: the folder, the label file or a listed image is missing.
 
     Example:
-        >>> ds = LabelFileDataset("celeba/img", "celeba/identity_CelebA.txt", crop=(40, 20, 138, 138))  # doctest: +SKIP
+        >>> ds = LabelFileDataset("data/celeba/img", "data/celeba/identity_CelebA.txt", crop=(40, 20, 138, 138))
+        >>> image, label = ds[0]
+        >>> tuple(image.shape)
+        (3, 138, 138)
     """
 
     def __init__(

@@ -410,7 +410,7 @@ def write_shards(
         rows, store=store, image_size=size, seed=seed, shard_samples=shard_samples, shard_bytes=shard_bytes,
         settings=settings, shuffle=shuffle, channels=channels,
     )
-    made_by = {
+    made_by: dict[str, Any] = {
         "tool": "stoker",
         "stoker_version": _stoker_version(),
         "source": described,
