@@ -278,12 +278,12 @@ def run_bench(plan: BenchPlan, echo: Echo | None = None) -> BenchResult:
         if data.packed and shard_set is None:  # first: a URL's download rate is measured as its shards come
             result.limits = _packed_reads(limits, list(data.packed.values()), plan.limits_time_s)
         result.stream_quality, result.stream_fixes = _stream_qualities(data, plan)
-        images, labels = _warm_up(data)
+        batch_images, batch_labels = _warm_up(data)
         if plan.mode == "train":
-            _measure_ceiling(result, plan, images, labels, expected, device, say)
+            _measure_ceiling(result, plan, batch_images, batch_labels, expected, device, say)
         _run_all(result, data, plan, expected, device, say)
         if plan.mode == "train":  # again after the runs: the faster of the two is the step's own rate
-            _measure_ceiling(result, plan, images, labels, expected, device, say)
+            _measure_ceiling(result, plan, batch_images, batch_labels, expected, device, say)
             for run in result.runs:
                 if "fraction_of_ceiling" in run.extra and result.ceiling is not None:
                     run.extra["fraction_of_ceiling"] = (run.img_per_s or 0.0) / result.ceiling.img_per_s

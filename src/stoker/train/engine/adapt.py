@@ -363,11 +363,11 @@ class Adapter:
             self._finish()
             return
         if searching and self.search is not None:
-            readers = self.search.next()
-            if readers is not None and self._stage_trials < self._budget:
-                self._queue = [self._with_readers(readers)]
+            proposed = self.search.next()
+            if proposed is not None and self._stage_trials < self._budget:
+                self._queue = [self._with_readers(proposed)]
             else:
-                self._unfinished = readers is not None
+                self._unfinished = proposed is not None
                 self._queue = []
         if self._queue:
             self._next_trial()
