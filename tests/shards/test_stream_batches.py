@@ -93,12 +93,13 @@ def test_a_stream_made_without_read_rows_reads_the_first_loaders_batches(packed:
 
 
 def test_a_pixel_stream_is_read_in_the_training_process_by_default(packed: Callable[..., Path]) -> None:
-    from stoker.loading.workers import FALLBACK_WORKERS
+    from stoker.loading.workers import default_workers
 
     pixels = ShardStream(packed(store="pixels", size=(12, 10), shard_samples=7))
     encoded = ShardStream(packed(store="encoded", size=(12, 10), shard_samples=7))
     assert make_loader(pixels, batch_size=BATCH, device="cpu").num_workers == 0  # a copy: shipping it costs more
-    assert make_loader(encoded, batch_size=BATCH, device="cpu").num_workers == FALLBACK_WORKERS  # never the core count
+    # a stream dealt by batch: the machine's share, as map-style data (stoker.loading.workers)
+    assert make_loader(encoded, batch_size=BATCH, device="cpu").num_workers == default_workers({}, accelerator=False)
     assert make_loader(pixels, batch_size=BATCH, device="cpu", num_workers=2).num_workers == 2  # a caller's choice stands
 
 

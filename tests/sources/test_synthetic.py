@@ -172,11 +172,23 @@ def test_refuses_non_empty_folder_and_overwrite_replaces_only_its_files(tmp_path
     assert (root / "notes.txt").read_text() == "mine"
 
 
-def test_progress_bar_on_stderr(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_progress_bar_on_stderr(tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """A bar only where asked and only on a terminal (a log gets no frames: stoker.terminal)."""
+    import io
+    import sys
+
+    class _Terminal(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
     make_ids(tmp_path / "quiet", n=300, classes=2, progress=False)
     assert capsys.readouterr().err == ""
+    make_ids(tmp_path / "log", n=300, classes=2, progress=True)  # stderr is not a terminal here
+    assert capsys.readouterr().err == ""
+    terminal = _Terminal()
+    monkeypatch.setattr(sys, "stderr", terminal)
     make_ids(tmp_path / "loud", n=300, classes=2, progress=True)
-    assert "make ids" in capsys.readouterr().err
+    assert "make ids" in terminal.getvalue()
 
 
 @settings(max_examples=60, deadline=None)

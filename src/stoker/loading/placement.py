@@ -15,9 +15,6 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-import torch.distributed as dist
-from torch.utils.data import get_worker_info
-
 __all__ = ["as_worker", "distributed_placement", "local_rank", "local_ranks", "worker_placement"]
 
 _thread = threading.local()  # the worker a thread of the loader's thread backend runs as
@@ -34,6 +31,8 @@ def distributed_placement() -> tuple[int, int] | None:
         >>> distributed_placement() is None  # not under torchrun
         True
     """
+    import torch.distributed as dist  # here: the CLI asks local_ranks() before torch is needed
+
     if dist.is_available() and dist.is_initialized():
         return dist.get_rank(), dist.get_world_size()
     return None
@@ -67,6 +66,8 @@ def worker_placement() -> tuple[int, int]:
         ...     worker_placement()
         (2, 3)
     """
+    from torch.utils.data import get_worker_info
+
     info = get_worker_info()
     if info is not None:
         return info.id, info.num_workers

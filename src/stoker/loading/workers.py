@@ -39,7 +39,6 @@ from collections.abc import Mapping
 from typing import Any
 
 import psutil
-from torch.utils.data import IterableDataset
 
 from stoker.cores import usable_cores
 from stoker.errors import ConfigError
@@ -75,6 +74,8 @@ def batches_follow_workers(dataset: Any) -> bool:
     true ``elastic`` attribute (its batches are a function of seed, epoch, ranks and batch
     size alone); a map-style data set's order is the sampler's. ``dataset`` may be a class.
     """
+    from torch.utils.data import IterableDataset  # here: the CLI reads this module's rule before torch is needed
+
     iterable = issubclass(dataset, IterableDataset) if isinstance(dataset, type) else isinstance(dataset, IterableDataset)
     return iterable and not bool(getattr(dataset, "elastic", False))
 

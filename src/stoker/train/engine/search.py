@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["GAIN", "WAIT_FLOOR", "Reading", "ReaderSearch"]
+__all__ = ["GAIN", "ReaderSearch", "Reading", "WAIT_FLOOR"]
 
 WAIT_FLOOR = 0.05  # a step that waits less than this share for data gains nothing from more readers
 GAIN = 0.05  # the search moves to a count only when it was this much faster than the one it stands on (noise)
