@@ -48,27 +48,11 @@ from stoker.data import open_data  # noqa: E402
 from stoker.loading import make_loader  # noqa: E402
 from stoker.sources.synthetic import make_celeba  # noqa: E402
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # the baseline is bench_peers' own
+from bench_peers import TorchvisionFiles  # noqa: E402
+
 SIZE = (112, 112)
 CROP = (40, 20, 138, 138)
-
-
-class TorchvisionFiles(torch.utils.data.Dataset):
-    """The hand-written baseline: read a file, ``torchvision.io.decode_image`` (RGB), crop, resize."""
-
-    def __init__(self, files: list[str], labels: list[int]) -> None:
-        self.files, self.labels = files, labels
-
-    def __len__(self) -> int:
-        return len(self.files)
-
-    def __getitem__(self, i: int) -> tuple[torch.Tensor, int]:
-        from torchvision.io import ImageReadMode, decode_image, read_file
-        from torchvision.transforms.v2 import functional as F
-
-        image = decode_image(read_file(self.files[i]), mode=ImageReadMode.RGB)
-        top, left, height, width = CROP
-        image = image[:, top : top + height, left : left + width]
-        return F.resize(image, list(SIZE), antialias=True), self.labels[i]
 
 
 class Timed:
@@ -127,7 +111,7 @@ def main() -> None:
     if not (folder / "identity_CelebA.txt").exists():
         make_celeba(folder, args.n, classes=args.classes, progress=False, overwrite=True)
     data = open_data(folder, split="train", crop=CROP, image_size=SIZE, label_order="sorted")
-    baseline = TorchvisionFiles([str(p) for p in data.index.paths], [int(x) for x in data.labels])
+    baseline = TorchvisionFiles([Path(p) for p in data.index.paths], [int(x) for x in data.labels], CROP)
     common: dict[str, Any] = {"batch_size": args.batch, "shuffle": True, "num_workers": args.workers, "prefetch_factor": 4}
     timers = {
         "stoker": Timed(make_loader(data, backend="process", device=None, **common)),
