@@ -32,9 +32,27 @@ def bars_shown(progress: bool = True) -> bool:
 
 
 def set_quiet(quiet: bool) -> None:
-    """Under ``--quiet``: no bar in this process or the workers it starts."""
-    if quiet:
-        os.environ[QUIET_ENV] = "1"
+    """Under ``--quiet``: no bar in this process or the workers it starts, until the command ends.
+
+    Inside a click command the setting is undone when its context closes, so a command
+    invoked in-process (``CliRunner``, a notebook) leaves no quiet behind for what runs next.
+    """
+    if not quiet:
+        return
+    before = os.environ.get(QUIET_ENV)
+    os.environ[QUIET_ENV] = "1"
+    import click  # light, and already imported wherever a command runs
+
+    context = click.get_current_context(silent=True)
+    if context is not None:
+        context.call_on_close(lambda: _restore_quiet(before))
+
+
+def _restore_quiet(before: str | None) -> None:
+    if before is None:
+        os.environ.pop(QUIET_ENV, None)
+    else:
+        os.environ[QUIET_ENV] = before
 
 
 class LogCounter:

@@ -130,3 +130,19 @@ def test_every_long_command_takes_quiet(command: str) -> None:
 
     result = CliRunner().invoke(main, [command, "--help"])
     assert result.exit_code == 0 and "--quiet" in result.output
+
+
+def test_quiet_ends_with_its_command(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """`--quiet` in a command run in-process leaves no quiet behind for what runs next."""
+    import os
+
+    from click.testing import CliRunner
+
+    from stoker.cli.main import main as cli
+    from stoker.terminal import QUIET_ENV
+
+    before = os.environ.get(QUIET_ENV)
+    result = CliRunner().invoke(cli, ["make-data", "ids", str(tmp_path / "ids"), "--n", "20", "--classes", "2"])
+    assert result.exit_code == 0, result.output
+    CliRunner().invoke(cli, ["verify", str(tmp_path / "ids"), "--quiet", "--workers", "0"])  # no shard set: fails after --quiet
+    assert os.environ.get(QUIET_ENV) == before

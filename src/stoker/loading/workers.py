@@ -94,7 +94,9 @@ def machine_workers(*, accelerator: bool, backend: str = "process", cores: int |
         available_bytes: memory available (``None``: psutil's ``available``).
 
     Example:
-        >>> machine_workers(accelerator=True, cores=16, ranks=1), machine_workers(accelerator=True, cores=16, ranks=2)
+        >>> memory = {"resident_bytes": 2**30, "available_bytes": 64 * 2**30}  # 1 GiB a worker, 64 GiB free
+        >>> machine_workers(accelerator=True, cores=16, ranks=1, **memory), machine_workers(
+        ...     accelerator=True, cores=16, ranks=2, **memory)
         (14, 6)
     """
     share = max(1, (usable_cores() if cores is None else cores) // (local_ranks() if ranks is None else max(ranks, 1)))
