@@ -33,6 +33,7 @@ from stoker.loading.contract import (
     SupportsOrderPlan,
 )
 from stoker.loading.position import FromWorker, Positioned, ResumeSampler, TagWorker, as_is, in_worker_order, iter_from
+from stoker.loading.reader_cpu import ReaderPlacement, plan_readers
 from stoker.loading.samplers import EpochSampler, IndexBatches, RankSlice
 from stoker.loading.skips import Skipped, without_skip_advice
 from stoker.loading.steps import EqualSteps, ranks_in_step, steps_are_certain
@@ -69,6 +70,28 @@ def _seed_worker(worker_id: int) -> None:
     random.seed(seed)
     np.random.seed(seed)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+class _WorkerInit:
+    """A DataLoader worker's start: :func:`_seed_worker`, then the loader's :class:`ReaderPlacement`."""
+
+    def __init__(self, placement: ReaderPlacement) -> None:
+        self.placement = placement
+
+    def __call__(self, worker_id: int) -> None:
+        _seed_worker(worker_id)
+        self.placement.apply()
+
+
+class _ThreadInit:
+    """A loader thread's start: its own intra-op threads, then the loader's :class:`ReaderPlacement`."""
+
+    def __init__(self, placement: ReaderPlacement) -> None:
+        self.placement = placement
+
+    def __call__(self) -> None:
+        init_loader_thread()
+        self.placement.apply(thread=True)
 
 
 class Loader:
@@ -115,6 +138,8 @@ class Loader:
     the rest of this rank's epoch is read without being yielded.
 
     Attributes:
+        placement: what each reader (worker process, loader thread) applies to itself as
+            it starts (:mod:`stoker.loading.reader_cpu`).
         skipped: bad samples skipped in the last epoch (``on_error="skip"``).
         trimmed: samples of the last epoch left out so that every rank ran the same
             number of steps: this rank's batches past the step where the first rank ran
@@ -139,8 +164,10 @@ class Loader:
         sampler: Sampler[int] | None,
         even: bool = True,
         split_later: bool = False,
+        placement: ReaderPlacement | None = None,
     ) -> None:
         self.dataset = dataset
+        self.placement = placement if placement is not None else ReaderPlacement(reason="none given")
         self.batch_size = batch_size
         self.num_workers = num_workers
         self.device = device
@@ -239,13 +266,13 @@ class Loader:
                 drop_last=self.drop_last and not whole,  # whole batches: Positioned drops the last
                 prefetch_factor=prefetch_factor if num_workers > 0 else None,
                 persistent_workers=self.persistent_workers and num_workers > 0,
-                worker_init_fn=_seed_worker if num_workers > 0 else None,
+                worker_init_fn=_WorkerInit(self.placement) if num_workers > 0 else None,
                 generator=self._generator,
             )
         elif self._resume_sampler is not None:  # a map-style data set (an iterable on threads returned above)
             self._batches = IndexBatches(self._resume_sampler, self.batch_size, self.drop_last)
             self._pool = ThreadPoolExecutor(max(num_workers, 1), thread_name_prefix="stoker-loader",
-                                            initializer=init_loader_thread)  # its own torch threads
+                                            initializer=_ThreadInit(self.placement))  # its own torch threads
 
     def reconfigure(self, *, num_workers: int | None = None, backend: Backend | None = None,
                     prefetch_factor: int | None = None) -> None:
@@ -466,7 +493,7 @@ class Loader:
         batches: Iterator[Any]
         if self._iterable and self.backend == "thread" and self._positioned is not None:
             batches = thread_batches(self._positioned, self._slots, self.batch_size, self.drop_last, self._collate,
-                                     self.prefetch_factor)
+                                     self.prefetch_factor, _ThreadInit(self.placement))
         elif self._dataloader is not None:
             batches = self._iter_process(self._dataloader)
         elif self._pool is not None:
@@ -621,6 +648,7 @@ def make_loader(
     collate_fn: Callable[[Any], Any] | None = None,
     distributed: bool | None = None,
     even: bool = True,
+    place_readers: bool | ReaderPlacement = True,
 ) -> Loader:
     """A loader with sound defaults for a map-style or iterable data set.
 
@@ -674,6 +702,12 @@ def make_loader(
             over the ranks, shares differing by one (for validation; see
             :class:`RankSlice`); run no collective inside such a loop. Both follow
             the split rule of :mod:`stoker.order`.
+        place_readers: leave the training thread the CPU it needs: worker processes at a
+            lower priority, and off the training processes' cores where the machine has
+            cores to spare (the rule of :mod:`stoker.loading.reader_cpu`; Linux only);
+            ``False``: readers run as this process does; a
+            :class:`~stoker.loading.reader_cpu.ReaderPlacement`: that one. What was
+            applied is :attr:`Loader.placement`.
 
     Returns:
         A :class:`Loader`; iterate it once per epoch.
@@ -721,4 +755,5 @@ def make_loader(
         sampler=sampler,
         even=even,
         split_later=split_later,
+        placement=place_readers if isinstance(place_readers, ReaderPlacement) else plan_readers(bool(place_readers)),
     )

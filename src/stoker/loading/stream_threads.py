@@ -30,13 +30,14 @@ _POLL_S = 0.1  # how often a thread blocked on a full queue looks whether the ep
 
 
 def thread_batches(
-    positioned: Positioned, workers: int, batch_size: int, drop_last: bool, collate: Callable[[Any], Any], depth: int
+    positioned: Positioned, workers: int, batch_size: int, drop_last: bool, collate: Callable[[Any], Any], depth: int,
+    init: Callable[[], None] = init_loader_thread,
 ) -> Iterator[FromWorker]:
     """One epoch of ``positioned`` read by ``workers`` threads, each holding at most ``depth`` batches ahead.
 
     Items that are not batches yet (``positioned.whole_batches`` is None) are cut into
     batches of ``batch_size`` by each thread and collated, as a DataLoader worker does.
-    An error in a thread is raised here, in its turn.
+    An error in a thread is raised here, in its turn. Each thread runs ``init`` first.
     """
     stop = threading.Event()
     queues: list[queue.Queue[Any]] = [queue.Queue(maxsize=max(depth, 1)) for _ in range(workers)]
@@ -51,7 +52,7 @@ def thread_batches(
         return False
 
     def run(worker: int) -> None:
-        init_loader_thread()
+        init()
         mine = copy.copy(positioned)  # a data set of its own, as a worker process has (iteration counts, batch split)
         mine.dataset = copy.copy(positioned.dataset)
         try:
