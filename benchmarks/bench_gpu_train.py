@@ -5,8 +5,11 @@ packs it into pixel shards, and (for the ``jpeg``/``nvjpeg`` cases) CelebA-like 
 packed as encoded shards (crop ``(40, 20, 138, 138)``, 112x112 out), then trains the
 model for a few epochs per case and records the last epoch's img/s and data-wait share
 (the first epoch pays for worker start-up, cuDNN autotuning and compilation). A case is
-``source:amp[+compile][+syncN]`` (``+syncN``: read the loss back every N batches,
-``Scenario.sync_every``; default: fit's own, 16 on CUDA) with source one of
+``source:amp[+compile][+syncN][+procN][+unplaced]`` (``+syncN``: read the loss back every N
+batches, ``Scenario.sync_every``; default: fit's own, 16 on CUDA; ``+procN``: N worker
+processes instead of the data's own pick; ``+unplaced``: the readers run as the training
+process does, ``make_loader(place_readers=False)``, instead of stoker's reader placement,
+:mod:`stoker.loading.reader_cpu`) with source one of
 
 * ``files``: the PNG class folders, worker processes;
 * ``shards`` or ``pixels``: pixel shards, the loader settings they pick themselves;
@@ -20,6 +23,9 @@ channels_last, batch 256, pixels vs jpeg vs nvjpeg vs synthetic, plus the nvJPEG
 rate against this machine's CPU full-decode limit. ``--suite fitsync`` compares reading the
 loss back every batch (``+sync1``) with fit's default on a ResNet-18 at batch 128, where
 a per-step wait for the GPU costs most, with data on the device and from pixel shards.
+``--suite readers`` measures what the training process keeps when readers run: encoded
+JPEG shards with stoker's own pick and with 14 worker processes, each with and without the
+reader placement, against the synthetic ceiling (target: >= 0.9x).
 Every case is a normal stoker run folder, so
 
     stoker compare OUT/runs --group-by category --metric img_per_s
@@ -61,6 +67,8 @@ SUITES: dict[str, dict[str, Any]] = {
     "issue13": {"model": "resnet50", "batch_size": 256, "cases": ["pixels:bf16", "jpeg:bf16", "nvjpeg:bf16", "synthetic:bf16"]},
     "issue37": {"model": "resnet50", "batch_size": 256,
                 "cases": ["synthetic:bf16", "jpeg:bf16", "nvjpeg:bf16", "autojpeg:bf16"]},
+    "readers": {"model": "resnet50", "batch_size": 256,
+                "cases": ["synthetic:bf16", "jpeg:bf16", "jpeg:bf16+unplaced", "jpeg:bf16+proc14", "jpeg:bf16+proc14+unplaced"]},
     "fitsync": {"model": "resnet18", "batch_size": 128,
                 "cases": ["synthetic:bf16+sync1", "synthetic:bf16", "pixels:bf16+sync1", "pixels:bf16"]},
 }
@@ -160,9 +168,11 @@ def run_case(case: str, args: argparse.Namespace, device: torch.device, files: P
     amp, *flags = mode.split("+")
     compile_ = "compile" in flags
     syncs = [int(f[4:]) for f in flags if f.startswith("sync") and f[4:].isdigit() and int(f[4:]) >= 1]
-    if (source not in SOURCES or amp not in ("off", "bf16", "fp16") or len(syncs) > 1
-            or len(flags) != int(compile_) + len(syncs)):
-        raise SystemExit(f"bad case {case!r}: expected {'|'.join(SOURCES)}:off|bf16|fp16[+compile][+syncN]")
+    procs = [int(f[4:]) for f in flags if f.startswith("proc") and f[4:].isdigit()]
+    unplaced = "unplaced" in flags
+    if (source not in SOURCES or amp not in ("off", "bf16", "fp16") or len(syncs) > 1 or len(procs) > 1
+            or len(flags) != int(compile_) + len(syncs) + len(procs) + int(unplaced)):
+        raise SystemExit(f"bad case {case!r}: expected {'|'.join(SOURCES)}:off|bf16|fp16[+compile][+syncN][+procN][+unplaced]")
     sync_every = syncs[0] if syncs else None
     train_loader: Any
     valid_loader: Any
@@ -173,7 +183,10 @@ def run_case(case: str, args: argparse.Namespace, device: torch.device, files: P
     else:
         jpegs = jpeg_shards(args.out / "data", args.n, args.classes, args.workers) if source in JPEG_SOURCES else None
         train, valid, extras = open_case_data(source, files, shards, args.workers, device, jpegs)
-        common = {"batch_size": args.batch_size, "num_workers": args.workers, "device": device, "seed": 0, **extras}
+        if procs:
+            extras = {**extras, "num_workers": procs[0], "backend": "process"}
+        common = {"batch_size": args.batch_size, "num_workers": args.workers, "device": device, "seed": 0, **extras,
+                  "place_readers": not unplaced}
         train_loader = make_loader(train, shuffle=True, **common)
         valid_loader = make_loader(valid, shuffle=False, **common)
         num_classes = train.num_classes
@@ -195,6 +208,8 @@ def run_case(case: str, args: argparse.Namespace, device: torch.device, files: P
     return {
         "case": case,
         "decode": record.get("decode"),
+        "readers": f"{getattr(train_loader, 'num_workers', 0)} {getattr(train_loader, 'backend', '-')}",
+        "reader_placement": record.get("reader_placement"),
         "model": args.model,
         "source": source,
         "amp": amp,
@@ -270,6 +285,12 @@ def targets(results: list[dict[str, Any]], decode: dict[str, Any] | None) -> lis
                      f"{decode['nvjpeg_x_cpu_limit']:.1f}x the CPU full-decode limit "
                      f"({decode['cpu_decode_1core_img_per_s']:,.0f} img/s x {decode['cores']} cores) "
                      f"(target >= 5x): {'met' if decode['nvjpeg_x_cpu_limit'] >= 5 else 'NOT met'}")
+    jpeg = [r for r in results if r["source"] == "jpeg"]
+    if synthetic and jpeg:
+        for r in jpeg:
+            share = r["img_per_s"] / synthetic["img_per_s"]
+            lines.append(f"- {r['case']} ({r['readers']}): {share:.2f}x synthetic img/s (target >= 0.9x): "
+                         f"{'met' if share >= 0.9 else 'NOT met'}")
     return lines
 
 
@@ -281,13 +302,13 @@ def write_results(out: Path, meta: dict[str, Any], transfer: dict[str, Any] | No
         f"{meta['model']}, {meta['image_size']}x{meta['image_size']} images, batch {meta['batch_size']}, "
         f"{meta['workers']} workers, {meta['device_name']}; last of {meta['epochs']} epochs.",
         "",
-        "| case | sync every | img/s | data wait | epoch (s) | first epoch (s) | valid acc |",
-        "|---|---:|---:|---:|---:|---:|---:|",
+        "| case | sync every | img/s | data wait | epoch (s) | first epoch (s) | valid acc | readers |",
+        "|---|---:|---:|---:|---:|---:|---:|---|",
     ]
     for r in results:
         lines.append(
             f"| {r['case']} | {r['sync_every']} | {r['img_per_s']:.0f} | {r['data_wait_share']:.0%} | {r['epoch_time_s']:.1f} | "
-            f"{r['first_epoch_time_s']:.1f} | {r['valid_acc']:.3f} |"
+            f"{r['first_epoch_time_s']:.1f} | {r['valid_acc']:.3f} | {r['readers']} |"
         )
     if transfer:
         lines += ["", f"Pinned uint8 batch ({transfer['batch_mb']:.1f} MB) to the GPU: "

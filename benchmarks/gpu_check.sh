@@ -8,6 +8,14 @@
 #   OUT=/tmp/g bash benchmarks/gpu_check.sh quick    # ~3 minutes: tests, transfer, fitsync
 #   OUT=/tmp/g bash benchmarks/gpu_check.sh decode   # <= 5 minutes: JPEG decode on the GPU (below)
 #   TINY=1 OUT=/tmp/g bash benchmarks/gpu_check.sh decode   # the same parts on the CPU, a few images
+#   OUT=/tmp/g bash benchmarks/gpu_check.sh readers  # <= 5 minutes: what the training process keeps (below)
+#   TINY=1 OUT=/tmp/g bash benchmarks/gpu_check.sh readers  # the same on the CPU, a few images
+#
+# "readers" trains ResNet-50 bf16 (channels_last, batch 256) from encoded JPEG shards with
+# stoker's own pick and with 14 worker processes, each with the reader placement
+# (stoker.loading.reader_cpu) and without it (+unplaced), against the synthetic ceiling
+# (target: >= 0.9x); then the stand-in step of benchmarks/bench_train_cpu.py on this
+# machine's cores. The numbers go to $OUT/readers/{results.json,results.md,cpu.md}.
 #
 # "decode" measures JPEG shards decoded on the GPU (stoker.decode.device) as the issue's
 # table: read alone (CPU decode with 0 / 8 / 14 worker processes and the default threads,
@@ -61,6 +69,31 @@ part() {  # part NAME SECONDS COMMAND...: run COMMAND with a limit; its log in $
     echo "   rc=$rc in $((SECONDS - start))s" | tee -a "$OUT/summary.txt"
     tail -n 25 "$OUT/$name.log" >>"$OUT/summary.txt"
 }
+
+if [ "$quick" = "readers" ]; then
+    D="$OUT/readers"
+    x=1
+    if [ -n "${TINY:-}" ]; then  # on the CPU, a few images: the script runs, nothing is measured
+        x=4
+        train_args=(--allow-cpu --model small_cnn --batch-size 16 --n 96 --classes 4 --epochs 1
+                    --cases synthetic:off jpeg:off jpeg:off+unplaced jpeg:off+proc2 jpeg:off+proc2+unplaced)
+        cpu_args=(--quick)
+    else
+        train_args=(--suite readers --n 8000 --epochs 2)
+        cpu_args=(--rounds 2 --seconds 1 --n 3000 --batch-size 256 --launch-ops 2000)
+    fi
+    part env $((15 * x)) "$PYTHON" -c "
+import os, torch; print('torch', torch.__version__, 'cuda', torch.version.cuda, 'available', torch.cuda.is_available())
+print('cores', len(os.sched_getaffinity(0)))
+from stoker.loading.reader_cpu import plan_readers; print('placement:', plan_readers().reason)"
+    part readers-train $((170 * x)) "$PYTHON" benchmarks/bench_gpu_train.py --out "$D" --no-decode --quiet "${train_args[@]}"
+    part readers-cpu $((100 * x)) "$PYTHON" benchmarks/bench_train_cpu.py "${cpu_args[@]}"
+    cp "$OUT/readers-cpu.log" "$D/cpu.md" 2>/dev/null
+    cat "$D/results.md" "$D/cpu.md" 2>/dev/null
+    rm -rf "$D/data" "$D/runs"/*/*.pt 2>/dev/null  # generated data and checkpoints: not worth bringing back
+    echo "done: $OUT/summary.txt"
+    exit 0
+fi
 
 if [ "$quick" = "decode" ]; then
     D="$OUT/issue37"

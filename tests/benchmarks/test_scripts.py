@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -118,3 +119,31 @@ def test_bench_lightning_threads_runs(tmp_path: Path) -> None:
     pytest.importorskip("lightning")
     out = _run("bench_lightning_threads.py", "--n", "48", "--size", "16", "--repeats", "1", cwd=tmp_path)
     assert "ratio:" in out and "| ComputeThreads |" in out
+
+
+def test_bench_train_cpu_quick_prints_every_placement(tmp_path: Path) -> None:
+    out = _run("bench_train_cpu.py", "--quick", "--out", str(tmp_path / "cpu"), cwd=tmp_path)
+    for row in ("| step alone | alone |", "| files, process | as is |", "| files, process | nice +10 |",
+                "| shards, process | default (", "| shards, thread | threads nice +10 |"):
+        assert row in out
+    assert "default placement here:" in out
+
+
+def test_gpu_check_readers_mode_runs_tiny_on_the_cpu(tmp_path: Path) -> None:
+    # The GPU target (encoded shards at >= 0.9x the synthetic ceiling) is measured by this mode on a
+    # lent GPU; here its parts run on a few images so that the GPU's minutes never find it broken.
+    out = tmp_path / "gpu"
+    env = {**os.environ, "OUT": str(out), "TINY": "1", "PYTHONPATH": str(BENCHMARKS.parent / "src")}
+    done = subprocess.run(["bash", str(BENCHMARKS / "gpu_check.sh"), "readers"], env=env,
+                          capture_output=True, text=True, timeout=280)
+    assert done.returncode == 0, done.stderr[-2000:]
+    summary = (out / "summary.txt").read_text()
+    assert summary.count("rc=0") == 3, summary  # env, readers-train, readers-cpu
+    table = (out / "readers" / "results.md").read_text()
+    for case in ("synthetic:off", "jpeg:off", "jpeg:off+unplaced", "jpeg:off+proc2", "jpeg:off+proc2+unplaced"):
+        assert f"| {case} |" in table
+    assert "| 2 process |" in table and "x synthetic img/s (target >= 0.9x)" in table
+    assert "| shards, process | nice +10 |" in (out / "readers" / "cpu.md").read_text()
+    placements = [r["reader_placement"] for r in json.loads((out / "readers" / "results.json").read_text())["results"]
+                  if r["source"] == "jpeg"]
+    assert [p["nice"] > 0 or "not Linux" in p["reason"] for p in placements] == [True, False, True, False]

@@ -179,6 +179,9 @@ def _start(run: Run, threads: ComputeThreads) -> dict[str, Any]:
                  "--no-adapt): the loader's settings as given"},
     }
     _record_decode(record, s.train_loader)
+    placement = getattr(s.train_loader, "placement", None)  # stoker.loading.reader_cpu: what its readers apply
+    if placement is not None and hasattr(placement, "record"):
+        record["reader_placement"] = placement.record()
     if ranks.main:
         write_run_json(run.run_dir, record, run.history)
     for logger in run.loggers:

@@ -120,6 +120,10 @@ class DataConfig:
             f"share of the cores less what training needs (a stream split by worker: {FALLBACK_WORKERS})",
     )
     prefetch_factor: int = config_key(whole(1), 2, doc="batches each worker loads ahead")
+    place_readers: bool = config_key(
+        as_bool, True, doc="readers at a lower priority, and off the training cores where there are cores to spare "
+                           "(Linux), so that the training thread keeps its CPU"
+    )
     backend: str = config_key(choice(*BACKENDS), "auto", doc="auto | process | thread (auto: what suits the data)")
     on_error: str = config_key(choice(*ON_ERROR), "raise", doc="raise | skip (skip: bad samples are counted, not fatal)")
     label_order: str = config_key(
@@ -192,6 +196,7 @@ RESUME_MAY_CHANGE: frozenset[str] = frozenset({
     "run.epochs", "run.device", "run.progress", "run.patience", "run.resume", "run.log_dir", "run.name", "run.test",
     "run.loader_bound_share", "run.checkpoint_every_steps", "run.sync_every", "run.cpu_threads", "run.adapt",
     "run.channels_last", "data.workers", "data.prefetch_factor", "data.backend",
+    "data.place_readers",
 })
 _PATH_KEYS = ("data.path", "data.valid_path", "data.labels")
 

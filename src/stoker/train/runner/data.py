@@ -98,7 +98,7 @@ def build_test_loader(data: TrainData, cfg: DataConfig, device: torch.device) ->
 
 
 def _loader_settings(cfg: DataConfig, device: torch.device, seed: int) -> dict[str, Any]:
-    """What every loader of a run shares: batch size, prefetch, device, seed, workers, backend."""
+    """What every loader of a run shares: batch size, prefetch, device, seed, workers, backend, reader placement."""
     return {
         "batch_size": cfg.batch_size,
         "prefetch_factor": cfg.prefetch_factor,
@@ -106,4 +106,5 @@ def _loader_settings(cfg: DataConfig, device: torch.device, seed: int) -> dict[s
         "seed": seed,
         "num_workers": cfg.workers,  # None: make_loader's one rule (stoker.loading.workers)
         "backend": None if cfg.backend == "auto" else cfg.backend,  # None: what the data set says, else process
+        "place_readers": cfg.place_readers,  # stoker.loading.reader_cpu
     }
