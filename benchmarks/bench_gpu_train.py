@@ -8,8 +8,9 @@ model for a few epochs per case and records the last epoch's img/s and data-wait
 ``source:amp[+compile][+syncN][+procN][+unplaced]`` (``+syncN``: read the loss back every N
 batches, ``Scenario.sync_every``; default: fit's own, 16 on CUDA; ``+procN``: N worker
 processes instead of the data's own pick; ``+unplaced``: the readers run as the training
-process does, ``make_loader(place_readers=False)``, instead of stoker's reader placement,
-:mod:`stoker.loading.reader_cpu`) with source one of
+process does, ``make_loader(place_readers=False)``; otherwise ``place_readers=True``,
+stoker's reader placement, :mod:`stoker.loading.reader_cpu`, the default on a GPU) with
+source one of
 
 * ``files``: the PNG class folders, worker processes;
 * ``shards`` or ``pixels``: pixel shards, the loader settings they pick themselves;

@@ -13,7 +13,8 @@ the step is faster than they are, so they never rest). Each row is a reader plac
 - ``nice +N``: worker processes (or loader threads) at niceness +N;
 - ``off CPU 0``: worker processes on every CPU of the affinity but the first, where the
   training thread then runs;
-- ``default``: what ``make_loader`` applies on this machine (``place_readers=True``).
+- ``default on a GPU``: what ``make_loader`` applies on this machine when the model trains on
+  an accelerator (``plan_readers(True)``).
 
 For each, per step: the launch's wall time (``launch ms``), its CPU time on the main thread
 (``cpu ms``; wall above CPU is time the thread was ready but not running), and the images
@@ -132,18 +133,18 @@ def timed(row: Row, datasets: dict[str, Any], args: argparse.Namespace) -> None:
 def rows_for(cores: int, quick: bool) -> list[Row]:
     """The placements compared: each data set's as is, niceness, CPUs, and the default."""
     affinity = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
-    default = plan_readers(True)
+    default = plan_readers(True)  # what make_loader applies when the model trains on an accelerator
     rows = [Row("alone", None, "process", None)]
     for data in ("files", "shards"):
         rows.append(Row("as is", data, "process", ReaderPlacement(reason="as is")))
-        rows.append(Row("nice +10", data, "process", ReaderPlacement(nice=10)))
         if not quick:
-            rows.append(Row("nice +19", data, "process", ReaderPlacement(nice=19)))
+            rows.append(Row("nice +5", data, "process", ReaderPlacement(nice=5)))
+        rows.append(Row("nice +10", data, "process", ReaderPlacement(nice=10)))
         if len(affinity) > 1:
             rows.append(Row("off CPU 0", data, "process", ReaderPlacement(cpus=tuple(affinity[1:]))))
             rows.append(Row("nice +10, off CPU 0", data, "process", ReaderPlacement(nice=10, cpus=tuple(affinity[1:]))))
         cpus = "all CPUs" if default.cpus is None else f"{len(default.cpus)} CPUs"
-        rows.append(Row(f"default (nice +{default.nice}, {cpus})", data, "process", default))
+        rows.append(Row(f"default on a GPU (nice +{default.nice}, {cpus})", data, "process", default))
     rows.append(Row("as is", "shards", "thread", ReaderPlacement(reason="as is")))
     rows.append(Row("threads nice +10", "shards", "thread", ReaderPlacement(threads_nice=10)))
     return rows
@@ -181,7 +182,7 @@ def main() -> None:
         print(f"{cores} usable cores, {args.workers} readers, batch {args.batch_size}, {args.launch_ops} launches "
               f"+ {args.gpu_ms} ms sleep a step, {args.rounds} rounds of {args.seconds} s; torch {torch.__version__}, "
               f"python {sys.version.split()[0]}", flush=True)
-        print(f"default placement here: {plan_readers(True).reason}", flush=True)
+        print(f"default placement here for a GPU run: {plan_readers(True).reason}", flush=True)
         for r in range(args.rounds):
             for row in rows if r % 2 == 0 else rows[::-1]:
                 timed(row, datasets, args)

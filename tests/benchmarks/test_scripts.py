@@ -124,9 +124,9 @@ def test_bench_lightning_threads_runs(tmp_path: Path) -> None:
 def test_bench_train_cpu_quick_prints_every_placement(tmp_path: Path) -> None:
     out = _run("bench_train_cpu.py", "--quick", "--out", str(tmp_path / "cpu"), cwd=tmp_path)
     for row in ("| step alone | alone |", "| files, process | as is |", "| files, process | nice +10 |",
-                "| shards, process | default (", "| shards, thread | threads nice +10 |"):
+                "| shards, process | default on a GPU (", "| shards, thread | threads nice +10 |"):
         assert row in out
-    assert "default placement here:" in out
+    assert "default placement here for a GPU run:" in out
 
 
 def test_gpu_check_readers_mode_runs_tiny_on_the_cpu(tmp_path: Path) -> None:

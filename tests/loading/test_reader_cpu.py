@@ -60,7 +60,7 @@ def test_worker_processes_run_niced_and_off_the_training_core(monkeypatch: pytes
     if len(_cpus()) < 2 or len(_cpus()) < (os.cpu_count() or 0):
         pytest.skip("needs 2 CPUs or more, and a process whose CPU affinity is the whole machine")
     monkeypatch.setenv(CORES_ENV, str(AFFINITY_MIN_CORES))  # counted as a machine with cores to spare
-    seen = _where(num_workers=2)
+    seen = _where(num_workers=2, place_readers=True)
     assert seen == {(_niced(READER_NICE), _cpus()[1:], False)}  # both workers: lower priority, the first CPU left
     assert os.getpriority(os.PRIO_PROCESS, 0) == _niced(0) and len(_cpus()) >= 2  # the training process untouched
 
@@ -68,7 +68,7 @@ def test_worker_processes_run_niced_and_off_the_training_core(monkeypatch: pytes
 @pytest.mark.parametrize("cores", ["1", "2", "3"])
 def test_on_few_cores_workers_keep_every_cpu(monkeypatch: pytest.MonkeyPatch, cores: str) -> None:
     monkeypatch.setenv(CORES_ENV, cores)
-    assert _where(num_workers=2) == {(_niced(READER_NICE), _cpus(), False)}
+    assert _where(num_workers=2, place_readers=True) == {(_niced(READER_NICE), _cpus(), False)}
 
 
 def test_turned_off_workers_run_as_the_process_does(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -77,9 +77,18 @@ def test_turned_off_workers_run_as_the_process_does(monkeypatch: pytest.MonkeyPa
     assert _where(num_workers=2, place_readers=False) == {(_niced(0), _cpus(), False)}
 
 
+def test_by_default_only_a_run_on_an_accelerator_places_its_readers(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(CORES_ENV, "16")
+    on_the_cpu = make_loader(WhereAmI(), num_workers=2, device="cpu").placement
+    assert (on_the_cpu.nice, on_the_cpu.cpus) == (0, None) and "trains on the CPU" in on_the_cpu.reason
+    assert _where(num_workers=2) == {(_niced(0), _cpus(), False)}  # device=None off CUDA: the CPU
+    assert plan_readers(accelerator=True).nice == READER_NICE
+    assert plan_readers(True, accelerator=False).nice == READER_NICE
+
+
 def test_loader_threads_keep_their_priority_unless_asked(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(CORES_ENV, "16")
-    by_default = _where(num_workers=2, backend="thread")
+    by_default = _where(num_workers=2, backend="thread", place_readers=True)
     assert {(nice, cpus) for nice, cpus, _ in by_default} == {(_niced(0), _cpus())}
     assert not any(main for _, _, main in by_default)  # read on the loader's threads, not the training thread
     asked = _where(num_workers=2, backend="thread", place_readers=ReaderPlacement(threads_nice=3))
@@ -123,7 +132,8 @@ def test_off_linux_nothing_is_planned_or_applied(monkeypatch: pytest.MonkeyPatch
 
 def test_the_placement_survives_a_reconfigure(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(CORES_ENV, "2")
-    loader = make_loader(WhereAmI(), batch_size=1, shuffle=False, device=None, collate_fn=_as_list, num_workers=0)
+    loader = make_loader(WhereAmI(), batch_size=1, shuffle=False, device=None, collate_fn=_as_list, num_workers=0,
+                         place_readers=True)
     loader.reconfigure(num_workers=2)
     try:
         assert {s for batch in loader for s in batch} == {(_niced(READER_NICE), _cpus(), False)}

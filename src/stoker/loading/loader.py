@@ -648,7 +648,7 @@ def make_loader(
     collate_fn: Callable[[Any], Any] | None = None,
     distributed: bool | None = None,
     even: bool = True,
-    place_readers: bool | ReaderPlacement = True,
+    place_readers: bool | ReaderPlacement | None = None,
 ) -> Loader:
     """A loader with sound defaults for a map-style or iterable data set.
 
@@ -705,6 +705,7 @@ def make_loader(
         place_readers: leave the training thread the CPU it needs: worker processes at a
             lower priority, and off the training processes' cores where the machine has
             cores to spare (the rule of :mod:`stoker.loading.reader_cpu`; Linux only);
+            default: when ``device`` is an accelerator; ``True``: for a CPU run too;
             ``False``: readers run as this process does; a
             :class:`~stoker.loading.reader_cpu.ReaderPlacement`: that one. What was
             applied is :attr:`Loader.placement`.
@@ -755,5 +756,6 @@ def make_loader(
         sampler=sampler,
         even=even,
         split_later=split_later,
-        placement=place_readers if isinstance(place_readers, ReaderPlacement) else plan_readers(bool(place_readers)),
+        placement=place_readers if isinstance(place_readers, ReaderPlacement) else plan_readers(
+            place_readers, accelerator=resolve_device(device).type != "cpu"),
     )

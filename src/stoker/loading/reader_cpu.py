@@ -4,7 +4,9 @@ On an accelerator the training process's Python thread launches the model's kern
 takes the batches over; readers running flat out on every core take the CPU it needs,
 and the device waits for its next kernel. Every reader (a DataLoader worker process, a
 thread of the thread backend) applies a :class:`ReaderPlacement` as it starts. The rule
-(:func:`plan_readers`), on Linux:
+(:func:`plan_readers`), on Linux, when the model trains on an accelerator (on the CPU the
+model's own compute threads share the readers' cores, and ``fit`` already divides the
+cores between them: nothing changes unless asked for):
 
 1. **priority**: readers run at a lower scheduling priority (niceness :data:`READER_NICE`
    above their own): whenever the training thread is ready to run it is given a core
@@ -23,8 +25,10 @@ thread of the thread backend) applies a :class:`ReaderPlacement` as it starts. T
    a cpuset: the user placed it), and never to an empty set.
 
 Elsewhere than Linux nothing is changed. ``make_loader(place_readers=False)``
-(``data.place_readers = false``, ``--no-place-readers``) turns it off; ``fit`` records what
-was applied in ``run.json`` (``"reader_placement"``).
+(``data.place_readers = false``, ``--no-place-readers``) turns it off, ``True`` (``true``,
+``--place-readers``) on for a CPU run too; ``fit`` records what was applied in ``run.json``
+(``"reader_placement"``). On a machine shared with other jobs the readers' lower priority
+yields to those jobs too.
 """
 
 from __future__ import annotations
@@ -101,6 +105,8 @@ class ReaderPlacement:
 
 
 OFF = ReaderPlacement(reason="off (place_readers=False, data.place_readers = false, --no-place-readers)")
+ON_THE_CPU = ReaderPlacement(reason="off: the model trains on the CPU, beside the readers (place_readers=True, "
+                                    "--place-readers turns it on)")
 
 
 def _kept_cores(cores: int, ranks: int) -> int:
@@ -109,12 +115,15 @@ def _kept_cores(cores: int, ranks: int) -> int:
     return max(ranks, 1) * (TRAINING_CORES + (1 if share >= BUSY_HOST_CORES else 0))
 
 
-def plan_readers(enabled: bool = True, *, cores: int | None = None, ranks: int | None = None,
-                 affinity: set[int] | None = None, cpu_count: int | None = None) -> ReaderPlacement:
+def plan_readers(enabled: bool | None = None, *, accelerator: bool = True, cores: int | None = None,
+                 ranks: int | None = None, affinity: set[int] | None = None,
+                 cpu_count: int | None = None) -> ReaderPlacement:
     """The placement every reader of this process applies (the module's rule).
 
     Args:
-        enabled: ``False``: nothing (readers run as the process does).
+        enabled: ``False``: nothing (readers run as the process does); ``True``: the rule;
+            ``None``: the rule when ``accelerator``, else nothing.
+        accelerator: the model trains on an accelerator.
         cores: usable cores (``None``: :func:`~stoker.cores.usable_cores`, ``STOKER_CORES`` counted).
         ranks: training processes on this host (``None``: ``LOCAL_WORLD_SIZE``, else 1).
         affinity: the process's CPU affinity (``None``: ``os.sched_getaffinity(0)``).
@@ -124,8 +133,10 @@ def plan_readers(enabled: bool = True, *, cores: int | None = None, ranks: int |
         >>> plan_readers(cores=16, ranks=1, affinity=set(range(16)), cpu_count=16).cpus[:2]  # doctest: +SKIP
         (2, 3)
     """
-    if not enabled:
+    if enabled is False:
         return OFF
+    if enabled is None and not accelerator:
+        return ON_THE_CPU
     if not _linux():
         return ReaderPlacement(reason="not Linux: readers run as the process does")
     count = usable_cores() if cores is None else cores

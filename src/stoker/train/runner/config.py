@@ -120,9 +120,9 @@ class DataConfig:
             f"share of the cores less what training needs (a stream split by worker: {FALLBACK_WORKERS})",
     )
     prefetch_factor: int = config_key(whole(1), 2, doc="batches each worker loads ahead")
-    place_readers: bool = config_key(
-        as_bool, True, doc="readers at a lower priority, and off the training cores where there are cores to spare "
-                           "(Linux), so that the training thread keeps its CPU"
+    place_readers: bool | None = config_key(
+        optional(as_bool), None, doc="readers at a lower priority, and off the training cores where there are cores to "
+                                     "spare (Linux), so that the training thread keeps its CPU; default: on an accelerator"
     )
     backend: str = config_key(choice(*BACKENDS), "auto", doc="auto | process | thread (auto: what suits the data)")
     on_error: str = config_key(choice(*ON_ERROR), "raise", doc="raise | skip (skip: bad samples are counted, not fatal)")
