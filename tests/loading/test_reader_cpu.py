@@ -139,3 +139,25 @@ def test_the_placement_survives_a_reconfigure(monkeypatch: pytest.MonkeyPatch) -
         assert {s for batch in loader for s in batch} == {(_niced(READER_NICE), _cpus(), False)}
     finally:
         loader.close()
+
+
+class Threads(Dataset):
+    """Each sample is the torch intra-op thread count of the process reading it."""
+
+    def __len__(self) -> int:
+        return 4
+
+    def __getitem__(self, i: int) -> int:
+        import torch
+
+        return torch.get_num_threads()
+
+
+def test_worker_processes_compute_on_one_torch_thread() -> None:
+    # torch's worker loop sets it; the placement relies on it (a reader's operators must not spread over the cores).
+    loader = make_loader(Threads(), batch_size=1, shuffle=False, device=None, collate_fn=_as_list, num_workers=2,
+                         persistent_workers=False, place_readers=True)
+    try:
+        assert {n for batch in loader for n in batch} == {1}
+    finally:
+        loader.close()
