@@ -11,9 +11,10 @@ cores between them: nothing changes unless asked for):
 1. **priority**: readers run at a lower scheduling priority (niceness :data:`READER_NICE`
    above their own): whenever the training thread is ready to run it is given a core
    first, and the readers have every cycle it leaves. Worker processes only: a loader
-   thread of the training process holds the GIL in turns with the training thread, and
-   a low-priority thread descheduled while it holds the GIL would stall the training
-   thread behind it.
+   thread of the training process holds the GIL in turns with the training thread, a
+   low-priority thread descheduled while it holds the GIL would stall the training
+   thread behind it, and niced threads showed no steady gain
+   (``benchmarks/bench_train_cpu.py``).
 2. **cores**: from :data:`AFFINITY_MIN_CORES` usable cores up
    (:func:`stoker.cores.usable_cores`, ``STOKER_CORES`` counted), worker processes run
    on the process's CPU affinity less the first cores, which are left to the training
