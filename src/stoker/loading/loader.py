@@ -705,7 +705,8 @@ def make_loader(
         place_readers: leave the training thread the CPU it needs: worker processes at a
             lower priority, and off the training processes' cores where the machine has
             cores to spare (the rule of :mod:`stoker.loading.reader_cpu`; Linux only);
-            default: when ``device`` is an accelerator; ``True``: for a CPU run too;
+            default: when ``device`` (``None`` read as ``"auto"``) is an accelerator;
+            ``True``: for a CPU run too;
             ``False``: readers run as this process does; a
             :class:`~stoker.loading.reader_cpu.ReaderPlacement`: that one. What was
             applied is :attr:`Loader.placement`.

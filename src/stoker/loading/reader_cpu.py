@@ -21,8 +21,8 @@ cores between them: nothing changes unless asked for):
    processes of this host (each local rank keeps
    :data:`~stoker.loading.workers.TRAINING_CORES`, one more from
    :data:`~stoker.loading.workers.BUSY_HOST_CORES` cores of a rank up, as the worker
-   count rule counts them). Not below that count (readers on one core of two would read
-   at half speed), not where the process's affinity was already narrowed (``taskset``,
+   count rule counts them). Not below that count (on two cores, readers kept to one of
+   them slowed the step: ``benchmarks/bench_train_cpu.py``), not where the process's affinity was already narrowed (``taskset``,
    a cpuset: the user placed it), and never to an empty set.
 
 Elsewhere than Linux nothing is changed. ``make_loader(place_readers=False)``
