@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import datetime
 import os
+import re
+import socket
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -24,6 +26,7 @@ import torch.distributed as dist
 from torch import nn
 
 from stoker.errors import ConfigError
+from stoker.lifetime import pid_alive
 from stoker.loading.placement import local_ranks
 
 __all__ = ["Ranks", "join_launch", "launched", "unwrap"]
@@ -31,6 +34,12 @@ __all__ = ["Ranks", "join_launch", "launched", "unwrap"]
 _ENV = ("RANK", "WORLD_SIZE", "LOCAL_RANK")
 DEFAULT_TIMEOUT_S = 300.0  # a rank that waits longer than this for the others stops with an error
 _joined = False  # join_launch initialised the process group now in place (an early join: `--resume` reads run.json)
+# What gloo and NCCL say when the process at the other end of a collective is gone.
+_PEER_LOST = re.compile(
+    r"connection (reset|closed|refused) by peer|broken pipe|socket closed|read error|write error|timed out"
+    r"|communicator was aborted",
+    re.IGNORECASE,
+)
 
 
 def launched() -> bool:
@@ -57,6 +66,7 @@ class Ranks:
         rank, world_size, local_rank: this process's place (0, 1, 0 when alone).
         device: the device this rank trains on.
         owned: stoker initialised the process group (and so destroys it at the end).
+        processes: every rank's ``(host, pid)``, in rank order, once :meth:`note_processes` ran.
     """
 
     rank: int = 0
@@ -64,6 +74,7 @@ class Ranks:
     local_rank: int = 0
     device: torch.device = torch.device("cpu")
     owned: bool = False
+    processes: list[tuple[str, int]] = field(default_factory=list)
     _flag_group: Any = field(default=None, repr=False, compare=False)
 
     @property
@@ -177,6 +188,49 @@ class Ranks:
             buffer.copy_(torch.frombuffer(bytearray(data), dtype=torch.uint8).to(where))
         dist.broadcast(buffer, src=src)
         return buffer.cpu().numpy().tobytes()
+
+    def note_processes(self) -> None:
+        """Learn every rank's host and pid (collective), so that a rank lost later can be named."""
+        if self.active and not self.processes:
+            for text in self.gather_text(f"{os.getpid()} {socket.gethostname()}"):
+                pid, host = text.split(" ", 1)
+                self.processes.append((host, int(pid)))
+
+    def gone(self) -> list[str]:
+        """The other ranks whose processes on this machine are gone, each in a few words (after :meth:`note_processes`)."""
+        here = socket.gethostname()
+        return [f"rank {rank} (process {pid} on {host}) is gone, killed or out of memory"
+                for rank, (host, pid) in enumerate(self.processes)
+                if rank != self.rank and host == here and not pid_alive(pid)]
+
+    def lost_rank(self, error: BaseException) -> str | None:
+        """What ``error`` means when it comes from another rank being gone, in a few words; ``None`` when it does not.
+
+        A rank whose process on this machine is gone (killed, out of memory) is named; failing
+        that, an error whose chain (``__cause__``/``__context__``) holds what gloo or NCCL say
+        of a lost peer is taken as a lost rank of another machine. Anything else is not.
+        """
+        if not self.active:
+            return None
+        gone = self.gone()
+        if gone:
+            return "; ".join(gone)
+        seen: set[int] = set()
+        link: BaseException | None = error
+        while link is not None and id(link) not in seen:
+            seen.add(id(link))
+            text = str(link)
+            said = re.search(r"\b(gloo|nccl)\b", text, re.IGNORECASE)
+            if isinstance(link, dist.DistNetworkError) or (
+                isinstance(link, RuntimeError) and said is not None and _PEER_LOST.search(text) is not None
+            ):
+                cause = _PEER_LOST.search(text)
+                backend = said.group(1).lower() if said is not None else "the rendezvous store"
+                what = f"{backend}: {cause.group(0)}" if cause is not None else backend
+                return (f"another rank stopped answering ({what}): its process or machine is gone, or the "
+                        "network between them")
+            link = link.__cause__ or link.__context__
+        return None
 
     def _comm_device(self) -> torch.device:
         return self.device if dist.get_backend() == "nccl" else torch.device("cpu")

@@ -158,6 +158,7 @@ def set_up(s: Scenario) -> Run:
             folder cannot be made, holds a run, or (to resume) holds no ``last.pt``.
     """
     ranks = join_launch(s.device) if torch.distributed.is_available() and torch.distributed.is_initialized() else Ranks()
+    ranks.note_processes()  # a rank lost later is then named by the others
     device = ranks.device if ranks.active else resolve_device(s.device)
     if device.type == "cuda":
         torch.backends.cudnn.benchmark = True  # fixed image sizes: let cuDNN pick the fastest kernels
