@@ -157,7 +157,7 @@ def _start(run: Run, threads: ComputeThreads) -> dict[str, Any]:
     s, ranks, model, device = run.scenario, run.ranks, run.model, run.device
     info = RunInfo(run.name, run.run_dir, s.epochs, len(run.history.epochs), str(device), dict(s.tags), run.config,
                    s.resume, s.loader_bound_share, threads.reason if device.type == "cpu" else "",
-                   adapting=run.adapter is not None and run.adapter.active)
+                   adapting=run.adapter is not None and run.adapter.active, url=run.url)
     record = {
         "name": run.name,
         "tags": dict(s.tags),
@@ -238,9 +238,8 @@ def _rank_loss(run: Run) -> Iterator[None]:
             raise
         epoch = len(run.history.epochs) + 1
         if run.saved:
-            shown = f"{run.url}/{run.last_path.name}" if run.url else str(run.last_path)
             log_dir, name = run.url.rstrip("/").rsplit("/", 1) if run.url else (str(run.run_dir.parent), run.run_dir.name)
-            todo = f"{shown} holds the last point saved: continue with {resume_command(log_dir, name)}"
+            todo = f"{run.last_named} holds the last point saved: continue with {resume_command(log_dir, name)}"
         else:
             todo = f"nothing was saved yet (no {run.last_path.name}): start the run again"
         raise TrainingError(f"rank {run.ranks.rank} stops in epoch {epoch}: {lost}. {todo}", stopped="lost rank") from None
