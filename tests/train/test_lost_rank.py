@@ -120,16 +120,17 @@ def test_under_torchrun_the_survivor_says_one_stoker_line_too(folders: Path, tmp
 
 
 def test_what_counts_as_a_lost_rank() -> None:
-    from stoker.train.engine.distributed import Ranks
+    from stoker.train.engine.distributed import Ranks, pid_space
 
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait(timeout=60)
-    here = socket.gethostname()
-    ranks = Ranks(rank=0, world_size=2, processes=[(here, os.getpid()), (here, dead.pid)])
-    assert ranks.gone() == [f"rank 1 (process {dead.pid} on {here}) is gone, killed or out of memory"]
+    here, space = socket.gethostname(), pid_space()
+    ranks = Ranks(rank=0, world_size=2, processes=[(here, os.getpid(), space), (here, dead.pid, space)])
+    assert ranks.gone() == [f"rank 1 (process {dead.pid} on {here}) is gone (killed, out of memory, or ended by an error "
+                            "of its own: see its output)"]
     assert ranks.lost_rank(RuntimeError("anything")) == ranks.gone()[0]  # a rank known gone explains any error
-    far = Ranks(rank=0, world_size=2, processes=[(here, os.getpid()), (here + "-elsewhere", 1)])
-    assert far.gone() == []  # another machine's process cannot be checked from here
+    far = Ranks(rank=0, world_size=2, processes=[(here, os.getpid(), space), (here, dead.pid, space + "-elsewhere")])
+    assert far.gone() == []  # a process of another machine or container cannot be checked from here, whatever its host name
     gloo = RuntimeError("[third_party/gloo/gloo/transport/tcp/pair.cc:545] Read error [10.0.0.2]:57548: Connection reset by peer")
     outer = RuntimeError("DataLoader worker (pid 7) is killed by signal: Terminated.")
     outer.__context__ = gloo  # raised while handling the backend's error, as under torchrun's SIGTERM

@@ -19,6 +19,7 @@ import re
 import socket
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -29,7 +30,7 @@ from stoker.errors import ConfigError
 from stoker.lifetime import pid_alive
 from stoker.loading.placement import local_ranks
 
-__all__ = ["Ranks", "join_launch", "launched", "unwrap"]
+__all__ = ["Ranks", "join_launch", "launched", "pid_space", "unwrap"]
 
 _ENV = ("RANK", "WORLD_SIZE", "LOCAL_RANK")
 DEFAULT_TIMEOUT_S = 300.0  # a rank that waits longer than this for the others stops with an error
@@ -66,7 +67,7 @@ class Ranks:
         rank, world_size, local_rank: this process's place (0, 1, 0 when alone).
         device: the device this rank trains on.
         owned: stoker initialised the process group (and so destroys it at the end).
-        processes: every rank's ``(host, pid)``, in rank order, once :meth:`note_processes` ran.
+        processes: every rank's ``(host, pid, pid space)``, in rank order, once :meth:`note_processes` ran.
     """
 
     rank: int = 0
@@ -74,7 +75,7 @@ class Ranks:
     local_rank: int = 0
     device: torch.device = torch.device("cpu")
     owned: bool = False
-    processes: list[tuple[str, int]] = field(default_factory=list)
+    processes: list[tuple[str, int, str]] = field(default_factory=list)
     _flag_group: Any = field(default=None, repr=False, compare=False)
 
     @property
@@ -190,18 +191,23 @@ class Ranks:
         return buffer.cpu().numpy().tobytes()
 
     def note_processes(self) -> None:
-        """Learn every rank's host and pid (collective), so that a rank lost later can be named."""
+        """Learn every rank's host, pid and pid space (collective), so that a rank lost later can be named."""
         if self.active and not self.processes:
-            for text in self.gather_text(f"{os.getpid()} {socket.gethostname()}"):
-                pid, host = text.split(" ", 1)
-                self.processes.append((host, int(pid)))
+            for text in self.gather_text(f"{os.getpid()} {pid_space()} {socket.gethostname()}"):
+                pid, space, host = text.split(" ", 2)
+                self.processes.append((host, int(pid), space))
 
     def gone(self) -> list[str]:
-        """The other ranks whose processes on this machine are gone, each in a few words (after :meth:`note_processes`)."""
-        here = socket.gethostname()
-        return [f"rank {rank} (process {pid} on {host}) is gone, killed or out of memory"
-                for rank, (host, pid) in enumerate(self.processes)
-                if rank != self.rank and host == here and not pid_alive(pid)]
+        """The other ranks whose processes are gone, each in a few words (after :meth:`note_processes`).
+
+        Only a process in this process's pid space (the same machine, boot and container)
+        can be checked; one elsewhere is never said to be gone.
+        """
+        here = pid_space()
+        return [f"rank {rank} (process {pid} on {host}) is gone (killed, out of memory, or ended by an error of its own: "
+                "see its output)"
+                for rank, (host, pid, space) in enumerate(self.processes)
+                if rank != self.rank and space == here and not pid_alive(pid)]
 
     def lost_rank(self, error: BaseException) -> str | None:
         """What ``error`` means when it comes from another rank being gone, in a few words; ``None`` when it does not.
@@ -241,6 +247,21 @@ class Ranks:
         if self.owned and dist.is_initialized():
             dist.destroy_process_group()
             self.owned = _joined = False
+
+
+def pid_space() -> str:
+    """Where this process's pid means something: the host, its boot and its pid namespace (a container has its own).
+
+    Two processes with the same pid space can check each other's pids; host names alone
+    can repeat (containers called ``localhost``). Without ``/proc`` it is the host name.
+    """
+    parts = [socket.gethostname()]
+    try:
+        parts.append(Path("/proc/sys/kernel/random/boot_id").read_text().strip())
+        parts.append(str(os.stat("/proc/self/ns/pid").st_ino))
+    except OSError:
+        pass
+    return ":".join(part.replace(" ", "_") for part in parts)
 
 
 def unwrap(model: nn.Module) -> nn.Module:
