@@ -87,7 +87,11 @@ def measure_load(name: str, dataset: Dataset, workers: int, batch_size: int = 64
 
 
 def run_demo(root: Path, n: int = 600, classes: int = 10, workers: tuple[int, ...] = (0, 2), echo: Echo = print) -> None:
-    """The tour: generate, load every layout, pack and verify, read shards, train, benchmark."""
+    """The tour: generate, load every layout, pack and verify, read shards, train, benchmark.
+
+    Leaves ``data/``, ``packed/``, ``runs/`` and ``bench/`` (``bench.md``, ``bench.json``,
+    ``bench.png``, as ``stoker bench`` writes them) under ``root``.
+    """
     from stoker.bench import quick_bench
     from stoker.packer import pack
     from stoker.shards import verify
@@ -134,9 +138,13 @@ def run_demo(root: Path, n: int = 600, classes: int = 10, workers: tuple[int, ..
     echo(result.where())
 
     echo("\n5. Benchmark: every loading method on the digiface data, side by side (a minute or less) ...\n")
-    quick_bench(data.digiface, echo=echo, workers=workers)
+    bench_dir = root / "bench"
+    quick_bench(data.digiface, echo=echo, workers=workers, out=bench_dir)
 
     echo(f"\nDone in {time.perf_counter() - start:.0f} s. Everything is under {root}:")
     echo(f"   data      {root / 'data'}   (make your own: stoker make-data --help)")
     echo(f"   shards    {packed}   (stoker inspect {packed / 'pixels'} --grid grid.png)")
     echo(f"   runs      {root / 'runs'}   (tensorboard --logdir {root / 'runs'})")
+    echo(f"   bench     {bench_dir / 'bench.md'}   (the table and its notes)")
+    echo(f"             {bench_dir / 'bench.json'}   (every run's figures)")
+    echo(f"             {bench_dir / 'bench.png'}   (the chart)")

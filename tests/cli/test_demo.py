@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from click.testing import CliRunner
@@ -34,6 +35,14 @@ def test_demo_runs_every_step(tmp_path: Path) -> None:
     for name in ("metrics.csv", "run.json", "best.pt", "last.pt", "curves.png"):
         assert (runs[0] / name).is_file(), name
     assert (root / "packed" / "pixels" / "manifest.json").is_file()
+    # the benchmark leaves what `stoker bench` leaves, and the closing summary names each file
+    summary = out[out.index("Everything is under"):]
+    for name in ("bench.md", "bench.json", "bench.png"):
+        path = root / "bench" / name
+        assert path.is_file() and path.stat().st_size > 0, name
+        assert str(path) in summary, name
+    assert "| workers |" in (root / "bench" / "bench.md").read_text()
+    assert json.loads((root / "bench" / "bench.json").read_text())["runs"]
 
 
 def test_stoker_errors_become_one_line_and_exit_1(tmp_path: Path) -> None:

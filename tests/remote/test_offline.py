@@ -100,6 +100,23 @@ def test_a_fully_cached_set_reads_inspects_and_verifies_with_the_store_down(
     assert status == "0", lines
 
 
+def test_a_torchrun_run_says_it_is_offline_once_not_once_per_rank(own_s3: _Server, small_pack: Path, tmp_path: Path) -> None:
+    url = upload_folder(small_pack, "s3://offline/ranks")
+    _read_all(url)  # every shard in the cache, which both ranks share
+    own_s3.stop()
+    env = {k: v for k, v in os.environ.items() if k not in ("WORLD_SIZE", "RANK", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")}
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(Path(__file__).resolve().parents[2] / "src"), env.get("PYTHONPATH")) if p)
+    done = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", "-m", "stoker", "train",
+         "--data", url, "--model", "small_cnn", "--epochs", "1", "--batch-size", "8", "--workers", "0", "--device", "cpu",
+         "--no-progress", "--no-adapt", "--log-dir", str(tmp_path / "runs"), "--name", "ranks"],
+        env=env, capture_output=True, text=True, timeout=240, stdin=subprocess.DEVNULL,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    notes = [line for line in (done.stdout + done.stderr).splitlines() if "offline: " in line]
+    assert len(notes) == 1 and url in notes[0], notes
+
+
 def test_a_stream_runs_its_second_epoch_from_the_cache_after_the_server_stops(own_s3: _Server, small_pack: Path) -> None:
     url = upload_folder(small_pack, "s3://offline/stream")
     stream = ShardStream(url, seed=3)

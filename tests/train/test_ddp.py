@@ -189,12 +189,13 @@ def test_stop_resume_nan_and_crash_agree_over_the_ranks(launch: tuple[subprocess
 # test_fit_golden.py does); collectives re-recorded for the skipped count summed each epoch (0fafb4f, as in
 # test_fit_golden.py: nothing else changed); from fit before it was split into named steps, per rank; re-recorded for the order module and for
 # equal steps in the loader (collectives, and rank 0's logger calls: a stream's len() under ranks is unknown now),
-# see test_fit_golden.py.
+# see test_fit_golden.py; collectives re-recorded for the ranks' pids gathered at set-up (one gather_text, so that a
+# lost rank is named by the others; nothing else changed).
 TRACE_ENVIRONMENT = "torch 2.14.1, x86_64, AVX2"
 TRACE_GOLDEN: list[dict[str, Any]] = [
     {
-        "collectives": "ccb21ceaa1bcad512419d36f7439760a61d0a501a2015bd2677c8ccd3a4f9f10",
-        "calls": 42,
+        "collectives": "21e04ebe6b6e4146bdc6649f055a39cc38b317437984be736cd225133ea94f28",
+        "calls": 43,
         "weights": "430e29280dfd79c3eeb458f9c8eee8a1c6e7cb5787ae1b0e97b785788b9dc4aa",
         "history": "63642b0139c7875cf2aedc2fcc17f9837e13f5a1b365c3ad7f24e38324bd4663",
         "trimmed": 1,
@@ -204,8 +205,8 @@ TRACE_GOLDEN: list[dict[str, Any]] = [
         "best": "e5d64119946f03052a70d3b32275447a5c08fc486d08167bbec68d499f2243d1",
     },
     {
-        "collectives": "ccb21ceaa1bcad512419d36f7439760a61d0a501a2015bd2677c8ccd3a4f9f10",
-        "calls": 42,
+        "collectives": "21e04ebe6b6e4146bdc6649f055a39cc38b317437984be736cd225133ea94f28",
+        "calls": 43,
         "weights": "430e29280dfd79c3eeb458f9c8eee8a1c6e7cb5787ae1b0e97b785788b9dc4aa",
         "history": "63642b0139c7875cf2aedc2fcc17f9837e13f5a1b365c3ad7f24e38324bd4663",
         "trimmed": 1,

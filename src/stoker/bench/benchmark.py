@@ -451,6 +451,7 @@ def quick_bench(
     batch_size: int = 64,
     max_seconds: float = 10.0,
     size: tuple[int, int] | None = None,
+    out: str | os.PathLike[str] | None = None,
 ) -> BenchResult:
     """A small benchmark for a small data set (``stoker demo``): every method, a few seconds each.
 
@@ -458,12 +459,14 @@ def quick_bench(
     most ``max_seconds``, then echoes the table and the notes. Takes well under a minute
     for the demo's few hundred images on two cores; while it runs it echoes each step
     (limits, packing, each finished run, indented) and shows each run's bar on stderr,
-    so the wait before the table is never silent.
+    so the wait before the table is never silent. With ``out``, it writes ``bench.md``,
+    ``bench.json`` and ``bench.png`` there, as ``stoker bench`` does
+    (:func:`~stoker.bench.report.save_report`), and says where.
 
     Example:
         >>> quick_bench("stoker-demo/data/digiface")  # doctest: +SKIP
     """
-    from stoker.bench.report import recommendation, render_markdown, result_notes
+    from stoker.bench.report import recommendation, render_markdown, result_notes, save_report
 
     plan = BenchPlan(data, workers=workers, batch_size=batch_size, max_seconds=max_seconds, size=size,
                      limits_time_s=0.5, progress=bars_shown())
@@ -476,4 +479,7 @@ def quick_bench(
         echo(f"- {note}")
     echo("")
     echo(recommendation(result))
+    if out is not None:
+        paths = save_report(result, out)
+        echo(f"\nwrote {paths['markdown']}, {paths['json']} and {paths['png']}")
     return result

@@ -7,7 +7,9 @@ of the bytes. When the store cannot be reached, :func:`recall` gives them back â
 by that SHA-256 and, when parsed, by the manifest's own checksum â€” so that a set whose
 shards are all in the cache trains, inspects and verifies from it. The first time a
 process falls back for a URL it says so once (the ``stoker`` logger, a warning), with
-the time the cache was last checked; a set not fully cached stops with one
+the time the cache was last checked; under a launch such as ``torchrun`` only local rank
+0 says it, so a run says it once per machine (each machine reads its own cache), not once
+per rank; a set not fully cached stops with one
 :class:`~stoker.errors.NetworkError` line naming the URL and how many shards are missing.
 """
 
@@ -102,17 +104,23 @@ def _when(checked_at: float) -> str:
 
 
 def use_offline(url: str, checked_at: float, error: NetworkError, cache_dir: str | os.PathLike[str] | None = None) -> None:
-    """Record that ``url`` is read from the cache because the store is unreachable; say so once per process."""
+    """Record that ``url`` is read from the cache because the store is unreachable; say so once per process (local rank 0 only)."""
     url = url.rstrip("/")
     with _lock:
         first = url not in _offline
         _offline[url] = checked_at
-    if first:
+    if first and _says_notices():
         cause = str(error).removesuffix(f"; {ADVICE}")
         log.warning(
             "offline: %s; reading %s from the cache in %s, last checked against the store %s",
             cause, url, cache_root(cache_dir), _when(checked_at),
         )
+
+
+def _says_notices() -> bool:
+    """Whether this process says a machine's notices: local rank 0 of a launch (``LOCAL_RANK``, else ``RANK``), or a process alone."""
+    rank = os.environ.get("LOCAL_RANK") or os.environ.get("RANK") or "0"
+    return rank.strip() == "0"
 
 
 def mark_online(url: str) -> None:

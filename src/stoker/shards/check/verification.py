@@ -26,6 +26,7 @@ from stoker.shards.cache.store import ShardCache
 from stoker.shards.format.manifest import Manifest, ShardInfo
 from stoker.shards.format.schema import MANIFEST_NAME, shard_schema
 from stoker.shards.read.shard_file import ShardFile
+from stoker.terminal import bar_disable
 
 __all__ = ["Fault", "VerifyReport", "verify"]
 
@@ -214,7 +215,7 @@ def _check_store(place: Location, manifest: Manifest, cache: ShardCache, progres
     faults: list[Fault] = []
     sizes = place.sizes()
     read = compared = 0
-    with tqdm(total=manifest.bytes, unit="B", unit_scale=True, desc="check store", disable=not progress, file=sys.stderr) as bar:
+    with tqdm(total=manifest.bytes, unit="B", unit_scale=True, desc="check store", disable=bar_disable(progress), file=sys.stderr) as bar:
         for info in manifest.shards:
             bar.update(info.bytes)
             size = sizes[info.name] if info.name in sizes else place.size(info.name)
@@ -288,7 +289,7 @@ def verify(
         root: the shard set folder, or its URL.
         decode: decode every encoded image (pixel shards have nothing to decode).
         workers: processes checking shards in parallel (default: CPU count; 0 or 1: here).
-        progress: show a progress bar on stderr.
+        progress: show a progress bar on stderr when it is a terminal (never under ``--quiet``).
         cache_dir, storage_options: a remote set's cache folder and fsspec options.
 
     Returns:
@@ -328,7 +329,7 @@ def verify(
         workers = usable_cores()
     failed = {f.shard for f in fetch_faults}
     infos = [info for info in manifest.shards if info.name not in failed]
-    with tqdm(total=len(infos), unit="shard", desc="verify", disable=not progress, file=sys.stderr) as bar:
+    with tqdm(total=len(infos), unit="shard", desc="verify", disable=bar_disable(progress), file=sys.stderr) as bar:
         if workers <= 1 or len(infos) <= 1:
             results = []
             for info in infos:

@@ -65,6 +65,7 @@ from stoker.shards.pack.writer import WrittenShard, say_resized
 from stoker.shards.read.dataset import ShardDataset
 from stoker.sources.dataset import FileDataset
 from stoker.sources.index import Source
+from stoker.terminal import bar_disable
 
 __all__ = ["write_shards"]
 
@@ -341,7 +342,7 @@ def write_shards(
         workers: processes writing shards (default: the CPU count; 0 or 1 writes here).
         overwrite: replace a shard set (or other stoker files) already in ``out``; the old
             set stays readable until the new one is complete, and what stoker did not write is kept.
-        progress: show a progress bar on stderr.
+        progress: show a progress bar on stderr when it is a terminal (never under ``--quiet``).
         channels: ``pixels`` only: 3 (RGB) or 1 (gray: one channel, a third of the bytes;
             colour images become their luma). Readers then return ``1 x H x W`` images.
         origin: what the manifest records as the source (default: the sources' roots).
@@ -553,7 +554,7 @@ class _Writing:
             initial=sum(i.samples for i in infos.values()),
             unit="img",
             desc=f"pack {self.name}",
-            disable=not self.progress,
+            disable=bar_disable(self.progress),  # a bar on a terminal only, never frames in a log
             file=sys.stderr,
             dynamic_ncols=True,
             smoothing=0.1,

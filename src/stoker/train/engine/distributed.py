@@ -15,8 +15,11 @@ from __future__ import annotations
 
 import datetime
 import os
+import re
+import socket
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -24,13 +27,20 @@ import torch.distributed as dist
 from torch import nn
 
 from stoker.errors import ConfigError
+from stoker.lifetime import pid_alive
 from stoker.loading.placement import local_ranks
 
-__all__ = ["Ranks", "join_launch", "launched", "unwrap"]
+__all__ = ["Ranks", "join_launch", "launched", "pid_space", "unwrap"]
 
 _ENV = ("RANK", "WORLD_SIZE", "LOCAL_RANK")
 DEFAULT_TIMEOUT_S = 300.0  # a rank that waits longer than this for the others stops with an error
 _joined = False  # join_launch initialised the process group now in place (an early join: `--resume` reads run.json)
+# What gloo and NCCL say when the process at the other end of a collective is gone.
+_PEER_LOST = re.compile(
+    r"connection (reset|closed|refused) by peer|broken pipe|socket closed|read error|write error|timed out"
+    r"|communicator was aborted",
+    re.IGNORECASE,
+)
 
 
 def launched() -> bool:
@@ -57,6 +67,7 @@ class Ranks:
         rank, world_size, local_rank: this process's place (0, 1, 0 when alone).
         device: the device this rank trains on.
         owned: stoker initialised the process group (and so destroys it at the end).
+        processes: every rank's ``(host, pid, pid space)``, in rank order, once :meth:`note_processes` ran.
     """
 
     rank: int = 0
@@ -64,6 +75,7 @@ class Ranks:
     local_rank: int = 0
     device: torch.device = torch.device("cpu")
     owned: bool = False
+    processes: list[tuple[str, int, str]] = field(default_factory=list)
     _flag_group: Any = field(default=None, repr=False, compare=False)
 
     @property
@@ -178,6 +190,54 @@ class Ranks:
         dist.broadcast(buffer, src=src)
         return buffer.cpu().numpy().tobytes()
 
+    def note_processes(self) -> None:
+        """Learn every rank's host, pid and pid space (collective), so that a rank lost later can be named."""
+        if self.active and not self.processes:
+            for text in self.gather_text(f"{os.getpid()} {pid_space()} {socket.gethostname()}"):
+                pid, space, host = text.split(" ", 2)
+                self.processes.append((host, int(pid), space))
+
+    def gone(self) -> list[str]:
+        """The other ranks whose processes are gone, each in a few words (after :meth:`note_processes`).
+
+        Only a process in this process's pid space (the same machine, boot and container)
+        can be checked; one elsewhere is never said to be gone.
+        """
+        here = pid_space()
+        return [f"rank {rank} (process {pid} on {host}) is gone (killed, out of memory, or ended by an error of its own: "
+                "see its output)"
+                for rank, (host, pid, space) in enumerate(self.processes)
+                if rank != self.rank and space == here and not pid_alive(pid)]
+
+    def lost_rank(self, error: BaseException) -> str | None:
+        """What ``error`` means when it comes from another rank being gone, in a few words; ``None`` when it does not.
+
+        A rank whose process on this machine is gone (killed, out of memory) is named; failing
+        that, an error whose chain (``__cause__``/``__context__``) holds what gloo or NCCL say
+        of a lost peer is taken as a lost rank of another machine. Anything else is not.
+        """
+        if not self.active:
+            return None
+        gone = self.gone()
+        if gone:
+            return "; ".join(gone)
+        seen: set[int] = set()
+        link: BaseException | None = error
+        while link is not None and id(link) not in seen:
+            seen.add(id(link))
+            text = str(link)
+            said = re.search(r"\b(gloo|nccl)\b", text, re.IGNORECASE)
+            if isinstance(link, dist.DistNetworkError) or (
+                isinstance(link, RuntimeError) and said is not None and _PEER_LOST.search(text) is not None
+            ):
+                cause = _PEER_LOST.search(text)
+                backend = said.group(1).lower() if said is not None else "the rendezvous store"
+                what = f"{backend}: {cause.group(0)}" if cause is not None else backend
+                return (f"another rank stopped answering ({what}): its process or machine is gone, or the "
+                        "network between them")
+            link = link.__cause__ or link.__context__
+        return None
+
     def _comm_device(self) -> torch.device:
         return self.device if dist.get_backend() == "nccl" else torch.device("cpu")
 
@@ -187,6 +247,21 @@ class Ranks:
         if self.owned and dist.is_initialized():
             dist.destroy_process_group()
             self.owned = _joined = False
+
+
+def pid_space() -> str:
+    """Where this process's pid means something: the host, its boot and its pid namespace (a container has its own).
+
+    Two processes with the same pid space can check each other's pids; host names alone
+    can repeat (containers called ``localhost``). Without ``/proc`` it is the host name.
+    """
+    parts = [socket.gethostname()]
+    try:
+        parts.append(Path("/proc/sys/kernel/random/boot_id").read_text().strip())
+        parts.append(str(os.stat("/proc/self/ns/pid").st_ino))
+    except OSError:
+        pass
+    return ":".join(part.replace(" ", "_") for part in parts)
 
 
 def unwrap(model: nn.Module) -> nn.Module:

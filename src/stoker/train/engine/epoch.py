@@ -314,7 +314,7 @@ def _non_finite(run: Run, bad: tuple[int, float] | None, epoch: int) -> Training
         batch = -ranks.max([-batch])[0]
     value = f"{bad[1]}" if bad is not None and not ranks.active else "on at least one rank"
     if run.saved:
-        where = f"the run stopped and {run.last_path} still holds the last good point"
+        where = f"the run stopped and {run.last_named} still holds the last good point"
     else:  # the same on every rank: they all save (or not) at the same points
         where = (f"the run stopped before its first checkpoint, so there is no {run.last_path.name} to resume from: "
                  "start the run again (under the same name) once the cause is fixed")

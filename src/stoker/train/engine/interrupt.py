@@ -6,7 +6,9 @@ sets a flag that ``fit`` reads after every batch. At the next optimizer-step bou
 and ends the run with ``KeyboardInterrupt``; ``--resume`` then continues with the very
 next batch. A second signal raises ``KeyboardInterrupt`` at once (last.pt keeps the
 last point saved). A ``KeyboardInterrupt`` raised by a logger's ``batch_end`` is taken
-as the same request.
+as the same request. A signal that comes after another rank was lost (``torchrun``
+stopping what is left of the run) is taken as a request too, but not announced: the
+run cannot save there, and says that a rank was lost instead.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from __future__ import annotations
 import logging
 import signal
 import threading
+from collections.abc import Callable
 from types import FrameType, TracebackType
 from typing import Any
 
@@ -31,6 +34,9 @@ class StopRequest:
     handlers for SIGINT and SIGTERM and puts the previous ones back on exit (signals
     can only be handled in the main thread; elsewhere it only serves callbacks).
 
+    Args:
+        lost: says whether another rank of the run is gone (then a signal is not announced).
+
     Attributes:
         reason: what asked to stop (``"SIGINT"``, ``"SIGTERM"``, ``"KeyboardInterrupt"``), or ``None``.
 
@@ -40,8 +46,9 @@ class StopRequest:
         False
     """
 
-    def __init__(self) -> None:
+    def __init__(self, lost: Callable[[], bool] | None = None) -> None:
         self.reason: str | None = None
+        self._lost = lost
         self._previous: dict[int, Any] = {}
 
     @property
@@ -58,6 +65,8 @@ class StopRequest:
         if self.reason is not None:
             raise KeyboardInterrupt  # the second signal: stop at once
         self.request(signal.Signals(signum).name)
+        if self._lost is not None and self._lost():
+            return  # the launcher ends what is left of a run that lost a rank: the loss is what the run says
         log.warning(
             "%s: finishing this step, then saving last.pt to resume from; press Ctrl-C again to stop at once",
             self.reason,

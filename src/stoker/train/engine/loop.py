@@ -65,7 +65,7 @@ from stoker.train.engine.epoch import batch_count, reduce_epoch, train_epoch, va
 from stoker.train.engine.history import EpochStats, History
 from stoker.train.engine.interrupt import StopRequest
 from stoker.train.engine.plots import plot_curves
-from stoker.train.engine.record import device_name, versions, write_run_json
+from stoker.train.engine.record import device_name, resume_command, versions, write_run_json
 from stoker.train.engine.resume import CHECKPOINT_FORMAT
 from stoker.train.engine.run import Run, resume, set_up, wrap_model
 from stoker.train.engine.scenario import Scenario
@@ -91,7 +91,8 @@ def fit(scenario: Scenario, callbacks: Sequence[Logger] = ()) -> History:
         The :class:`History` of every epoch (with the ones before a resume).
 
     Raises:
-        TrainingError: the loss became NaN or infinite (the message names epoch and batch).
+        TrainingError: the loss became NaN or infinite (the message names epoch and batch), or,
+            under torch.distributed, another rank was lost (the message names it where it can).
         ConfigError: the run folder already holds a run and ``resume`` is off, or there
             is nothing to resume.
         CheckpointError: ``last.pt`` cannot be written or read, or does not fit this run.
@@ -115,7 +116,7 @@ def fit(scenario: Scenario, callbacks: Sequence[Logger] = ()) -> History:
     threads = ComputeThreads(run.device, (s.train_loader, s.valid_loader), s.cpu_threads)
     run.adapter = make_adapter(run)  # 3b. adapt: the train loader's settings, tried on the first steps
     record = _start(run, threads)
-    with _ending(run, record), StopRequest() as stop, threads:
+    with _ending(run, record), _rank_loss(run), StopRequest(lambda: bool(run.ranks.gone())) as stop, threads:
         for epoch in range(len(history.epochs) + 1, s.epochs + 1):  # 1-based
             if run.ranks.agree(stop.requested)[0]:  # asked between epochs: last.pt already holds the finished ones
                 raise KeyboardInterrupt
@@ -156,7 +157,7 @@ def _start(run: Run, threads: ComputeThreads) -> dict[str, Any]:
     s, ranks, model, device = run.scenario, run.ranks, run.model, run.device
     info = RunInfo(run.name, run.run_dir, s.epochs, len(run.history.epochs), str(device), dict(s.tags), run.config,
                    s.resume, s.loader_bound_share, threads.reason if device.type == "cpu" else "",
-                   adapting=run.adapter is not None and run.adapter.active)
+                   adapting=run.adapter is not None and run.adapter.active, url=run.url)
     record = {
         "name": run.name,
         "tags": dict(s.tags),
@@ -222,6 +223,29 @@ def _ending(run: Run, record: dict[str, Any]) -> Iterator[None]:
         if run.scenario.plot and history.epochs and run.ranks.main:
             plot_curves(history.rows(), run.run_dir / "curves.png", title=run.name)
         run.publish()
+
+
+@contextlib.contextmanager
+def _rank_loss(run: Run) -> Iterator[None]:
+    """A rank lost mid-run (``kill -9``, out of memory, a machine gone) ends the others with one line, not a backend's traceback.
+
+    Raises:
+        TrainingError: which rank is gone (where this machine can tell), where the last point
+            saved is and how to continue from it (``stopped`` is ``"lost rank"``).
+    """
+    try:
+        yield
+    except Exception as exc:
+        lost = run.ranks.lost_rank(exc)
+        if lost is None:
+            raise
+        epoch = len(run.history.epochs) + 1
+        if run.saved:
+            log_dir, name = run.url.rstrip("/").rsplit("/", 1) if run.url else (str(run.run_dir.parent), run.run_dir.name)
+            todo = f"{run.last_named} holds the last point saved: continue with {resume_command(log_dir, name)}"
+        else:
+            todo = f"nothing was saved yet (no {run.last_path.name}): start the run again"
+        raise TrainingError(f"rank {run.ranks.rank} stops in epoch {epoch}: {lost}. {todo}", stopped="lost rank") from None
 
 
 def _step_scheduler(s: Scenario, stats: EpochStats) -> None:

@@ -104,6 +104,11 @@ class Run:
         """``run_dir/last.pt``."""
         return self.run_dir / LAST_FILE
 
+    @property
+    def last_named(self) -> str:
+        """``last.pt`` as messages name it: at the run folder's URL for a run at one, not this machine's copy."""
+        return f"{self.url.rstrip('/')}/{LAST_FILE}" if self.url else str(self.last_path)
+
     def save_last(self, epoch_done: int, partial: dict[str, Any] | None, rng: dict[str, Any] | None = None) -> None:
         """Write ``last.pt`` (rank 0): everything a resume needs after ``epoch_done`` epochs and ``partial``."""
         s = self.scenario
@@ -158,6 +163,7 @@ def set_up(s: Scenario) -> Run:
             folder cannot be made, holds a run, or (to resume) holds no ``last.pt``.
     """
     ranks = join_launch(s.device) if torch.distributed.is_available() and torch.distributed.is_initialized() else Ranks()
+    ranks.note_processes()  # a rank lost later is then named by the others
     device = ranks.device if ranks.active else resolve_device(s.device)
     if device.type == "cuda":
         torch.backends.cudnn.benchmark = True  # fixed image sizes: let cuDNN pick the fastest kernels

@@ -29,6 +29,8 @@ class RunInfo:
         compute: how the CPU is shared, e.g. "torch threads 1 (of 2 cores, 1 left to the
             loader workers)"; empty on a GPU.
         adapting: adapt tries the train loader's settings (it acts on a loader-bound epoch itself).
+        url: the run folder's URL when the log folder is one (``run_dir`` is then this
+            machine's copy of it, which messages do not name), else ``None``.
     """
 
     name: str
@@ -42,6 +44,7 @@ class RunInfo:
     loader_bound_share: float = 0.3
     compute: str = ""
     adapting: bool = False
+    url: str | None = None
 
 
 @dataclass(frozen=True)

@@ -63,7 +63,7 @@ class ConsoleLogger(Logger):
         self._run = run
         resumed = f", resuming after epoch {run.start_epoch}" if run.resumed else ""
         compute = f", {run.compute}" if run.compute else ""
-        self._write(f"run {run.name} in {run.run_dir} ({run.device}{compute}, {run.epochs} epoch{'' if run.epochs == 1 else 's'}{resumed})")
+        self._write(f"run {run.name} in {run.url or run.run_dir} ({run.device}{compute}, {run.epochs} epoch{'' if run.epochs == 1 else 's'}{resumed})")
 
     def epoch_start(self, epoch: int, batches: int | None) -> None:
         epochs = self._run.epochs if self._run else "?"
