@@ -38,7 +38,7 @@ from stoker.loading.skips import Skipped, without_skip_advice
 from stoker.loading.steps import EqualSteps, ranks_in_step, steps_are_certain
 from stoker.loading.stream_threads import thread_batches
 from stoker.loading.workers import batches_follow_workers, default_workers
-from stoker.order import WORKER_SEEDS, batches_before, epoch_seed
+from stoker.order import SHUFFLE_SCOPES, WORKER_SEEDS, ShuffleScope, batches_before, epoch_seed
 
 __all__ = ["BACKENDS", "LOADER_STATE_FORMAT", "Backend", "Loader", "RankSlice", "iter_from", "make_loader", "resolve_device"]
 
@@ -139,6 +139,7 @@ class Loader:
         sampler: Sampler[int] | None,
         even: bool = True,
         split_later: bool = False,
+        shuffle_scope: ShuffleScope = "auto",
     ) -> None:
         self.dataset = dataset
         self.batch_size = batch_size
@@ -157,6 +158,7 @@ class Loader:
         self._distributed = isinstance(sampler, EpochSampler)  # a rank's share (stoker.loading.samplers)
         self._even = even
         self._shuffle = shuffle
+        self._scope: ShuffleScope = shuffle_scope
         # Made before the process group (Lightning starts it in trainer.fit): split by rank once there is one.
         self._split_later = split_later and not self._iterable and not self._distributed
         # Samples of an epoch no rank reads: the tail an even split drops (counted on rank 0 only).
@@ -169,7 +171,7 @@ class Loader:
         elif shuffle:
             # The order is a function of (seed, epoch) alone (stoker.order), whether or not
             # the workers were started this epoch.
-            self._sampler = EpochSampler(dataset, shuffle=True, seed=seed)
+            self._sampler = EpochSampler(dataset, shuffle=True, seed=seed, scope=shuffle_scope)
         else:
             self._sampler = SequentialSampler(dataset)  # type: ignore[arg-type]
         # Where this epoch stands (see state_dict): batches handed out, and for an
@@ -358,8 +360,13 @@ class Loader:
         }
 
     def _order_plan(self) -> dict[str, Any]:
-        """``{"order_plan": ...}`` of a data set that has one (:class:`SupportsOrderPlan`), else nothing."""
-        return {"order_plan": dict(self.dataset.order_plan())} if isinstance(self.dataset, SupportsOrderPlan) else {}
+        """``{"order_plan": ...}`` of a data set that has one (:class:`SupportsOrderPlan`) or a sampler shuffling
+        in blocks (:func:`stoker.order.block_permutation`), else nothing."""
+        plan = dict(self.dataset.order_plan()) if isinstance(self.dataset, SupportsOrderPlan) else {}
+        blocks = self._sampler.blocks if isinstance(self._sampler, EpochSampler) else None
+        if blocks is not None:
+            plan.update(blocks.plan())
+        return {"order_plan": plan} if plan or isinstance(self.dataset, SupportsOrderPlan) else {}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Continue from a :meth:`state_dict`: the next iteration resumes its epoch at its next batch.
@@ -395,15 +402,19 @@ class Loader:
                     f"the loader state was taken with {key}={state[key]!r} but this loader has {key}={mine!r}; "
                     "resume with the same loader settings"
                 )
-        if isinstance(self.dataset, SupportsOrderPlan) and isinstance(state.get("order_plan"), dict):
-            mine_plan = self._order_plan()["order_plan"]
-            differ = [k for k in sorted(set(mine_plan) | set(state["order_plan"])) if state["order_plan"].get(k) != mine_plan.get(k)]
+        theirs = state.get("order_plan")
+        mine_plan = self._order_plan().get("order_plan", {})
+        # A stream's state always holds its plan; a map-style one holds a plan only when it shuffles in blocks.
+        if isinstance(theirs, dict) or (mine_plan and not isinstance(self.dataset, SupportsOrderPlan)):
+            theirs = theirs if isinstance(theirs, dict) else {}
+            differ = [k for k in sorted(set(mine_plan) | set(theirs)) if theirs.get(k) != mine_plan.get(k)]
             if differ and int(state["batches"]) > 0:  # at an epoch's start, the new plan simply reads the next epoch
-                said = ", ".join(f"{k}={state['order_plan'].get(k)!r} (now {mine_plan.get(k)!r})" for k in differ)
+                said = ", ".join(f"{k}={theirs.get(k)!r} (now {mine_plan.get(k)!r})" for k in differ)
                 raise ConfigError(
                     f"the loader state was taken mid-epoch when the data set's order was planned with {said}; "
                     "under another plan the rest of the epoch would read some samples twice and others not at all. "
-                    "Resume with the same settings (a shard stream's cache limit, --cache-limit, plans it too), or "
+                    "Resume with the same settings (a remote shard set's cache limit, --cache-limit, and the shuffle's scope, "
+                    "--shuffle-scope, plan it too), or "
                     "from a checkpoint taken at an epoch's end"
                 )
         workers = list(state["worker_batches"])
@@ -506,7 +517,8 @@ class Loader:
         rank, each sample once per rank per epoch, with nothing said.
         """
         rank, world_size = torch.distributed.get_rank(), torch.distributed.get_world_size()
-        sampler = EpochSampler(self.dataset, rank, world_size, shuffle=self._shuffle, seed=self.seed, even=self._even)
+        sampler = EpochSampler(self.dataset, rank, world_size, shuffle=self._shuffle, seed=self.seed, even=self._even,
+                               scope=self._scope)
         self._split_later, self._distributed, self._sampler = False, True, sampler
         if self._resume_sampler is not None:
             self._resume_sampler.base = sampler  # what the DataLoader (or the thread pool's batches) draws from
@@ -621,6 +633,7 @@ def make_loader(
     collate_fn: Callable[[Any], Any] | None = None,
     distributed: bool | None = None,
     even: bool = True,
+    shuffle_scope: ShuffleScope = "auto",
 ) -> Loader:
     """A loader with sound defaults for a map-style or iterable data set.
 
@@ -674,6 +687,11 @@ def make_loader(
             over the ranks, shares differing by one (for validation; see
             :class:`RankSlice`); run no collective inside such a loop. Both follow
             the split rule of :mod:`stoker.order`.
+        shuffle_scope: what a map-style shuffle spans: ``"split"``, the whole data set;
+            ``"blocks"``, blocks of shards that a remote shard set's cache holds
+            (:func:`stoker.order.block_permutation`: each shard fetched once per epoch);
+            ``"auto"`` (default): blocks where the set does not fit its cache limit, said
+            once with the block size.
 
     Returns:
         A :class:`Loader`; iterate it once per epoch.
@@ -697,6 +715,8 @@ def make_loader(
         raise ConfigError(f"prefetch_factor must be >= 1, got {prefetch_factor}")
     if backend not in BACKENDS:
         raise ConfigError(f"backend must be one of {', '.join(BACKENDS)}; got {backend!r}")
+    if shuffle_scope not in SHUFFLE_SCOPES:
+        raise ConfigError(f"shuffle_scope must be one of {', '.join(SHUFFLE_SCOPES)}; got {shuffle_scope!r}")
     iterable = isinstance(dataset, IterableDataset)
     split_later = distributed is None  # no process group yet: the loader splits when one starts (Lightning)
     if distributed is None:
@@ -704,7 +724,7 @@ def make_loader(
     sampler: Sampler[int] | None = None
     if distributed and not iterable:
         rank, world_size = torch.distributed.get_rank(), torch.distributed.get_world_size()
-        sampler = EpochSampler(dataset, rank, world_size, shuffle=shuffle, seed=seed, even=even)
+        sampler = EpochSampler(dataset, rank, world_size, shuffle=shuffle, seed=seed, even=even, scope=shuffle_scope)
     resolved = resolve_device(device) if device is not None else torch.device("cpu")
     return Loader(
         dataset,
@@ -721,4 +741,5 @@ def make_loader(
         sampler=sampler,
         even=even,
         split_later=split_later,
+        shuffle_scope=shuffle_scope,
     )
