@@ -174,3 +174,16 @@ def test_a_block_shuffle_resumes_mid_epoch_under_another_worker_count(
     plain = make_loader(ds, batch_size=16, num_workers=0, device="cpu", seed=3, shuffle_scope="split")
     with pytest.raises(ConfigError, match="shuffle_blocks_budget"):
         plain.load_state_dict(state)  # another grouping mid-epoch would read some samples twice
+
+
+def test_the_cli_takes_the_scope_as_a_flag_and_a_key(tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    from stoker.cli.train import train
+    from stoker.train.runner.config import DataConfig
+
+    assert DataConfig().shuffle_scope == "auto"
+    result = CliRunner().invoke(train, ["--data", str(tmp_path), "--shuffle-scope", "shards"])
+    assert result.exit_code != 0 and "--shuffle-scope" in str(result.exception) and "blocks" in str(result.exception)
+    keys = CliRunner().invoke(train, ["--keys"])
+    assert "data.shuffle_scope" in keys.output and "--shuffle-scope" in keys.output
