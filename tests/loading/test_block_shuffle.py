@@ -186,4 +186,4 @@ def test_the_cli_takes_the_scope_as_a_flag_and_a_key(tmp_path: Path) -> None:
     result = CliRunner().invoke(train, ["--data", str(tmp_path), "--shuffle-scope", "shards"])
     assert result.exit_code != 0 and "--shuffle-scope" in str(result.exception) and "blocks" in str(result.exception)
     keys = CliRunner().invoke(train, ["--keys"])
-    assert "data.shuffle_scope" in keys.output and "--shuffle-scope" in keys.output
+    assert "shuffle_scope = \"auto\"" in keys.output and "(--shuffle-scope)" in keys.output

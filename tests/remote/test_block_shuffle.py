@@ -13,7 +13,6 @@ import json
 from collections.abc import Callable
 from pathlib import Path
 
-import pytest
 import torch
 import torch.distributed as dist
 
