@@ -236,6 +236,22 @@ class ShuffleBlocks:
             out.append(shard_order[start:])
         return out
 
+    def smallest_block(self) -> int:
+        """Samples that every block but an epoch's last holds at least (whatever the shard order).
+
+        A block ends where the next shard would pass the budget, so it holds at least
+        ``budget // max(costs)`` shards (one at least), each of at least ``min(sizes)`` samples.
+        """
+        if not self.sizes:
+            return 0
+        return max(1, self.budget // max(max(self.costs), 1)) * min(self.sizes)
+
+    def budget_for(self, samples: int) -> int:
+        """A budget whose every block (but an epoch's last) holds at least ``samples`` samples."""
+        if not self.sizes:
+            return self.budget
+        return -(-max(samples, 1) // max(min(self.sizes), 1)) * max(self.costs)
+
     def plan(self) -> dict[str, int]:
         """What fixes the grouping beyond seed and epoch: plain values for a loader's state (``order_plan``)."""
         return {"shuffle_blocks_budget": int(self.budget)}

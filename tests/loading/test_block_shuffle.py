@@ -187,3 +187,23 @@ def test_the_cli_takes_the_scope_as_a_flag_and_a_key(tmp_path: Path) -> None:
     assert result.exit_code != 0 and "--shuffle-scope" in str(result.exception) and "blocks" in str(result.exception)
     keys = CliRunner().invoke(train, ["--keys"])
     assert "shuffle_scope = \"auto\"" in keys.output and "(--shuffle-scope)" in keys.output
+
+
+def test_readers_that_reach_past_a_block_are_told_the_limit_that_fetches_once(
+    pack12: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """2 workers x prefetch 2 x batch 16 read 96 samples at once, blocks of 1-2 shards hold 16-32: said once, with a limit."""
+    ds = _remote(pack12, tmp_path, "reach", shards_held=4)
+    with caplog.at_level("WARNING", logger="stoker"):
+        loader = make_loader(ds, batch_size=16, num_workers=2, backend="thread", device="cpu", seed=2)
+        for _ in range(2):
+            assert sum(len(_keys(batch)) for batch in loader) == len(ds)
+    told = [r.getMessage() for r in caplog.records if "read at once" in r.getMessage()]
+    assert len(told) == 1 and "96 samples" in told[0] and "--cache-limit" in told[0]
+    fits = ds.shuffle_blocks("auto")
+    assert fits is not None and fits.smallest_block() < 96 <= ShuffleBlocks(fits.sizes, fits.costs, fits.budget_for(96)).smallest_block()
+    quiet = make_loader(ds, batch_size=4, num_workers=0, device="cpu", seed=2)
+    with caplog.at_level("WARNING", logger="stoker"):
+        caplog.clear()
+        next(iter(quiet))
+    assert not any("read at once" in r.getMessage() for r in caplog.records)

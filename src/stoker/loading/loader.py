@@ -159,6 +159,7 @@ class Loader:
         self._even = even
         self._shuffle = shuffle
         self._scope: ShuffleScope = shuffle_scope
+        self._said_reach = False  # readers that reach past a block of a block shuffle: said once (_say_reach)
         # Made before the process group (Lightning starts it in trainer.fit): split by rank once there is one.
         self._split_later = split_later and not self._iterable and not self._distributed
         # Samples of an epoch no rank reads: the tail an even split drops (counted on rank 0 only).
@@ -460,6 +461,7 @@ class Loader:
         self._generator.manual_seed(epoch_seed(self.seed, self.epoch, WORKER_SEEDS))
         if isinstance(self._sampler, EpochSampler):
             self._sampler.set_epoch(self.epoch)
+            self._say_reach(self._sampler)
         if isinstance(self.dataset, SupportsEpoch):
             self.dataset.set_epoch(self.epoch)
         self._restart_epoch()
@@ -507,6 +509,32 @@ class Loader:
             )  # epochs are counted from 1 wherever a user reads them (the loader's own count starts at 0)
         self.epoch += 1
         self._restart_epoch()
+
+    def _say_reach(self, sampler: EpochSampler) -> None:
+        """A block shuffle whose blocks are shorter than what this loader's readers read at once: said once.
+
+        The readers of a rank read up to ``num_workers x prefetch_factor`` batches ahead of
+        the one in use, and the ranks are a step apart at most: a stretch of the order that
+        long meets the shards of more blocks than the cache holds, and a shard evicted
+        before its last read is fetched again. The order does not change (it never depends
+        on the workers): the warning says which limit or reading fetches each shard once.
+        """
+        blocks = sampler.blocks
+        if blocks is None or self._said_reach:
+            return
+        ahead = self.num_workers * self.prefetch_factor if self.num_workers else 0
+        window = (ahead + 2) * self.batch_size * sampler.world_size  # positions of the epoch's order read at once
+        if window <= blocks.smallest_block():
+            return
+        self._said_reach = True
+        log.warning(
+            "the block shuffle's blocks (at most %s bytes of shards, %d samples at least) are shorter than the %d "
+            "samples of the epoch's order that %d rank(s) x %d worker(s) (prefetch_factor %d, batch %d) read at once: "
+            "shards may be fetched more than once per epoch; a cache limit of at least %s bytes (--cache-limit, "
+            "STOKER_CACHE_LIMIT), or fewer workers or a lower prefetch_factor, fetches each once",
+            f"{blocks.budget:,}", blocks.smallest_block(), window, sampler.world_size, self.num_workers,
+            self.prefetch_factor, self.batch_size, f"{2 * blocks.budget_for(window):,}",
+        )
 
     def _split_by_rank(self) -> None:
         """Read this rank's share from now on: the process group started after this loader was made.
