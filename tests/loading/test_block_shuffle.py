@@ -207,3 +207,40 @@ def test_readers_that_reach_past_a_block_are_told_the_limit_that_fetches_once(
         caplog.clear()
         next(iter(quiet))
     assert not any("read at once" in r.getMessage() for r in caplog.records)
+
+
+def test_the_block_shuffle_quality_is_measured_and_said_once_the_shards_are_cached(
+    pack12: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A class-sorted pack in small blocks is poorly mixed (a warning), a shuffled pack well (info); uncached: not measured."""
+    from stoker.shards.check.quality import block_shuffle_quality, warn_if_blocks_poorly_mixed
+
+    sorted_root = tmp_path / "sorted-data"
+    sorted_root.mkdir()
+    for c in range(4):  # 48 images per class, listed class by class: packed unshuffled, a shard holds one class
+        write_class_folders(tmp_path / f"tmp{c}", 48, classes=1, size=(16, 16))
+        (tmp_path / f"tmp{c}" / "0").rename(sorted_root / f"{c}")
+    packed = tmp_path / "sorted-pack"
+    pack(sorted_root, packed, store="pixels", shard_samples=16, workers=0, progress=False, shuffle=False)
+    url = upload_folder(packed, "memory://stoker-blocks-test/sorted")
+    limit = 4 * entry_cost(max(i.bytes for i in ShardDataset(packed).manifest.shards))
+    ds = ShardDataset(url, cache_dir=tmp_path / "cache-sorted", cache_limit=limit)
+    blocks = ds.shuffle_blocks("auto")
+    assert blocks is not None
+    with caplog.at_level("INFO", logger="stoker"):
+        assert warn_if_blocks_poorly_mixed(ds, blocks, batch_size=16, ranks=1) is None  # not cached: not measured
+    assert any("not measured before its shards are in the cache" in r.getMessage() for r in caplog.records)
+    assert ds.shards.cache.downloads == 0  # type: ignore[union-attr]
+    big = ShardDataset(url, cache_dir=tmp_path / "cache-sorted")  # the same cache, no limit: fetch the split once
+    big.shards.prefetch()
+    caplog.clear()
+    with caplog.at_level("INFO", logger="stoker"):
+        poor = warn_if_blocks_poorly_mixed(ds, blocks, batch_size=16, ranks=1)
+    assert poor is not None and not poor.ok
+    assert any(r.levelname == "WARNING" and "block shuffle" in r.getMessage() and "--cache-limit" in r.getMessage()
+               for r in caplog.records)
+    assert block_shuffle_quality(ds.labels, ShuffleBlocks(blocks.sizes, blocks.costs, 10**9), 4, batch_size=16).ok
+    shuffled = ShardDataset(pack12)
+    quality = block_shuffle_quality(shuffled.labels, ShuffleBlocks(tuple(i.samples for i in shuffled.manifest.shards),
+                                    (1,) * 12, budget=1), 4, batch_size=16, ranks=2)
+    assert quality.ok  # a shuffled pack: each shard a random sample, blocks of one shard mix as well as a shuffle
