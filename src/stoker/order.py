@@ -78,7 +78,7 @@ from __future__ import annotations
 
 import operator
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from itertools import islice
 from typing import Literal, TypeVar
 
@@ -207,15 +207,20 @@ class ShuffleBlocks:
         sizes: samples of each shard, in the split's order.
         costs: what each shard takes in the cache (bytes).
         budget: the most a block's shards may take together (a block holds one shard at least).
+        positions: the items in shard order (those of shard 0, then of shard 1...), for items
+            not numbered so (a view of some rows of a split); None: items ``0..n-1`` are.
     """
 
     sizes: tuple[int, ...]
     costs: tuple[int, ...]
     budget: int
+    positions: np.ndarray | None = field(default=None, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         if len(self.sizes) != len(self.costs) or any(v < 0 for v in (*self.sizes, *self.costs)) or self.budget < 1:
             raise ConfigError(f"ShuffleBlocks: one size and one cost (>= 0) per shard and a budget >= 1, got {self!r}")
+        if self.positions is not None and len(self.positions) != sum(self.sizes):
+            raise ConfigError(f"ShuffleBlocks: {len(self.positions)} positions for {sum(self.sizes)} items")
 
     def blocks(self, shard_order: np.ndarray) -> list[np.ndarray]:
         """``shard_order`` cut into blocks: consecutive shards whose costs sum to at most :attr:`budget`.
@@ -254,7 +259,7 @@ class ShuffleBlocks:
 
     def plan(self) -> dict[str, int]:
         """What fixes the grouping beyond seed and epoch: plain values for a loader's state (``order_plan``)."""
-        return {"shuffle_blocks_budget": int(self.budget)}
+        return {"shuffle_blocks_budget": int(self.budget)}  # a view's rows come from the split's seed, also in the state
 
 
 def block_permutation(blocks: ShuffleBlocks, seed: int, epoch: int) -> np.ndarray:
@@ -262,7 +267,8 @@ def block_permutation(blocks: ShuffleBlocks, seed: int, epoch: int) -> np.ndarra
 
     The shards are permuted, cut into blocks (:meth:`ShuffleBlocks.blocks`), and each
     block's samples permuted; sample ``i`` of the split is row ``i - start`` of the shard
-    whose samples start at ``start``. All of the split in one block: :func:`permutation`.
+    whose samples start at ``start`` (or, with :attr:`ShuffleBlocks.positions`, item
+    ``positions[i]``). All of the split in one block: :func:`permutation`.
 
     Example:
         >>> b = ShuffleBlocks(sizes=(3, 3, 3), costs=(1, 1, 1), budget=1)
@@ -275,7 +281,7 @@ def block_permutation(blocks: ShuffleBlocks, seed: int, epoch: int) -> np.ndarra
     """
     sizes = np.asarray(blocks.sizes, dtype=np.int64)
     n = int(sizes.sum())
-    if sum(blocks.costs) <= blocks.budget:
+    if sum(blocks.costs) <= blocks.budget and blocks.positions is None:
         return permutation(n, seed, epoch)
     starts = np.concatenate(([0], np.cumsum(sizes)[:-1])).astype(np.int64)
     shard_order = permutation(len(sizes), seed, epoch, BLOCKS)
@@ -285,7 +291,7 @@ def block_permutation(blocks: ShuffleBlocks, seed: int, epoch: int) -> np.ndarra
         items = np.concatenate([np.arange(starts[s], starts[s] + sizes[s], dtype=np.int64) for s in block.tolist()])
         out[at : at + len(items)] = items[permutation(len(items), seed, epoch, BLOCKS, b)]
         at += len(items)
-    return out
+    return out if blocks.positions is None else np.asarray(blocks.positions, dtype=np.int64)[out]
 
 
 def buffer_shuffle(items: Iterable[T], buffer_size: int, rng: np.random.Generator) -> Iterator[T]:

@@ -70,6 +70,20 @@ def test_the_block_shuffle_differs_from_the_plain_shuffle_only_by_its_grouping()
     assert hits.min() > 30  # 400 / 6 ~ 67 each: no position is stuck with some samples
 
 
+def test_a_view_is_grouped_by_the_shards_of_its_own_rows() -> None:
+    """positions: the view's items in shard order; the order holds each once, each block's items from its shards only."""
+    shard_of_item = np.asarray([2, 0, 1, 2, 0, 0, 1, 2, 1, 0])  # a view of 10 rows spread over 3 shards
+    positions = np.argsort(shard_of_item, kind="stable")
+    blocks = ShuffleBlocks((4, 3, 3), (1, 1, 1), budget=1, positions=positions)
+    order = block_permutation(blocks, seed=0, epoch=0)
+    assert sorted(order.tolist()) == list(range(10))
+    shards = shard_of_item[order]
+    runs = [int(s) for k, s in enumerate(shards.tolist()) if k == 0 or s != shards[k - 1]]
+    assert sorted(runs) == [0, 1, 2]  # one block per shard: each shard's items together
+    with pytest.raises(ConfigError, match="positions"):
+        ShuffleBlocks((4, 3, 3), (1, 1, 1), budget=1, positions=positions[:5])
+
+
 def test_the_sampler_splits_a_block_order_by_rank_as_any_other() -> None:
     """EpochSampler over a data set that shuffles in blocks: the ranks' shares are the block order's split, disjoint, whole."""
 
@@ -244,3 +258,24 @@ def test_the_block_shuffle_quality_is_measured_and_said_once_the_shards_are_cach
     quality = block_shuffle_quality(shuffled.labels, ShuffleBlocks(tuple(i.samples for i in shuffled.manifest.shards),
                                     (1,) * 12, budget=1), 4, batch_size=16, ranks=2)
     assert quality.ok  # a shuffled pack: each shard a random sample, blocks of one shard mix as well as a shuffle
+
+
+def test_stoker_train_over_a_set_larger_than_its_cache_shuffles_in_blocks(
+    pack12: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """`stoker --cache-limit ... train` over a remote set four times its limit: blocks said once, the run completes."""
+    from click.testing import CliRunner
+
+    from stoker.cli.main import main
+
+    url = upload_folder(pack12, "memory://stoker-blocks-test/cli")
+    limit = 4 * entry_cost(max(i.bytes for i in ShardDataset(pack12).manifest.shards))
+    with caplog.at_level("INFO", logger="stoker"):
+        result = CliRunner().invoke(main, [
+            "--cache-dir", str(tmp_path / "cache"), "--cache-limit", str(limit), "train", "--data", url,
+            "--valid-share", "0.25", "--model", "small_cnn", "--epochs", "1", "--batch-size", "16", "--workers", "0",
+            "--no-progress", "--set", f"run.log_dir={tmp_path / 'runs'}", "--set", "run.device=cpu",
+        ])
+    assert result.exit_code == 0, result.output
+    said = [r.getMessage() for r in caplog.records if "shuffled in blocks of shards" in r.getMessage()]
+    assert len(said) == 1

@@ -385,26 +385,32 @@ class ShardDataset(Dataset, MapReader, SupportsEpoch, SupportsCollate, SupportsL
         at most half the cache's room, so that the block being read and the next fit at once
         (ranks and workers reach a block's end apart): each shard is fetched once per epoch.
         The first time, a warning says the block size. ``"split"`` and a split the cache
-        holds whole: None (one shuffle of the whole split), as for a view (:meth:`subset`),
-        whose rows are not whole shards.
+        holds whole: None (one shuffle of the whole split). A view (:meth:`subset`, the
+        training part of a split held out for validation) groups its own rows by shard.
 
         Raises:
-            ConfigError: ``"blocks"`` for a local set, a view, or a cache without a limit.
+            ConfigError: ``"blocks"`` for a local set or a cache without a limit.
         """
         if scope == "split":
             return None
         room = self.shards.cache.shard_room if self.shards.cache is not None else None
-        if scope == "auto" and (room is None or not self.shards.tight or self._rows is not None):
+        if scope == "auto" and (room is None or not self.shards.tight):
             return None
-        if room is None or self._rows is not None:
-            what = "a view of some of its rows" if self._rows is not None else "a split read without a cache limit"
+        if room is None:
             raise ConfigError(
                 f"{self.root} ({self.split}): shuffle_scope='blocks' (--shuffle-scope blocks) groups the shards a "
-                f"cache limit holds; this is {what}: use 'auto' or 'split', or give a cache limit (cache_limit=, "
-                "--cache-limit)"
+                "cache limit holds; this split is read without one: use 'auto' or 'split', or give a cache limit "
+                "(cache_limit=, --cache-limit)"
             )
         infos = self.shards.infos
-        blocks = ShuffleBlocks(tuple(i.samples for i in infos), tuple(entry_cost(i.bytes) for i in infos), max(1, room // 2))
+        costs = tuple(entry_cost(i.bytes) for i in infos)
+        if self._rows is None:
+            blocks = ShuffleBlocks(tuple(i.samples for i in infos), costs, max(1, room // 2))
+        else:  # a view: its positions, grouped by the shard of the row each reads
+            shard_of = self.shards.locate(self._rows)[0]
+            sizes = np.bincount(shard_of, minlength=len(infos))
+            blocks = ShuffleBlocks(tuple(int(k) for k in sizes), costs, max(1, room // 2),
+                                   positions=np.argsort(shard_of, kind="stable"))
         self.shards.in_blocks = True
         if not self._said_blocks:
             self._said_blocks = True

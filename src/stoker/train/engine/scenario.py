@@ -242,8 +242,8 @@ def _check_block_mixing(loader: Iterable[Any]) -> None:
     from stoker.shards import ShardDataset
     from stoker.shards.check.quality import warn_if_blocks_poorly_mixed
 
-    sampler = getattr(loader, "_sampler", None) if isinstance(loader, Loader) else None
+    if not isinstance(loader, Loader) or not isinstance(loader.dataset, ShardDataset):
+        return
+    sampler = loader._sampler
     if isinstance(sampler, EpochSampler) and sampler.blocks is not None and sampler.rank == 0:
-        if isinstance(loader.dataset, ShardDataset):  # type: ignore[union-attr]
-            warn_if_blocks_poorly_mixed(loader.dataset, sampler.blocks, int(loader.batch_size), sampler.world_size,  # type: ignore[union-attr]
-                                        sampler.seed)
+        warn_if_blocks_poorly_mixed(loader.dataset, sampler.blocks, loader.batch_size, sampler.world_size, sampler.seed)
