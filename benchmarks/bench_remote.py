@@ -28,16 +28,29 @@ folder of the run's own inside stoker's cache folder (``STOKER_CACHE``, else
 few files and what that costs depends on the file system; the run prints what creating
 one file there takes.
 
+With ``--cpu-rounds N`` it measures only the client's CPU per GB (:func:`measure_cpu_per_gb`):
+``N`` interleaved rounds of a cold ``ShardStream`` epoch (a fresh cache, opening included)
+and a plain serial download of the same objects by the same client, the CPU-seconds of
+this process (every thread, and any child it waited for) per GB of shard bytes, and the
+medians of the CPU ratio (cold / serial, target <= 1.2) and of the rate ratio (serial's
+time / cold's time, target >= 0.8). A third reading in each round, the same serial download
+with each object's SHA-256 taken and its bytes written to a file (:func:`serial_copy_s`),
+is the least the verified cache must do per byte: its CPU ratio to the plain download is
+the floor of the cold stream's.
+
 Run::
 
     python benchmarks/bench_remote.py --n 4000
     python benchmarks/bench_remote.py --quick
+    python benchmarks/bench_remote.py --n 4000 --cpu-rounds 12
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import os
+import resource
 import shutil
 import socket
 import statistics
@@ -141,7 +154,13 @@ def main() -> None:
     parser.add_argument("--cache-dir", type=Path,
                         help="the folder the caches go in (a folder of this run's own inside it, removed after; "
                              "default: stoker's cache folder)")
+    parser.add_argument("--cpu-rounds", type=int, default=0,
+                        help="measure only the client's CPU per GB, cold stream vs serial download, in this many "
+                             "interleaved rounds (>= 10 for the medians)")
     args = parser.parse_args()
+    if args.cpu_rounds:
+        cpu_per_gb_main(args)
+        return
     n = 1000 if args.quick else args.n
     work = args.out or Path(tempfile.mkdtemp(prefix="stoker-bench-remote-"))
     # The caches go where stoker keeps its cache, in a folder of this run's own: what a reader's cache costs
@@ -196,6 +215,112 @@ def main() -> None:
     warm, cold = ratios
     print(f"\nwarm S3 stream / local stream: {warm:.2f}x (median of {args.rounds} interleaved rounds; target >= 0.9)")
     print(f"cold S3 stream / serial download of the same objects: {cold:.2f}x (MB/s; target >= 0.8)")
+    if args.out is None:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def client_cpu_s() -> float:
+    """CPU seconds of this process so far, every thread (``time.process_time``), plus the children it waited for."""
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return time.process_time() + children.ru_utime + children.ru_stime
+
+
+def serial_copy_s(url: str, names: list[str], folder: Path) -> float:
+    """:func:`serial_download_s`, each object also hashed (SHA-256) and written to a file in ``folder``: the cache's least work."""
+    place = where(url)
+    folder.mkdir(parents=True, exist_ok=True)
+    start = time.perf_counter()
+    for name in names:
+        digest = hashlib.sha256()
+        with place.open(name) as f, open(folder / "copy", "wb") as out:
+            while chunk := f.read(4 << 20):
+                digest.update(chunk)
+                out.write(chunk)
+    took = time.perf_counter() - start
+    shutil.rmtree(folder, ignore_errors=True)
+    return took
+
+
+def measure_cpu_per_gb(local: Path, url: str, caches: Path, rounds: int, server: int) -> tuple[float, float, float]:
+    """Medians over interleaved rounds of (client CPU of a cold stream / of a serial download, serial's time / cold's
+    time, client CPU of a serial download hashed and written / of the plain one).
+
+    Each round reads the same objects twice with the same client (fsspec/s3fs): a plain
+    serial download (:func:`serial_download_s`) and a cold ``ShardStream`` epoch over a fresh
+    cache (opening, download, SHA-256, memory-map, batches of 256, 0 workers), in turns
+    (odd rounds the stream first), so that a change in the machine's load meets both. The
+    client's CPU is :func:`client_cpu_s` (not wall time); the server's is printed beside
+    it: moto is a Python server sharing the machine's cores.
+    """
+    names = [info.name for info in ShardDataset(local).manifest.shards]
+    gb = ShardDataset(local).manifest.bytes / 1e9
+    cpu_ratios, rate_ratios, floor_ratios = [], [], []
+    print("round | serial: wall ms, client CPU s/GB, server CPU ms | cold stream: wall ms, client CPU s/GB, "
+          "server CPU ms | serial + SHA-256 + write: client CPU s/GB | CPU cold/serial | rate cold/serial")
+
+    def timed(run: Callable[[], float]) -> tuple[float, float, float]:
+        client, served = client_cpu_s(), server_cpu_s(server)
+        wall = run()
+        return wall, client_cpu_s() - client, server_cpu_s(server) - served
+
+    for k in range(rounds):
+        cache = caches / f"cpu-round-{k}"
+
+        def cold(cache: Path = cache) -> float:
+            return time_epoch("cold", lambda: ShardStream(url, cache_dir=cache, shuffle_buffer=2048), shuffle=False).seconds
+
+        def serial() -> float:
+            return serial_download_s(url, names)
+
+        def copied(cache: Path = cache) -> float:
+            return serial_copy_s(url, names, cache / "copy")
+
+        if k % 2:
+            c, s, f = timed(cold), timed(serial), timed(copied)
+        else:
+            s, f, c = timed(serial), timed(copied), timed(cold)
+        cpu_ratios.append(c[1] / max(s[1], 1e-9))
+        rate_ratios.append(s[0] / c[0])
+        floor_ratios.append(f[1] / max(s[1], 1e-9))
+        print(f"{k + 1} | {1e3 * s[0]:.0f}, {s[1] / gb:.2f}, {1e3 * s[2]:.0f} | {1e3 * c[0]:.0f}, {c[1] / gb:.2f}, "
+              f"{1e3 * c[2]:.0f} | {f[1] / gb:.2f} | {cpu_ratios[-1]:.2f} | {rate_ratios[-1]:.2f}", flush=True)
+        shutil.rmtree(cache, ignore_errors=True)
+    return statistics.median(cpu_ratios), statistics.median(rate_ratios), statistics.median(floor_ratios)
+
+
+def cpu_per_gb_main(args: argparse.Namespace) -> None:
+    """``--cpu-rounds``: pack, serve and upload as :func:`main` does, then only :func:`measure_cpu_per_gb`."""
+    n = 1000 if args.quick else args.n
+    work = args.out or Path(tempfile.mkdtemp(prefix="stoker-bench-remote-"))
+    caches = (args.cache_dir or default_cache_dir()) / f"bench-remote-{os.getpid()}"
+    data, local = work / "data", work / "packed"
+    if not data.exists():
+        make_digiface(data, n, progress=False)
+    if not (local / "manifest.json").exists():
+        pack(data, local, store="pixels", size=(args.size, args.size), shard_samples=args.shard_samples, progress=False)
+    proc, endpoint = start_server()
+    try:
+        where("s3://bench").fs.mkdir("bench")
+        url = "s3://bench/packed"
+        place = where(url)
+        for path in sorted(local.iterdir()):
+            place.upload(path, path.name)
+        manifest = ShardDataset(local).manifest
+        print(f"{manifest.samples:,} samples, {len(manifest.shards)} pixel shards of {args.size}x{args.size}, "
+              f"{manifest.bytes / 1e6:,.1f} MB; S3 = moto server on {endpoint} (on this machine's {os.cpu_count()} "
+              "cores); batch 256, 0 workers\n", flush=True)
+        time_epoch("warm-up (not shown)", lambda: ShardStream(str(local), shuffle_buffer=2048), shuffle=False)
+        serial_download_s(url, [info.name for info in manifest.shards])  # the client's first calls
+        cpu, rate, floor = measure_cpu_per_gb(local, url, caches, args.cpu_rounds, proc.pid)
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+        shutil.rmtree(caches, ignore_errors=True)
+    print(f"\nclient CPU per GB, cold stream / serial download: {cpu:.2f}x (median of {args.cpu_rounds} interleaved "
+          "rounds; target <= 1.2)")
+    print(f"rate, cold stream / serial download: {rate:.2f}x (median; target >= 0.8)")
+    print(f"client CPU per GB, serial download + SHA-256 + write / serial download: {floor:.2f}x (median: the least "
+          "a verified cache does per byte)")
     if args.out is None:
         shutil.rmtree(work, ignore_errors=True)
 

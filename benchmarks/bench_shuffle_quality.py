@@ -13,13 +13,18 @@ permutation, 0 = as bad as class-sorted) for:
   --shard-samples N``), read as a DataLoader delivers it with 0 or 2 workers on 1 or 2
   ranks: classes per batch and the score when the stream reads one shard at a time (as
   before issue 21) and several at once (``shards_at_once``, the default now), next to a
-  shuffled pack's.
+  shuffled pack's;
+* a map-style set larger than its cache, shuffled in blocks of shards (``--blocks``,
+  :func:`stoker.order.block_permutation`), for several blocks, over a shuffled pack
+  and a class-sorted one, on 1 and 2 ranks, next to the shuffle of the whole split.
 
 Run::
 
     python benchmarks/bench_shuffle_quality.py --n 100000 --classes 1000 --batch-size 256
     python benchmarks/bench_shuffle_quality.py --n 10000 --classes 10 --batch-size 256 \
         --shard-samples 500 --buffer 500          # the one-class-per-shard table of the README
+    python benchmarks/bench_shuffle_quality.py --n 100000 --classes 1000 --batch-size 256 \
+        --blocks --shard-samples 1000             # the block shuffle of a set larger than its cache
 """
 
 from __future__ import annotations
@@ -30,8 +35,9 @@ import sys
 import numpy as np
 
 from stoker.bench import shuffle_quality, simulate_buffer_shuffle, suggest_buffer_size
+from stoker.order import ShuffleBlocks
 from stoker.shards import stream_order
-from stoker.shards.check.quality import loader_stream_quality
+from stoker.shards.check.quality import block_shuffle_quality, loader_stream_quality
 from stoker.shards.read.stream import SHARDS_AT_ONCE, shards_at_once_for
 
 
@@ -65,6 +71,30 @@ def one_class_shards(n: int, classes: int, shard: int, buffer: int, batch_size: 
     return rows
 
 
+def block_shuffles(n: int, classes: int, shard: int, batch_size: int, seed: int) -> list[str]:
+    """Table rows: the block shuffle's score for blocks of 1..all shards, shuffled vs class-sorted packs, 1 and 2 ranks."""
+    sorted_labels = np.repeat(np.arange(classes), n // classes)
+    shuffled_labels = np.random.default_rng(seed).permutation(sorted_labels)
+    sizes = tuple(len(sorted_labels[i : i + shard]) for i in range(0, len(sorted_labels), shard))
+    rows = [
+        f"{len(sorted_labels)} labels, {classes} classes in {len(sizes)} shards of {shard}, batch {batch_size}; "
+        "score 1 = as mixed as a shuffle of the whole split\n",
+        "| shards per block | shuffled pack, 1 rank | shuffled pack, 2 ranks | class-sorted pack, 1 rank | class-sorted pack, 2 ranks |",
+        "|---:|---|---|---|---|",
+    ]
+    per_block = [k for k in (1, 2, 4, 8, 16, 64) if k < len(sizes)] + [len(sizes)]
+    for k in per_block:
+        blocks = ShuffleBlocks(sizes, (1,) * len(sizes), budget=k)
+        cells = []
+        for labels in (shuffled_labels, sorted_labels):
+            for ranks in (1, 2):
+                q = block_shuffle_quality(labels, blocks, classes, batch_size=batch_size, ranks=ranks, seed=seed)
+                cells.append(f"{q.score:.2f} {q.verdict} ({q.classes_per_batch:.1f} classes/batch)")
+        label = f"{k} (all: the plain shuffle)" if k == len(sizes) else str(k)
+        rows.append(f"| {label} | " + " | ".join(cells) + " |")
+    return rows
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--n", type=int, default=50_000)
@@ -74,10 +104,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--shard-samples", type=int, default=None,
                         help="also measure a class-sorted pack cut into shards of this many rows")
     parser.add_argument("--buffer", type=int, default=500, help="the stream's buffer for --shard-samples")
+    parser.add_argument("--blocks", action="store_true",
+                        help="only the block shuffle of a map-style set larger than its cache (shards of --shard-samples, default 1000)")
     args = parser.parse_args(argv)
     if args.classes < 2 or args.n < args.classes:
         parser.error(f"need --classes >= 2 and --n >= --classes (got n={args.n}, classes={args.classes})")
 
+    if args.blocks:
+        print("\n".join(block_shuffles(args.n, args.classes, args.shard_samples or 1_000, args.batch_size, args.seed)))
+        return 0
     sorted_labels = np.repeat(np.arange(args.classes), args.n // args.classes)
     shuffled_labels = np.random.default_rng(args.seed).permutation(sorted_labels)
     score = lambda labels: shuffle_quality(labels, args.batch_size, args.classes, args.seed)  # noqa: E731

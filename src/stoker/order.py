@@ -24,6 +24,17 @@ keep their stored order), so every stretch of the order holds rows of a whole gr
 shards (:func:`stoker.shards.read.stream.stream_order`). The split below applies to that
 order as to any other.
 
+**Blocks.** A map-style shard set larger than the cache that holds it is shuffled in
+blocks (:func:`block_permutation`, after MosaicML Streaming's block shuffles): the
+*shards* are permuted (drawn from ``(BLOCKS,)``), cut into blocks of consecutive shards
+whose cache costs sum to at most a budget (at least one shard each), and the samples of
+each block are permuted (drawn from ``(BLOCKS, b)`` for block ``b``). Every sample is in
+exactly one block, and every stretch of the order reads the shards of at most two
+blocks, so each shard is fetched once per epoch when two blocks fit in the cache. A
+split that fits in one block gets :func:`permutation` itself: the grouping is the only
+difference from the plain shuffle. The split below applies to that order as to any
+other.
+
 **Split.** Position ``i`` of an epoch's order (0-based, after the shuffle) is read by
 rank ``i % R`` of ``R`` ranks: every ``R``-th item, so the ranks' shares differ by at
 most one item. A rank deals its share to its ``N`` workers in blocks of ``block``
@@ -67,19 +78,25 @@ from __future__ import annotations
 
 import operator
 from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
 from itertools import islice
-from typing import TypeVar
+from typing import Literal, TypeVar
 
 import numpy as np
 
 from stoker.errors import ConfigError
 
 __all__ = [
+    "BLOCKS",
     "BUFFER",
     "INTERLEAVE",
     "LOADER_SEED",
     "PACK",
+    "SHUFFLE_SCOPES",
     "WORKER_SEEDS",
+    "ShuffleBlocks",
+    "ShuffleScope",
+    "block_permutation",
     "buffer_shuffle",
     "batches_before",
     "buffer_shuffled",
@@ -103,6 +120,12 @@ WORKER_SEEDS = 2  # the base seed of the loader's worker processes
 PACK = 3  # the pack plan: (PACK, crc32(split))
 LOADER_SEED = 4  # a Pipe's order in a DataLoader epoch it was never told: (LOADER_SEED, base seed)
 INTERLEAVE = 5  # ShardStream's merge of the rows of the shards it reads at once: (INTERLEAVE,)
+BLOCKS = 6  # a block shuffle: (BLOCKS,) for the order of the shards, (BLOCKS, b) for the samples of block b
+
+ShuffleScope = Literal["auto", "split", "blocks"]
+# What a map-style shuffle spans: "split", the whole split at once; "blocks", blocks of shards that fit
+# the cache (block_permutation); "auto", blocks where the split does not fit its cache, else the split.
+SHUFFLE_SCOPES: tuple[ShuffleScope, ...] = ("auto", "split", "blocks")
 
 _PICKS = 1024  # buffer positions drawn at a time (a fixed count, so the draws never depend on the caller)
 
@@ -174,6 +197,101 @@ def permutation(n: int, seed: int, epoch: int, *stream: int) -> np.ndarray:
     if n < 0:
         raise ConfigError(f"permutation: n must be >= 0, got {n}")
     return epoch_rng(seed, epoch, *stream).permutation(int(n)).astype(np.int64, copy=False)
+
+
+@dataclass(frozen=True)
+class ShuffleBlocks:
+    """How a block shuffle groups the shards of a split (see :func:`block_permutation`).
+
+    Attributes:
+        sizes: samples of each shard, in the split's order.
+        costs: what each shard takes in the cache (bytes).
+        budget: the most a block's shards may take together (a block holds one shard at least).
+        positions: the items in shard order (those of shard 0, then of shard 1...), for items
+            not numbered so (a view of some rows of a split); None: items ``0..n-1`` are.
+    """
+
+    sizes: tuple[int, ...]
+    costs: tuple[int, ...]
+    budget: int
+    positions: np.ndarray | None = field(default=None, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        if len(self.sizes) != len(self.costs) or any(v < 0 for v in (*self.sizes, *self.costs)) or self.budget < 1:
+            raise ConfigError(f"ShuffleBlocks: one size and one cost (>= 0) per shard and a budget >= 1, got {self!r}")
+        if self.positions is not None and len(self.positions) != sum(self.sizes):
+            raise ConfigError(f"ShuffleBlocks: {len(self.positions)} positions for {sum(self.sizes)} items")
+
+    def blocks(self, shard_order: np.ndarray) -> list[np.ndarray]:
+        """``shard_order`` cut into blocks: consecutive shards whose costs sum to at most :attr:`budget`.
+
+        Example:
+            >>> [b.tolist() for b in ShuffleBlocks((1, 1, 1), (4, 4, 9), budget=8).blocks(np.arange(3))]
+            [[0, 1], [2]]
+        """
+        out: list[np.ndarray] = []
+        start, used = 0, 0
+        for at, shard in enumerate(shard_order.tolist()):
+            cost = self.costs[shard]
+            if at > start and used + cost > self.budget:
+                out.append(shard_order[start:at])
+                start, used = at, 0
+            used += cost
+        if start < len(shard_order):
+            out.append(shard_order[start:])
+        return out
+
+    def smallest_block(self) -> int:
+        """Samples that every block but an epoch's last holds at least (whatever the shard order).
+
+        A block ends where the next shard would pass the budget, so it holds at least
+        ``budget // max(costs)`` shards (one at least), each of at least ``min(sizes)`` samples.
+        """
+        if not self.sizes:
+            return 0
+        return max(1, self.budget // max(max(self.costs), 1)) * min(self.sizes)
+
+    def budget_for(self, samples: int) -> int:
+        """A budget whose every block (but an epoch's last) holds at least ``samples`` samples."""
+        if not self.sizes:
+            return self.budget
+        return -(-max(samples, 1) // max(min(self.sizes), 1)) * max(self.costs)
+
+    def plan(self) -> dict[str, int]:
+        """What fixes the grouping beyond seed and epoch: plain values for a loader's state (``order_plan``)."""
+        return {"shuffle_blocks_budget": int(self.budget)}  # a view's rows come from the split's seed, also in the state
+
+
+def block_permutation(blocks: ShuffleBlocks, seed: int, epoch: int) -> np.ndarray:
+    """The order of an epoch shuffled in blocks of shards: a permutation of ``0..n-1`` (``int64``).
+
+    The shards are permuted, cut into blocks (:meth:`ShuffleBlocks.blocks`), and each
+    block's samples permuted; sample ``i`` of the split is row ``i - start`` of the shard
+    whose samples start at ``start`` (or, with :attr:`ShuffleBlocks.positions`, item
+    ``positions[i]``). All of the split in one block: :func:`permutation`.
+
+    Example:
+        >>> b = ShuffleBlocks(sizes=(3, 3, 3), costs=(1, 1, 1), budget=1)
+        >>> order = block_permutation(b, seed=0, epoch=0)
+        >>> sorted(order.tolist()) == list(range(9)), sorted(order[:3] // 3) == [order[0] // 3] * 3
+        (True, True)
+        >>> whole = ShuffleBlocks(sizes=(3, 3), costs=(1, 1), budget=2)
+        >>> block_permutation(whole, 0, 0).tolist() == permutation(6, 0, 0).tolist()
+        True
+    """
+    sizes = np.asarray(blocks.sizes, dtype=np.int64)
+    n = int(sizes.sum())
+    if sum(blocks.costs) <= blocks.budget and blocks.positions is None:
+        return permutation(n, seed, epoch)
+    starts = np.concatenate(([0], np.cumsum(sizes)[:-1])).astype(np.int64)
+    shard_order = permutation(len(sizes), seed, epoch, BLOCKS)
+    out = np.empty(n, dtype=np.int64)
+    at = 0
+    for b, block in enumerate(blocks.blocks(shard_order)):
+        items = np.concatenate([np.arange(starts[s], starts[s] + sizes[s], dtype=np.int64) for s in block.tolist()])
+        out[at : at + len(items)] = items[permutation(len(items), seed, epoch, BLOCKS, b)]
+        at += len(items)
+    return out if blocks.positions is None else np.asarray(blocks.positions, dtype=np.int64)[out]
 
 
 def buffer_shuffle(items: Iterable[T], buffer_size: int, rng: np.random.Generator) -> Iterator[T]:

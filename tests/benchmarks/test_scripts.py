@@ -70,6 +70,8 @@ def test_bench_gpu_train_issue_cases_smoke_on_cpu(tmp_path: Path) -> None:
         ("bench_loading.py", ("--n", "100", "--workers", "0", "--methods", "files,shards-pixels", "--out", "out"),
          "shards-pixels"),
         ("bench_shuffle_quality.py", ("--n", "5000", "--classes", "50"), "packed class-sorted"),
+        ("bench_shuffle_quality.py", ("--n", "2000", "--classes", "20", "--blocks", "--shard-samples", "100"),
+         "| 20 (all: the plain shuffle) |"),
         ("bench_threads.py", ("--n", "64", "--workers", "1", "--repeats", "1"), "lowered / default"),
         ("bench_png_guard.py", ("--quick", "--loader", "64", "--out", "png"), "encoded shards, thread x2 (libspng)"),
         ("bench_file_reader.py", ("--quick", "--out", "reader"), "| CPU seconds per image, all processes"),
@@ -89,6 +91,17 @@ def test_bench_remote_reports_cold_and_warm(tmp_path: Path) -> None:
     assert "S3, cold cache" in out and "S3, warm cache" in out and "| local disk" in out
     assert f"cache folder {caches}" in out and "creating a file there takes" in out
     assert not any(caches.iterdir())  # the run's own folder in it is removed
+
+
+def test_bench_remote_measures_the_client_cpu_per_gb(tmp_path: Path) -> None:
+    pytest.importorskip("s3fs", reason="bench_remote needs s3fs: pip install 'stoker[test]'")
+    pytest.importorskip("moto.server", reason="bench_remote needs moto's server: pip install 'moto[server]'")
+    caches = tmp_path / "caches"
+    out = _run("bench_remote.py", "--n", "120", "--shard-samples", "40", "--size", "16", "--out", str(tmp_path / "r"),
+               "--cache-dir", str(caches), "--cpu-rounds", "2", cwd=tmp_path)
+    assert "client CPU per GB, cold stream / serial download" in out and "rate, cold stream / serial download" in out
+    assert "\n2 | " in out  # a line per round
+    assert not any(caches.iterdir())
 
 
 def test_gpu_check_runs_its_parts_and_says_what_happened(tmp_path: Path) -> None:

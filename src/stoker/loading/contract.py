@@ -28,6 +28,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, Protocol, runtime_checkable
 
 from stoker.loading.skips import OnError
+from stoker.order import ShuffleBlocks, ShuffleScope
 
 __all__ = [
     "MapReader",
@@ -42,6 +43,7 @@ __all__ = [
     "SupportsLoaderDefaults",
     "SupportsOnError",
     "SupportsOrderPlan",
+    "SupportsShuffleBlocks",
 ]
 
 
@@ -192,6 +194,19 @@ class SupportsOrderPlan(Protocol):
 
     def order_plan(self) -> Mapping[str, Any]:
         """What fixes this reader's order beyond seed, epoch and placement: plain values, compared on resume."""
+        ...
+
+
+@runtime_checkable
+class SupportsShuffleBlocks(Protocol):
+    """A map-style reader whose samples live in files that a cache holds a few at a time (a remote shard set).
+
+    The sampler asks it how to group its shuffle (:func:`stoker.order.block_permutation`),
+    so that every stretch of an epoch reads only the files the cache holds at once.
+    """
+
+    def shuffle_blocks(self, scope: ShuffleScope, /) -> ShuffleBlocks | None:
+        """The grouping for a shuffle of this ``scope`` (``"auto"``, ``"split"``, ``"blocks"``); None: one shuffle of the whole split."""
         ...
 
 

@@ -39,7 +39,7 @@ from stoker.loading.skips import Skipped, without_skip_advice
 from stoker.loading.steps import EqualSteps, ranks_in_step, steps_are_certain
 from stoker.loading.stream_threads import thread_batches
 from stoker.loading.workers import batches_follow_workers, default_workers
-from stoker.order import WORKER_SEEDS, batches_before, epoch_seed
+from stoker.order import SHUFFLE_SCOPES, WORKER_SEEDS, ShuffleScope, batches_before, epoch_seed
 
 __all__ = ["BACKENDS", "LOADER_STATE_FORMAT", "Backend", "Loader", "RankSlice", "iter_from", "make_loader", "resolve_device"]
 
@@ -165,6 +165,7 @@ class Loader:
         even: bool = True,
         split_later: bool = False,
         placement: ReaderPlacement | None = None,
+        shuffle_scope: ShuffleScope = "auto",
     ) -> None:
         self.dataset = dataset
         self.placement = placement if placement is not None else ReaderPlacement(reason="none given")
@@ -184,6 +185,8 @@ class Loader:
         self._distributed = isinstance(sampler, EpochSampler)  # a rank's share (stoker.loading.samplers)
         self._even = even
         self._shuffle = shuffle
+        self._scope: ShuffleScope = shuffle_scope
+        self._said_reach = False  # readers that reach past a block of a block shuffle: said once (_say_reach)
         # Made before the process group (Lightning starts it in trainer.fit): split by rank once there is one.
         self._split_later = split_later and not self._iterable and not self._distributed
         # Samples of an epoch no rank reads: the tail an even split drops (counted on rank 0 only).
@@ -196,7 +199,7 @@ class Loader:
         elif shuffle:
             # The order is a function of (seed, epoch) alone (stoker.order), whether or not
             # the workers were started this epoch.
-            self._sampler = EpochSampler(dataset, shuffle=True, seed=seed)
+            self._sampler = EpochSampler(dataset, shuffle=True, seed=seed, scope=shuffle_scope)
         else:
             self._sampler = SequentialSampler(dataset)  # type: ignore[arg-type]
         # Where this epoch stands (see state_dict): batches handed out, and for an
@@ -385,8 +388,13 @@ class Loader:
         }
 
     def _order_plan(self) -> dict[str, Any]:
-        """``{"order_plan": ...}`` of a data set that has one (:class:`SupportsOrderPlan`), else nothing."""
-        return {"order_plan": dict(self.dataset.order_plan())} if isinstance(self.dataset, SupportsOrderPlan) else {}
+        """``{"order_plan": ...}`` of a data set that has one (:class:`SupportsOrderPlan`) or a sampler shuffling
+        in blocks (:func:`stoker.order.block_permutation`), else nothing."""
+        plan = dict(self.dataset.order_plan()) if isinstance(self.dataset, SupportsOrderPlan) else {}
+        blocks = self._sampler.blocks if isinstance(self._sampler, EpochSampler) else None
+        if blocks is not None:
+            plan.update(blocks.plan())
+        return {"order_plan": plan} if plan or isinstance(self.dataset, SupportsOrderPlan) else {}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Continue from a :meth:`state_dict`: the next iteration resumes its epoch at its next batch.
@@ -422,15 +430,19 @@ class Loader:
                     f"the loader state was taken with {key}={state[key]!r} but this loader has {key}={mine!r}; "
                     "resume with the same loader settings"
                 )
-        if isinstance(self.dataset, SupportsOrderPlan) and isinstance(state.get("order_plan"), dict):
-            mine_plan = self._order_plan()["order_plan"]
-            differ = [k for k in sorted(set(mine_plan) | set(state["order_plan"])) if state["order_plan"].get(k) != mine_plan.get(k)]
+        theirs = state.get("order_plan")
+        mine_plan = self._order_plan().get("order_plan", {})
+        # A stream's state always holds its plan; a map-style one holds a plan only when it shuffles in blocks.
+        if isinstance(theirs, dict) or (mine_plan and not isinstance(self.dataset, SupportsOrderPlan)):
+            theirs = theirs if isinstance(theirs, dict) else {}
+            differ = [k for k in sorted(set(mine_plan) | set(theirs)) if theirs.get(k) != mine_plan.get(k)]
             if differ and int(state["batches"]) > 0:  # at an epoch's start, the new plan simply reads the next epoch
-                said = ", ".join(f"{k}={state['order_plan'].get(k)!r} (now {mine_plan.get(k)!r})" for k in differ)
+                said = ", ".join(f"{k}={theirs.get(k)!r} (now {mine_plan.get(k)!r})" for k in differ)
                 raise ConfigError(
                     f"the loader state was taken mid-epoch when the data set's order was planned with {said}; "
                     "under another plan the rest of the epoch would read some samples twice and others not at all. "
-                    "Resume with the same settings (a shard stream's cache limit, --cache-limit, plans it too), or "
+                    "Resume with the same settings (a remote shard set's cache limit, --cache-limit, and the shuffle's scope, "
+                    "--shuffle-scope, plan it too), or "
                     "from a checkpoint taken at an epoch's end"
                 )
         workers = list(state["worker_batches"])
@@ -476,6 +488,7 @@ class Loader:
         self._generator.manual_seed(epoch_seed(self.seed, self.epoch, WORKER_SEEDS))
         if isinstance(self._sampler, EpochSampler):
             self._sampler.set_epoch(self.epoch)
+            self._say_reach(self._sampler)
         if isinstance(self.dataset, SupportsEpoch):
             self.dataset.set_epoch(self.epoch)
         self._restart_epoch()
@@ -524,6 +537,32 @@ class Loader:
         self.epoch += 1
         self._restart_epoch()
 
+    def _say_reach(self, sampler: EpochSampler) -> None:
+        """A block shuffle whose blocks are shorter than what this loader's readers read at once: said once.
+
+        The readers of a rank read up to ``num_workers x prefetch_factor`` batches ahead of
+        the one in use, and the ranks are a step apart at most: a stretch of the order that
+        long meets the shards of more blocks than the cache holds, and a shard evicted
+        before its last read is fetched again. The order does not change (it never depends
+        on the workers): the warning says which limit or reading fetches each shard once.
+        """
+        blocks = sampler.blocks
+        if blocks is None or self._said_reach:
+            return
+        ahead = self.num_workers * self.prefetch_factor if self.num_workers else 0
+        window = (ahead + 2) * self.batch_size * sampler.world_size  # positions of the epoch's order read at once
+        if window <= blocks.smallest_block():
+            return
+        self._said_reach = True
+        log.warning(
+            "the block shuffle's blocks (at most %s bytes of shards, %d samples at least) are shorter than the %d "
+            "samples of the epoch's order that %d rank(s) x %d worker(s) (prefetch_factor %d, batch %d) read at once: "
+            "shards may be fetched more than once per epoch; a cache limit of at least %s bytes (--cache-limit, "
+            "STOKER_CACHE_LIMIT), or fewer workers or a lower prefetch_factor, fetches each once",
+            f"{blocks.budget:,}", blocks.smallest_block(), window, sampler.world_size, self.num_workers,
+            self.prefetch_factor, self.batch_size, f"{2 * blocks.budget_for(window):,}",
+        )
+
     def _split_by_rank(self) -> None:
         """Read this rank's share from now on: the process group started after this loader was made.
 
@@ -533,7 +572,8 @@ class Loader:
         rank, each sample once per rank per epoch, with nothing said.
         """
         rank, world_size = torch.distributed.get_rank(), torch.distributed.get_world_size()
-        sampler = EpochSampler(self.dataset, rank, world_size, shuffle=self._shuffle, seed=self.seed, even=self._even)
+        sampler = EpochSampler(self.dataset, rank, world_size, shuffle=self._shuffle, seed=self.seed, even=self._even,
+                               scope=self._scope)
         self._split_later, self._distributed, self._sampler = False, True, sampler
         if self._resume_sampler is not None:
             self._resume_sampler.base = sampler  # what the DataLoader (or the thread pool's batches) draws from
@@ -649,6 +689,7 @@ def make_loader(
     distributed: bool | None = None,
     even: bool = True,
     place_readers: bool | ReaderPlacement | None = None,
+    shuffle_scope: ShuffleScope = "auto",
 ) -> Loader:
     """A loader with sound defaults for a map-style or iterable data set.
 
@@ -710,6 +751,11 @@ def make_loader(
             ``False``: readers run as this process does; a
             :class:`~stoker.loading.reader_cpu.ReaderPlacement`: that one. What was
             applied is :attr:`Loader.placement`.
+        shuffle_scope: what a map-style shuffle spans: ``"split"``, the whole data set;
+            ``"blocks"``, blocks of shards that a remote shard set's cache holds
+            (:func:`stoker.order.block_permutation`: each shard fetched once per epoch);
+            ``"auto"`` (default): blocks where the set does not fit its cache limit, said
+            once with the block size.
 
     Returns:
         A :class:`Loader`; iterate it once per epoch.
@@ -733,6 +779,8 @@ def make_loader(
         raise ConfigError(f"prefetch_factor must be >= 1, got {prefetch_factor}")
     if backend not in BACKENDS:
         raise ConfigError(f"backend must be one of {', '.join(BACKENDS)}; got {backend!r}")
+    if shuffle_scope not in SHUFFLE_SCOPES:
+        raise ConfigError(f"shuffle_scope must be one of {', '.join(SHUFFLE_SCOPES)}; got {shuffle_scope!r}")
     iterable = isinstance(dataset, IterableDataset)
     split_later = distributed is None  # no process group yet: the loader splits when one starts (Lightning)
     if distributed is None:
@@ -740,7 +788,7 @@ def make_loader(
     sampler: Sampler[int] | None = None
     if distributed and not iterable:
         rank, world_size = torch.distributed.get_rank(), torch.distributed.get_world_size()
-        sampler = EpochSampler(dataset, rank, world_size, shuffle=shuffle, seed=seed, even=even)
+        sampler = EpochSampler(dataset, rank, world_size, shuffle=shuffle, seed=seed, even=even, scope=shuffle_scope)
     resolved = resolve_device(device) if device is not None else torch.device("cpu")
     return Loader(
         dataset,
@@ -759,4 +807,5 @@ def make_loader(
         split_later=split_later,
         placement=place_readers if isinstance(place_readers, ReaderPlacement) else plan_readers(
             place_readers, accelerator=resolve_device(device).type != "cpu"),
+        shuffle_scope=shuffle_scope,
     )

@@ -13,6 +13,10 @@ The order of epoch ``e`` is :func:`stoker.order.permutation` ``(len(dataset), se
 * :class:`RankSlice` (``even=False``): every sample exactly once over the ranks, the
   shares differing by at most one (for validation).
 
+A shard set larger than its cache (:class:`~stoker.loading.contract.SupportsShuffleBlocks`)
+is shuffled in blocks of shards that the cache holds (:func:`stoker.order.block_permutation`,
+``scope``), so each shard is fetched once per epoch; the split by rank is the same.
+
 The loader's workers do not split a map-style order: whole batches go to the workers
 in turn, and the loader puts them back in order.
 """
@@ -26,9 +30,21 @@ from typing import Any
 import numpy as np
 from torch.utils.data import Sampler
 
-from stoker.order import check_placement, even_trim, permutation, share, share_size
+from stoker.errors import ConfigError
+from stoker.loading.contract import SupportsShuffleBlocks
+from stoker.order import (
+    SHUFFLE_SCOPES,
+    ShuffleBlocks,
+    ShuffleScope,
+    block_permutation,
+    check_placement,
+    even_trim,
+    permutation,
+    share,
+    share_size,
+)
 
-__all__ = ["EpochSampler", "IndexBatches", "RankSlice"]
+__all__ = ["EpochSampler", "IndexBatches", "RankSlice", "shuffle_blocks"]
 
 
 class EpochSampler(Sampler[int]):
@@ -42,9 +58,13 @@ class EpochSampler(Sampler[int]):
         even: drop the last ``len % world_size`` samples of each epoch's order, so every
             rank reads the same number (training); False reads every sample once over
             the ranks (validation).
+        scope: what a shuffle spans: ``"split"``, the whole data set; ``"blocks"``, blocks
+            of the shards its cache holds (a shard set at a URL with a cache limit);
+            ``"auto"`` (default): blocks where the data set does not fit its cache.
 
     Raises:
-        ConfigError: ``rank`` out of range for ``world_size``.
+        ConfigError: ``rank`` out of range for ``world_size``; an unknown ``scope``, or
+            ``"blocks"`` for a data set that cannot be read in blocks.
 
     Example:
         >>> sampler = EpochSampler(range(5), rank=1, world_size=2, shuffle=False)
@@ -53,12 +73,14 @@ class EpochSampler(Sampler[int]):
     """
 
     def __init__(
-        self, dataset: Any, rank: int = 0, world_size: int = 1, *, shuffle: bool = True, seed: int = 0, even: bool = True
+        self, dataset: Any, rank: int = 0, world_size: int = 1, *, shuffle: bool = True, seed: int = 0, even: bool = True,
+        scope: ShuffleScope = "auto",
     ) -> None:
         check_placement(rank, world_size, where="sampler")
         self.n, self.rank, self.world_size = len(dataset), rank, world_size
         self.shuffle, self.seed, self.even = shuffle, seed, even
         self.epoch = 0
+        self.blocks = shuffle_blocks(dataset, scope) if shuffle else None
 
     @property
     def trimmed(self) -> int:
@@ -71,7 +93,11 @@ class EpochSampler(Sampler[int]):
 
     def order(self) -> np.ndarray:
         """The whole epoch's order (every rank's share interleaved), before the split."""
-        return permutation(self.n, self.seed, self.epoch) if self.shuffle else np.arange(self.n, dtype=np.int64)
+        if not self.shuffle:
+            return np.arange(self.n, dtype=np.int64)
+        if self.blocks is not None:
+            return block_permutation(self.blocks, self.seed, self.epoch)
+        return permutation(self.n, self.seed, self.epoch)
 
     def __iter__(self) -> Iterator[int]:
         return iter(share(self.order(), self.rank, self.world_size, even=self.even).tolist())
@@ -82,8 +108,27 @@ class EpochSampler(Sampler[int]):
     def __repr__(self) -> str:
         return (
             f"{type(self).__name__}({self.n} samples, rank={self.rank}, world_size={self.world_size}, "
-            f"shuffle={self.shuffle}, seed={self.seed}, even={self.even})"
+            f"shuffle={self.shuffle}, seed={self.seed}, even={self.even}"
+            f"{'' if self.blocks is None else f', blocks of <= {self.blocks.budget:,} bytes'})"
         )
+
+
+def shuffle_blocks(dataset: Any, scope: ShuffleScope) -> ShuffleBlocks | None:
+    """How ``dataset``'s shuffle of ``scope`` groups its samples (None: one shuffle of the whole data set).
+
+    Raises:
+        ConfigError: an unknown ``scope``, or ``"blocks"`` for a data set without shards in a cache.
+    """
+    if scope not in SHUFFLE_SCOPES:
+        raise ConfigError(f"shuffle_scope must be one of {', '.join(SHUFFLE_SCOPES)} (--shuffle-scope), got {scope!r}")
+    if isinstance(dataset, SupportsShuffleBlocks):
+        return dataset.shuffle_blocks(scope)
+    if scope == "blocks":
+        raise ConfigError(
+            f"shuffle_scope='blocks' (--shuffle-scope blocks) groups the shards of a shard set read through a "
+            f"limited cache; {type(dataset).__name__} has none: use 'auto' or 'split'"
+        )
+    return None
 
 
 class RankSlice(EpochSampler):

@@ -18,6 +18,10 @@ re-packing shuffled (or reading map-style). :func:`check_stream` does it for a l
 :class:`~stoker.train.Scenario`), ``stoker inspect`` and ``stoker bench`` say what it
 finds before training or in their report.
 
+A map-style set larger than its cache is shuffled in blocks of shards
+(:func:`stoker.order.block_permutation`): :func:`block_shuffle_quality` scores the batches
+each rank gets, and :func:`warn_if_blocks_poorly_mixed` says it before training.
+
 Example:
     >>> q = stream_quality("packed", "train", batch_size=8, workers=2)
     >>> sorted(q)
@@ -35,7 +39,9 @@ import numpy as np
 
 from stoker.errors import ConfigError
 from stoker.mixing import ShuffleQuality, shuffle_quality
+from stoker.order import ShuffleBlocks, block_permutation, share
 from stoker.shards.format.manifest import Manifest
+from stoker.shards.read.dataset import ShardDataset
 from stoker.shards.read.reader import ShardSet
 from stoker.shards.read.stream import (
     REMOTE_SHARDS_AT_ONCE,
@@ -47,12 +53,14 @@ from stoker.shards.read.stream import (
 
 __all__ = [
     "MixingCheck",
+    "block_shuffle_quality",
     "check_mixing",
     "check_stream",
     "loader_label_streams",
     "loader_stream_quality",
     "stream_name",
     "stream_quality",
+    "warn_if_blocks_poorly_mixed",
     "warn_if_poorly_mixed",
 ]
 
@@ -392,3 +400,58 @@ def warn_if_poorly_mixed(stream: ShardStream, batch_size: int, num_workers: int)
     if not check.ok:
         log.warning("%s", check.warning(where))
     return check
+
+
+def block_shuffle_quality(
+    labels: np.ndarray, blocks: ShuffleBlocks, num_classes: int, *, batch_size: int, ranks: int = 1, seed: int = 0,
+    epoch: int = 0,
+) -> ShuffleQuality:
+    """The shuffle quality of a map-style block shuffle as each rank's batches hold it: the worst rank's.
+
+    Args:
+        labels: the split's labels in stored order.
+        blocks: the grouping (:meth:`ShardDataset.shuffle_blocks`).
+        num_classes, batch_size, ranks, seed, epoch: the reading scored (workers do not change the batches).
+
+    Example:
+        >>> labels = np.repeat(np.arange(8), 50)             # one class per shard
+        >>> two = ShuffleBlocks((50,) * 8, (1,) * 8, budget=2)
+        >>> block_shuffle_quality(labels, two, 8, batch_size=32).verdict
+        'poor'
+        >>> whole = ShuffleBlocks((50,) * 8, (1,) * 8, budget=8)
+        >>> block_shuffle_quality(labels, whole, 8, batch_size=32).verdict
+        'good'
+    """
+    labels = np.asarray(labels)
+    order = block_permutation(blocks, seed, epoch)
+    scored = [shuffle_quality(labels[share(order, r, ranks, even=True)], batch_size, num_classes, seed) for r in range(ranks)]
+    return min(scored, key=lambda q: q.score)
+
+
+def warn_if_blocks_poorly_mixed(
+    dataset: ShardDataset, blocks: ShuffleBlocks, batch_size: int, ranks: int, seed: int = 0
+) -> ShuffleQuality | None:
+    """Score a block shuffle before training and say it: a warning when not well mixed, else one info line.
+
+    Only when every shard of the split is in the cache already (scoring reads every
+    label; it must not download the split): otherwise that is said, and ``None`` returned.
+    """
+    where = f"{dataset.root} ({dataset.split})"
+    if dataset.shards.download_bytes() > 0:
+        log.info("%s: the mixing of its block shuffle is not measured before its shards are in the cache", where)
+        return None
+    try:
+        labels = np.asarray(dataset.labels)
+    finally:
+        dataset.shards.close()  # reading the labels opened every shard; the loader reopens what it reads
+    quality = block_shuffle_quality(labels, blocks, dataset.num_classes, batch_size=batch_size, ranks=ranks, seed=seed)
+    said = (f"{where}: its block shuffle (blocks of at most {blocks.budget:,} bytes of shards, {ranks} rank(s), batch "
+            f"{batch_size}) scores {quality.score:.2f} ({quality.verdict}): its batches hold "
+            f"{quality.classes_per_batch:.1f} classes on average against {quality.classes_per_batch_random:.1f} for a "
+            "shuffle of the whole split")
+    if quality.ok:
+        log.info("%s", said)
+    else:
+        log.warning("%s. To fix it, raise the cache limit (--cache-limit) for larger blocks, or repack it shuffled "
+                    "(`stoker pack` without --no-shuffle)", said)
+    return quality

@@ -22,8 +22,16 @@ from stoker.decode.jpeg import decode_batch_on_device, decode_jpeg_resized, deco
 from stoker.errors import ConfigError, DataError
 from stoker.fs import PathOrURL
 from stoker.loading.collate import Batch, collate
-from stoker.loading.contract import MapReader, SupportsCollate, SupportsEpoch, SupportsLoaderDefaults
+from stoker.loading.contract import (
+    MapReader,
+    SupportsCollate,
+    SupportsEpoch,
+    SupportsLoaderDefaults,
+    SupportsShuffleBlocks,
+)
 from stoker.loading.skips import OnError, Skipped
+from stoker.order import ShuffleBlocks, ShuffleScope
+from stoker.shards.cache.entries import entry_cost
 from stoker.shards.format.manifest import Manifest
 from stoker.shards.read.reader import ShardSet
 
@@ -131,7 +139,7 @@ def collate_shard_batch(samples: Any) -> Batch:
     return Batch((images, samples.labels), len(samples), samples.skipped, samples.ready)
 
 
-class ShardDataset(Dataset, MapReader, SupportsEpoch, SupportsCollate, SupportsLoaderDefaults):
+class ShardDataset(Dataset, MapReader, SupportsEpoch, SupportsCollate, SupportsLoaderDefaults, SupportsShuffleBlocks):
     """A map-style torch Dataset over one split of a shard set made by ``stoker pack``.
 
     Give it to :func:`stoker.make_loader` (or any torch DataLoader): the sampler shuffles
@@ -205,6 +213,7 @@ class ShardDataset(Dataset, MapReader, SupportsEpoch, SupportsCollate, SupportsL
         self._mostly_jpeg: bool | None = None  # what the shards hold (mostly_jpeg), once known
         self._mostly_spng: bool | None = None  # mostly JPEG or PNG, with libspng for the PNGs (decodes_on_threads)
         self._choice: dict[str, Any] | None = None  # decoder="auto" on a CUDA device: what it measured and chose
+        self._said_blocks = False  # the block shuffle is said once (shuffle_blocks)
 
     # -- what the set holds ---------------------------------------------------------
     @property
@@ -366,6 +375,58 @@ class ShardDataset(Dataset, MapReader, SupportsEpoch, SupportsCollate, SupportsL
         return {"decoder": chosen, "gpu_img_per_s": round(gpu_rate, 1), "cpu_img_per_s": round(cpu_rate, 1),
                 "cpu_threads": threads, "engine": decoder.engine, "device": str(device), "batch": len(blobs),
                 "reason": reason}
+
+    def shuffle_blocks(self, scope: ShuffleScope) -> ShuffleBlocks | None:
+        """How a shuffle of ``scope`` groups this split's shards (see :func:`stoker.order.block_permutation`).
+
+        A split at a URL that does not fit its cache limit (:attr:`ShardSet.tight`) read in a
+        plain shuffle meets each shard again and again, and fetches it each time. Its shuffle
+        (``"auto"``, or ``"blocks"`` with any limit) goes instead in blocks of shards that take
+        at most half the cache's room, so that the block being read and the next fit at once
+        (ranks and workers reach a block's end apart): each shard is fetched once per epoch.
+        The first time, a warning says the block size. ``"split"`` and a split the cache
+        holds whole: None (one shuffle of the whole split). A view (:meth:`subset`, the
+        training part of a split held out for validation) groups its own rows by shard.
+
+        Raises:
+            ConfigError: ``"blocks"`` for a local set or a cache without a limit.
+        """
+        if scope == "split":
+            return None
+        room = self.shards.cache.shard_room if self.shards.cache is not None else None
+        if scope == "auto" and (room is None or not self.shards.tight):
+            return None
+        if room is None:
+            raise ConfigError(
+                f"{self.root} ({self.split}): shuffle_scope='blocks' (--shuffle-scope blocks) groups the shards a "
+                "cache limit holds; this split is read without one: use 'auto' or 'split', or give a cache limit "
+                "(cache_limit=, --cache-limit)"
+            )
+        infos = self.shards.infos
+        costs = tuple(entry_cost(i.bytes) for i in infos)
+        if self._rows is None:
+            blocks = ShuffleBlocks(tuple(i.samples for i in infos), costs, max(1, room // 2))
+        else:  # a view: its positions, grouped by the shard of the row each reads
+            shard_of = self.shards.locate(self._rows)[0]
+            sizes = np.bincount(shard_of, minlength=len(infos))
+            blocks = ShuffleBlocks(tuple(int(k) for k in sizes), costs, max(1, room // 2),
+                                   positions=np.argsort(shard_of, kind="stable"))
+        self.shards.in_blocks = True
+        if not self._said_blocks:
+            self._said_blocks = True
+            count = len(blocks.blocks(np.arange(len(infos))))
+            unshuffled = self.manifest.made_by.get("shuffle") is False
+            log.warning(
+                "%s: the split %r takes %s bytes in the cache, its limit holds %s: it is shuffled in blocks of shards "
+                "of at most %s bytes (%d blocks of about %d of its %d shards), each shard fetched once per epoch; "
+                "%sshuffle_scope='split' (--shuffle-scope split) shuffles the whole split and fetches shards again, "
+                "a larger limit (--cache-limit, STOKER_CACHE_LIMIT) makes larger blocks",
+                self.root, self.split, f"{self.shards.cache_bytes:,}", f"{room:,}", f"{blocks.budget:,}", count,
+                -(-len(infos) // max(count, 1)), len(infos),
+                "it was packed unshuffled, so a block mixes only the classes of its shards (re-pack it shuffled); "
+                if unshuffled else "",
+            )
+        return blocks
 
     def decodes_on_threads(self) -> bool:
         """Whether most stored images decode with the GIL released: JPEGs, and PNGs when libspng decodes them.

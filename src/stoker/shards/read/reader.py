@@ -134,6 +134,7 @@ class ShardSet:
         # Set by a reader that lets go of each shard by its own plan (ShardStream): reads
         # then keep what they open, even when the split is larger than the cache.
         self.streaming = False
+        self.in_blocks = False  # set by a block shuffle (ShardDataset.shuffle_blocks): its order fetches each shard once
         self.keep: set[int] = set()  # shards a read of a split larger than its cache keeps open (see done_with)
         self._warned_tight = False
         self._tight: bool | None = None
@@ -393,12 +394,14 @@ class ShardSet:
         """
         if not self.tight:
             return
-        if not self.streaming and not self._warned_tight and self.cache is not None and self.cache.limit is not None:
+        quiet = self.streaming or self.in_blocks
+        if not quiet and not self._warned_tight and self.cache is not None and self.cache.limit is not None:
             self._warned_tight = True
             log.warning(
                 "%s: the split %r takes %s bytes in the cache, more than its limit of %s: random reads fetch "
                 "shards again each time they come back; the smallest limit that fetches each shard once is %s "
-                "(--cache-limit, STOKER_CACHE_LIMIT), or read it with ShardStream",
+                "(--cache-limit, STOKER_CACHE_LIMIT), or shuffle it in blocks the cache holds (shuffle_scope='auto' or "
+                "'blocks', --shuffle-scope), or read it with ShardStream",
                 self.root, self.split, f"{self.cache_bytes:,}", f"{self.cache.limit:,}", f"{self.cache_bytes:,}",
             )
         if shard not in self.keep:

@@ -220,6 +220,7 @@ class Scenario:
         if self.patience is not None and self.valid_loader is None:
             raise ConfigError("Scenario: patience watches validation accuracy; give a valid_loader or drop patience")
         _check_stream_mixing(self.train_loader)
+        _check_block_mixing(self.train_loader)
 
 
 def _check_stream_mixing(loader: Iterable[Any]) -> None:
@@ -232,3 +233,17 @@ def _check_stream_mixing(loader: Iterable[Any]) -> None:
 
     if isinstance(loader, (Loader, DataLoader)) and isinstance(loader.dataset, ShardStream) and loader.batch_size:
         warn_if_poorly_mixed(loader.dataset, int(loader.batch_size), int(loader.num_workers))
+
+
+def _check_block_mixing(loader: Iterable[Any]) -> None:
+    """A train loader shuffling a shard set in blocks (larger than its cache): say how well mixed, before training (rank 0)."""
+    from stoker.loading import Loader
+    from stoker.loading.samplers import EpochSampler
+    from stoker.shards import ShardDataset
+    from stoker.shards.check.quality import warn_if_blocks_poorly_mixed
+
+    if not isinstance(loader, Loader) or not isinstance(loader.dataset, ShardDataset):
+        return
+    sampler = loader._sampler
+    if isinstance(sampler, EpochSampler) and sampler.blocks is not None and sampler.rank == 0:
+        warn_if_blocks_poorly_mixed(loader.dataset, sampler.blocks, loader.batch_size, sampler.world_size, sampler.seed)

@@ -55,6 +55,7 @@ from stoker.errors import ConfigError, MissingFileError, NetworkError
 from stoker.fs import join
 from stoker.loading.backends import BACKENDS as LOADER_BACKENDS
 from stoker.loading.workers import FALLBACK_WORKERS
+from stoker.order import SHUFFLE_SCOPES
 from stoker.train.runner.keys import (
     Check,
     as_bool,
@@ -126,6 +127,11 @@ class DataConfig:
     )
     backend: str = config_key(choice(*BACKENDS), "auto", doc="auto | process | thread (auto: what suits the data)")
     on_error: str = config_key(choice(*ON_ERROR), "raise", doc="raise | skip (skip: bad samples are counted, not fatal)")
+    shuffle_scope: str = config_key(
+        choice(*SHUFFLE_SCOPES), "auto",
+        doc="auto | split | blocks: what the training shuffle spans (blocks: blocks of shards a remote set's cache "
+            "holds, each fetched once per epoch; auto: blocks when the set does not fit --cache-limit)",
+    )
     label_order: str = config_key(
         choice("auto", "sorted"), "auto", doc="auto: numeric class folder names are labels | sorted: names numbered in order"
     )

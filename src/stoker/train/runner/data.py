@@ -10,7 +10,7 @@ split (``val/`` folder, an ids partition named ``validation``/``val``, a shard s
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import torch
 from torch.utils.data import Dataset
@@ -19,6 +19,7 @@ from stoker.data import open_data
 from stoker.errors import ConfigError
 from stoker.loading import Loader, make_loader
 from stoker.loading.skips import check_on_error
+from stoker.order import ShuffleScope
 from stoker.train.runner.config import DataConfig
 
 __all__ = ["TrainData", "build_data", "build_loaders"]
@@ -80,7 +81,7 @@ def build_loaders(data: TrainData, cfg: DataConfig, device: torch.device, seed: 
     epoch are left out), and a map-style validation set exactly (every sample once).
     """
     common = _loader_settings(cfg, device, seed)
-    train = make_loader(data.train, shuffle=True, **common)
+    train = make_loader(data.train, shuffle=True, shuffle_scope=cast(ShuffleScope, cfg.shuffle_scope), **common)
     valid = make_loader(data.valid, shuffle=False, even=False, **common)
     return train, valid
 
