@@ -20,10 +20,9 @@ from stoker.shards.format.manifest import Manifest
 from stoker.shards.pack.packing import write_shards
 from stoker.shards.read.dataset import ShardDataset
 from stoker.sources.dataset import FileDataset
+from stoker.types import PathLike
 
 __all__ = ["pack"]
-
-PathLike = str | os.PathLike[str]
 
 
 def pack(

@@ -14,9 +14,10 @@ from stoker.errors import ConfigError, DataError, MissingFileError
 from stoker.fs import FileKinds, Location, PathOrURL, join, where
 from stoker.fs.local import is_within
 from stoker.loading.skips import OnError
-from stoker.sources.dataset import FileDataset, Transform
+from stoker.sources.dataset import FileDataset
 from stoker.sources.index import SampleIndex, Source, indexing_progress
 from stoker.sources.untrusted import check_name_utf8, parse_label
+from stoker.types import Transform
 
 __all__ = ["ClassFolderDataset"]
 

@@ -65,10 +65,10 @@ from stoker.shards.pack.writer import WrittenShard, say_resized
 from stoker.shards.read.dataset import ShardDataset
 from stoker.sources.dataset import FileDataset
 from stoker.sources.index import Source
+from stoker.types import PathLike
 
 __all__ = ["write_shards"]
 
-PathLike = str | os.PathLike[str]
 SourceArg = FileDataset | ShardDataset | Mapping[str, Any]
 
 _PROGRESS_EVERY = 32  # rows between progress reports from a worker
