@@ -37,7 +37,7 @@ from dataclasses import asdict, dataclass
 import numpy as np
 
 from stoker.errors import ConfigError
-from stoker.order import buffer_shuffled, epoch_rng
+from stoker.order import buffer_shuffle_array, epoch_rng
 
 __all__ = [
     "GOOD_SCORE",
@@ -273,7 +273,8 @@ def shuffle_quality(
 def simulate_buffer_shuffle(labels: np.ndarray, buffer_size: int, seed: int = 0) -> np.ndarray:
     """The label stream a shuffle buffer of ``buffer_size`` makes of ``labels`` (labels only, no images).
 
-    Uses the buffer shuffle of every stoker reader (:func:`stoker.order.buffer_shuffled`, the order of `buffer_shuffle`),
+    Uses the buffer shuffle of every stoker reader (:func:`stoker.order.buffer_shuffle_array`, the order of
+    :func:`~stoker.order.buffer_shuffle_stream`),
     drawn as ``Pipe.shuffle(buffer_size, seed=seed)`` draws in epoch 0, so
     ``shuffle_quality`` of the result tells, before any image is read, whether a buffer
     is large enough for a source order.
@@ -290,7 +291,7 @@ def simulate_buffer_shuffle(labels: np.ndarray, buffer_size: int, seed: int = 0)
     if isinstance(buffer_size, bool) or not isinstance(buffer_size, (int, np.integer)) or buffer_size < 1:
         raise ConfigError(f"simulate_buffer_shuffle: buffer_size must be a positive integer, got {buffer_size!r}")
     stream = np.asarray(labels, dtype=np.int64)
-    return buffer_shuffled(stream, int(buffer_size), epoch_rng(seed, 0))
+    return buffer_shuffle_array(stream, int(buffer_size), epoch_rng(seed, 0))
 
 
 def suggest_buffer_size(

@@ -15,7 +15,7 @@ seeds of the loader's worker processes, ``(PACK, crc32(split))`` for the pack pl
 same inputs give the same numbers in every process, on every machine.
 
 **Order.** An epoch's order of ``n`` items is :func:`permutation` ``(n, seed, epoch)``.
-A shuffle buffer (:func:`buffer_shuffle`) draws from a generator of the same rule and,
+A shuffle buffer (:func:`buffer_shuffle_stream`) draws from a generator of the same rule and,
 when the buffer holds the whole stream, gives exactly that permutation. ``ShardStream``
 orders coarser, to read its files in runs: its epoch's order is :func:`permutation` of
 the *shards*, cut into groups of at most ``shards_at_once`` consecutive shards, and the
@@ -80,9 +80,9 @@ __all__ = [
     "LOADER_SEED",
     "PACK",
     "WORKER_SEEDS",
-    "buffer_shuffle",
     "batches_before",
-    "buffer_shuffled",
+    "buffer_shuffle_array",
+    "buffer_shuffle_stream",
     "check_placement",
     "epoch_rng",
     "epoch_seed",
@@ -176,7 +176,7 @@ def permutation(n: int, seed: int, epoch: int, *stream: int) -> np.ndarray:
     return epoch_rng(seed, epoch, *stream).permutation(int(n)).astype(np.int64, copy=False)
 
 
-def buffer_shuffle(items: Iterable[T], buffer_size: int, rng: np.random.Generator) -> Iterator[T]:
+def buffer_shuffle_stream(items: Iterable[T], buffer_size: int, rng: np.random.Generator) -> Iterator[T]:
     """Yield ``items`` in an order drawn from ``rng`` through a buffer of ``buffer_size`` items.
 
     The buffer fills with the first items; then each new item takes the place of a
@@ -193,12 +193,12 @@ def buffer_shuffle(items: Iterable[T], buffer_size: int, rng: np.random.Generato
         ConfigError: ``buffer_size`` below 1.
 
     Example:
-        >>> sorted(buffer_shuffle(range(5), 3, epoch_rng(0, 0)))
+        >>> sorted(buffer_shuffle_stream(range(5), 3, epoch_rng(0, 0)))
         [0, 1, 2, 3, 4]
-        >>> list(buffer_shuffle(range(4), 10, epoch_rng(0, 0))) == permutation(4, 0, 0).tolist()
+        >>> list(buffer_shuffle_stream(range(4), 10, epoch_rng(0, 0))) == permutation(4, 0, 0).tolist()
         True
     """
-    size = _buffer_size(buffer_size, "buffer_shuffle")
+    size = _buffer_size(buffer_size, "buffer_shuffle_stream")
     buffer: list[T] = []
     picks: list[int] = []
     for item in items:
@@ -214,8 +214,8 @@ def buffer_shuffle(items: Iterable[T], buffer_size: int, rng: np.random.Generato
         yield buffer[index]
 
 
-def buffer_shuffled(items: np.ndarray, buffer_size: int, rng: np.random.Generator) -> np.ndarray:
-    """:func:`buffer_shuffle` of an array, all at once: the same order from the same draws, without a loop per item.
+def buffer_shuffle_array(items: np.ndarray, buffer_size: int, rng: np.random.Generator) -> np.ndarray:
+    """:func:`buffer_shuffle_stream` of an array, all at once: the same order from the same draws, without a loop per item.
 
     Step ``t`` of the buffer loop writes item ``buffer_size + t`` into the drawn slot
     ``picks[t]`` and yields what that slot held: the item the slot's previous step wrote,
@@ -226,11 +226,11 @@ def buffer_shuffled(items: np.ndarray, buffer_size: int, rng: np.random.Generato
     state.
 
     Example:
-        >>> a = buffer_shuffled(np.arange(50), 8, epoch_rng(0, 0))
-        >>> a.tolist() == list(buffer_shuffle(range(50), 8, epoch_rng(0, 0)))
+        >>> a = buffer_shuffle_array(np.arange(50), 8, epoch_rng(0, 0))
+        >>> a.tolist() == list(buffer_shuffle_stream(range(50), 8, epoch_rng(0, 0)))
         True
     """
-    size, items = _buffer_size(buffer_size, "buffer_shuffled"), np.asarray(items)
+    size, items = _buffer_size(buffer_size, "buffer_shuffle_array"), np.asarray(items)
     n = len(items)
     if n <= size:  # the loop only fills the buffer, then yields it in a random order
         return items[rng.permutation(n)]
@@ -250,6 +250,10 @@ def buffer_shuffled(items: np.ndarray, buffer_size: int, rng: np.random.Generato
     left[slots[last]] = written[last]
     out[steps:] = left[rng.permutation(size)]
     return items[out]
+
+
+# The old name of buffer_shuffle_array, not public: shards/read/stream.py imports it until its next edit.
+buffer_shuffled = buffer_shuffle_array
 
 
 def _buffer_size(value: object, where: str) -> int:
