@@ -41,7 +41,7 @@ from stoker.bench.limits import Limits, evict_from_page_cache, measure_limits, m
 from stoker.bench.methods import METHODS, PACK_SPLIT, BenchData, Method
 from stoker.bench.plan import DEFAULT_WORKERS, TRAIN_OPTIMIZER, BenchPlan
 from stoker.bench.results import BenchResult
-from stoker.bench.runner import Expected, RunResult, Step, run_method, split_batch
+from stoker.bench.runner import Expected, MethodResult, Step, run_method, split_batch
 from stoker.bench.settings import LoaderSettings
 from stoker.bench.shard_data import check_packed, fetch_all, measure_shard_limits, open_shard_set, shard_methods
 from stoker.bench.shares import share_text
@@ -398,7 +398,7 @@ def _run_all(result: BenchResult, data: BenchData, plan: BenchPlan, expected: Ex
         label = f"[{number}/{len(runs)}] {method.name}, {w} workers, {backend}"
         reason = _unsupported(method, backend, data)
         if reason:
-            result.runs.append(RunResult(method.name, w, backend, status="unsupported", reason=reason))
+            result.runs.append(MethodResult(method.name, w, backend, status="unsupported", reason=reason))
             continue
         settings = LoaderSettings(
             workers=w,

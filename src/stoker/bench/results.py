@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 
 from stoker.bench.limits import Limits
-from stoker.bench.runner import RunResult
+from stoker.bench.runner import MethodResult
 from stoker.bench.step import Ceiling, StepSetting
 from stoker.errors import ConfigError
 from stoker.loading.backends import BACKENDS
@@ -34,7 +34,7 @@ class BenchResult:
         limits: the machine's measured limits.
         pack_s: seconds the packing of each shard store took (a one-off cost).
         packed_reused: the shards were packed before (``packed=``), so not timed.
-        runs: one :class:`RunResult` per method x backend x workers.
+        runs: one :class:`MethodResult` per method x backend x workers.
         expected_checksum: the label checksum every correct whole epoch must show.
         source_order_labels: labels in the order the data lists them (the Pipe's input).
         machine: CPU count, memory, torch version, device.
@@ -65,7 +65,7 @@ class BenchResult:
     limits: Limits
     pack_s: dict[str, float] = field(default_factory=dict)
     packed_reused: bool = False
-    runs: list[RunResult] = field(default_factory=list)
+    runs: list[MethodResult] = field(default_factory=list)
     expected_checksum: str = ""
     shuffle_buffer: int = 10_000
     source_order_labels: np.ndarray | None = field(default=None, repr=False)
@@ -78,7 +78,7 @@ class BenchResult:
     gray: bool = False
     _suggested_buffer: int | None = field(default=None, repr=False)
 
-    def run(self, method: str, workers: int, backend: str = BACKENDS[0]) -> RunResult:
+    def run(self, method: str, workers: int, backend: str = BACKENDS[0]) -> MethodResult:
         """The result of one method, workers and backend.
 
         Raises:
@@ -90,7 +90,7 @@ class BenchResult:
         raise ConfigError(f"no run of {method} with {workers} workers on {backend}")
 
     @property
-    def best(self) -> RunResult | None:
+    def best(self) -> MethodResult | None:
         """The fastest correct run (whole epochs preferred to partial ones)."""
         timed = [r for r in self.runs if r.timed and r.img_per_s]
         return max(timed, key=lambda r: (r.status == "ok", r.img_per_s or 0.0), default=None)

@@ -27,7 +27,7 @@ from stoker.errors import StokerError
 from stoker.mixing import ShuffleQuality, shuffle_quality
 from stoker.train.engine.timing import PhaseTimer
 
-__all__ = ["STATUSES", "Expected", "RunResult", "Step", "run_method", "split_batch"]
+__all__ = ["STATUSES", "Expected", "MethodResult", "Step", "run_method", "split_batch"]
 
 # ok: a whole epoch, correct. partial: stopped by the time limit; what was seen is
 # consistent. incorrect: samples missing, repeated or malformed. failed: raised an error.
@@ -67,7 +67,7 @@ class Expected:
 
 
 @dataclass
-class RunResult:
+class MethodResult:
     """One method, one setting: how fast, how heavy, and whether it was right.
 
     Attributes:
@@ -190,7 +190,7 @@ def run_method(
     batch_size: int | None = None,
     seed: int = 0,
     on_batch: Callable[[int], Any] | None = None,
-) -> RunResult:
+) -> MethodResult:
     """Run ``epochs`` epochs of a method and measure them.
 
     Args:
@@ -207,9 +207,9 @@ def run_method(
         on_batch: called with the size of each batch (a progress bar's ``update``).
 
     Returns:
-        A :class:`RunResult`; errors of the method are caught and reported as ``"failed"``.
+        A :class:`MethodResult`; errors of the method are caught and reported as ``"failed"``.
     """
-    result = RunResult(method, workers, backend)
+    result = MethodResult(method, workers, backend)
     counts = np.zeros(expected.num_classes, dtype=np.int64)
     stream: list[np.ndarray] = []
     wait_s = compute_s = 0.0

@@ -41,7 +41,7 @@ from stoker.bench.advice import looks_gray, pack_command
 from stoker.bench.benchmark import _settle_size, open_data, pack_for_bench
 from stoker.bench.limits import Limits, evict_from_page_cache, measure_limits, measure_sequential_reads
 from stoker.bench.methods import METHODS, BenchData, method_names
-from stoker.bench.runner import Expected, RunResult, run_method
+from stoker.bench.runner import Expected, MethodResult, run_method
 from stoker.bench.settings import LoaderSettings, describe_loader
 from stoker.bench.shard_data import fetch_all, measure_shard_limits, open_shard_set
 from stoker.bench.shares import share_phrase
@@ -159,7 +159,7 @@ class _Search:
         method = METHODS[settings.method]
         if self.cold is not None:  # the files the trials read, dropped from the page cache
             evict_from_page_cache(self.cold)
-        run: RunResult = run_method(
+        run: MethodResult = run_method(
             lambda: method.build(self.data, settings),
             self.expected,
             method=settings.method,

@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     )
     from stoker.train.runner.compare import RunSummary, compare_runs, format_table
     from stoker.train.runner.config import TrainConfig, load_config
-    from stoker.train.runner.from_config import RunResult, demo_run, train_from_config
+    from stoker.train.runner.from_config import TrainingResult, demo_run, train_from_config
     from stoker.train.runner.models import SmallCNN, build_model
 
 __all__ = [
@@ -43,12 +43,12 @@ __all__ = [
     "Logger",
     "Preprocess",
     "RunInfo",
-    "RunResult",
     "RunSummary",
     "Scenario",
     "SmallCNN",
     "TensorBoardLogger",
     "TrainConfig",
+    "TrainingResult",
     "build_model",
     "compare_runs",
     "demo_run",
@@ -75,12 +75,12 @@ _HOMES: dict[str, str] = {
     "Logger": "stoker.train.loggers",
     "Preprocess": "stoker.train.engine.scenario",
     "RunInfo": "stoker.train.loggers",
-    "RunResult": "stoker.train.runner.from_config",
     "RunSummary": "stoker.train.runner.compare",
     "Scenario": "stoker.train.engine.scenario",
     "SmallCNN": "stoker.train.runner.models",
     "TensorBoardLogger": "stoker.train.loggers",
     "TrainConfig": "stoker.train.runner.config",
+    "TrainingResult": "stoker.train.runner.from_config",
     "build_model": "stoker.train.runner.models",
     "compare_runs": "stoker.train.runner.compare",
     "demo_run": "stoker.train.runner.from_config",
@@ -95,4 +95,7 @@ _HOMES: dict[str, str] = {
     "train_from_config": "stoker.train.runner.from_config",
 }
 
-__getattr__, __dir__ = lazy_names(__name__, _HOMES, globals(), __all__)
+# Old public names, still importable with a DeprecationWarning.
+_RENAMED = {"RunResult": "TrainingResult"}
+
+__getattr__, __dir__ = lazy_names(__name__, _HOMES, globals(), __all__, renamed=_RENAMED)

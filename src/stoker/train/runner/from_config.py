@@ -42,13 +42,13 @@ from stoker.train.runner.config import OptimConfig, TrainConfig, parse_config
 from stoker.train.runner.data import build_data, build_loaders, build_test_loader
 from stoker.train.runner.models import build_model
 
-__all__ = ["RunInterrupted", "RunResult", "build_optimizer", "demo_run", "rank_zero", "run_record_text", "train_from_config"]
+__all__ = ["RunInterrupted", "TrainingResult", "build_optimizer", "demo_run", "rank_zero", "run_record_text", "train_from_config"]
 
 Echo = Callable[[str], None]
 
 
 @dataclass(frozen=True)
-class RunResult:
+class TrainingResult:
     """What a config-driven run produced.
 
     Attributes:
@@ -188,7 +188,7 @@ def train_from_config(
     config: TrainConfig,
     callbacks: Sequence[Logger] = (),
     echo: Echo | None = print,
-) -> RunResult:
+) -> TrainingResult:
     """Open the data, build model, optimizer and schedule, and :func:`fit` as ``config`` says.
 
     On the CPU, ``fit`` lowers torch's compute threads to leave one core per loader
@@ -200,7 +200,7 @@ def train_from_config(
         echo: prints what was opened before training (``None``: quiet).
 
     Returns:
-        A :class:`RunResult`; ``result.where()`` says where everything is.
+        A :class:`TrainingResult`; ``result.where()`` says where everything is.
 
     Raises:
         ConfigError: a bad combination the checks of single keys cannot see.
@@ -238,7 +238,7 @@ def _steps_per_epoch(loader: Loader, grad_accum: int, ranks: Ranks) -> int:
 
 
 def _train(config: TrainConfig, callbacks: Sequence[Logger], echo: Echo | None, device: torch.device,
-           ranks: Ranks) -> RunResult:
+           ranks: Ranks) -> TrainingResult:
     """:func:`train_from_config` once the ranks are joined: on ``device``, echoing on rank 0 only."""
     data = build_data(config.data, seed=config.run.seed)
     num_classes = config.model.num_classes or data.num_classes
@@ -300,7 +300,7 @@ def _train(config: TrainConfig, callbacks: Sequence[Logger], echo: Echo | None, 
             echo(f"test: {test.samples:,} samples, loss {test.loss:.4f}, accuracy {test.acc:.4f} ({test.weights})")
         if url is not None and ranks.main:
             staging.push(run_dir, url)  # test.csv and the run.json that names it
-    return RunResult(run_dir, history, data.description, test, url)
+    return TrainingResult(run_dir, history, data.description, test, url)
 
 
 def _echo_resumed(log_dir: str, name: str, echo: Echo) -> None:
@@ -353,7 +353,7 @@ def demo_run(
     seed: int = 0,
     progress: bool = True,
     echo: Echo | None = print,
-) -> RunResult:
+) -> TrainingResult:
     """Train the small CNN for a few epochs on ``data_dir``: what ``stoker demo`` runs.
 
     With the default 10-class synthetic DigiFace-like data (a few hundred 112x112
@@ -370,7 +370,7 @@ def demo_run(
         echo: prints what was opened (``None``: quiet).
 
     Returns:
-        The :class:`RunResult`; ``print(result.where())`` tells the user where things are.
+        The :class:`TrainingResult`; ``print(result.where())`` tells the user where things are.
 
     Example:
         >>> result = demo_run("demo/digiface", "demo/runs", epochs=3)  # doctest: +SKIP
