@@ -1,56 +1,17 @@
 """The order of an epoch: one seed rule, one permutation, one buffer shuffle, one split by rank and worker.
 
-Every reader of stoker takes its order from here: the map-style samplers
-(:mod:`stoker.loading.samplers`), the loader's worker seeds, the ``Pipe``'s ``shuffle``
-and ``shard`` stages, ``ShardStream`` and the pack plan. The rule, in words:
+Every reader of stoker takes its order from here (the map-style samplers, the loader's
+worker seeds, the ``Pipe``'s ``shuffle`` and ``shard``, ``ShardStream``, the pack plan):
 
-**Seed.** The numbers of an epoch come from :func:`epoch_seed` ``(seed, epoch, *stream)``:
-a numpy ``SeedSequence`` over the run's ``seed``, the ``epoch`` number and a few
-integers that name what the numbers are for (``stream``). An empty stream is the
-epoch's order itself; other uses name theirs, so they draw independent numbers:
-``(BUFFER, rank, 0)`` for a rank's shuffle buffer (``ShardStream``), ``(INTERLEAVE,)`` for how
-``ShardStream`` merges the rows of the shards it reads at once, ``(WORKER_SEEDS,)`` for the
-seeds of the loader's worker processes, ``(PACK, crc32(split))`` for the pack plan,
-``(LOADER_SEED, base_seed)`` for a ``Pipe`` in a DataLoader that never set its epoch. The
-same inputs give the same numbers in every process, on every machine.
+* **Seed**: :func:`epoch_seed` ``(seed, epoch, *stream)``; ``stream`` names what the numbers are for.
+* **Order**: :func:`permutation` ``(n, seed, epoch)``; a shuffle buffer as large as the stream gives the same.
+* **Split**: position ``i`` goes to rank ``i % R``, and within a rank's share to its workers
+  in blocks of ``block`` items, round robin (:func:`reader_of`, :func:`share`).
+* **Batches**: blocks of one batch, so a rank's batches depend on the seed, the epoch, the
+  rank count and the batch size, never on the worker count or the backend.
+* **Trim**: only an even split trims (:func:`even_trim`); ``len()`` is this rank's share.
 
-**Order.** An epoch's order of ``n`` items is :func:`permutation` ``(n, seed, epoch)``.
-A shuffle buffer (:func:`buffer_shuffle_stream`) draws from a generator of the same rule and,
-when the buffer holds the whole stream, gives exactly that permutation. ``ShardStream``
-orders coarser, to read its files in runs: its epoch's order is :func:`permutation` of
-the *shards*, cut into groups of at most ``shards_at_once`` consecutive shards, and the
-rows of each group merged at random (drawn from ``(INTERLEAVE,)``; each shard's rows
-keep their stored order), so every stretch of the order holds rows of a whole group of
-shards (:func:`stoker.shards.read.stream.stream_order`). The split below applies to that
-order as to any other.
-
-**Split.** Position ``i`` of an epoch's order (0-based, after the shuffle) is read by
-rank ``i % R`` of ``R`` ranks: every ``R``-th item, so the ranks' shares differ by at
-most one item. A rank deals its share to its ``N`` workers in blocks of ``block``
-items, round robin: item ``j`` of the share (``j = i // R``) goes to worker
-``(j // block) % N``. The shares are disjoint and together hold every item, so an epoch
-read by all of them sees each item exactly once. :func:`reader_of` is the rule itself;
-:func:`share` applies it to an array, :func:`iter_share` to a stream of unknown length,
-:func:`share_size` counts a share without building it.
-
-**Batches.** stoker's loader deals in blocks of one batch (``block = batch_size``): batch
-``b`` of a rank is items ``[b * B, (b + 1) * B)`` of its share, read whole by worker
-``b % N``, and the workers' batches, taken round robin, come out in ``b`` order. So the
-batches a rank sees depend on the seed, the epoch, the rank count and the batch size,
-never on the worker count or the backend (MosaicML Streaming's *elastic determinism*),
-and a position is one number, the batches handed out: worker ``w`` resumes after its
-:func:`batches_before` of them, whatever the worker count was when it was taken.
-
-**Trim.** Only an *even* split trims: it first drops the last ``n % R`` items of the
-epoch's order (:func:`even_trim`), so every rank reads ``n // R`` items; this is what a
-map-style training loader does under torch.distributed (as torch's
-``DistributedSampler(drop_last=True)`` does), and a new order each epoch drops other
-items. An uneven split (validation, and the iterable readers, ``Pipe`` and
-``ShardStream``, whose length may not be known) trims nothing here.
-
-**Length.** For every reader, ``len()`` is the number of items *this rank* reads in one
-epoch, all its workers together (:func:`share_size` with ``worker=None``), which is
-what that rank's loader counts batches from.
+The rule in full is in the loading guide (``docs/guides/loading.md``, "The order of an epoch, exactly").
 
 Example:
     >>> order = permutation(10, seed=0, epoch=0)
