@@ -48,22 +48,16 @@ __all__ = ["CHECKPOINT_FORMAT", "fit"]
 def fit(scenario: Scenario, callbacks: Sequence[Logger] = ()) -> History:
     """Train ``scenario.model`` for ``scenario.epochs`` epochs, validating after each.
 
-    The run folder ``log_dir/name`` receives ``metrics.csv``, ``run.json``, TensorBoard
-    events, ``last.pt``, ``best.pt`` and, at the end, ``curves.png``.
-
     Args:
         scenario: what to train and how.
-        callbacks: more loggers, called after the scenario's own (any object with the
-            :class:`~stoker.train.loggers.Logger` methods). Under torch.distributed,
-            loggers and callbacks run on rank 0 only.
+        callbacks: more loggers (:class:`~stoker.train.loggers.Logger`), after the scenario's own (rank 0 only).
 
     Returns:
-        The :class:`History` of every epoch (with the ones before a resume).
+        The :class:`History` of every epoch (with those before a resume); files go to ``log_dir/name``.
 
     Raises:
         TrainingError: the loss became NaN or infinite (the message names epoch and batch).
-        ConfigError: the run folder already holds a run and ``resume`` is off, or there
-            is nothing to resume.
+        ConfigError: the run folder holds a run and ``resume`` is off, or there is nothing to resume.
         CheckpointError: ``last.pt`` cannot be written or read, or does not fit this run.
         KeyboardInterrupt: Ctrl-C or SIGTERM (after ``last.pt`` was saved at a step boundary).
 
@@ -71,10 +65,10 @@ def fit(scenario: Scenario, callbacks: Sequence[Logger] = ()) -> History:
         >>> from torch import nn
         >>> from stoker import ClassFolderDataset, Scenario, make_loader
         >>> parts = ClassFolderDataset("data/digiface", transform=lambda im: im[:, :16, :16]).split(0.25, seed=0)
-        >>> model = nn.Sequential(nn.Flatten(), nn.Linear(3 * 16 * 16, 4))
-        >>> train, valid = (make_loader(part, batch_size=8, num_workers=0) for part in parts)
+        >>> model, (train, valid) = nn.Sequential(nn.Flatten(), nn.Linear(768, 4)), parts
         >>> history = fit(Scenario(model, torch.optim.SGD(model.parameters(), lr=0.01), nn.CrossEntropyLoss(),
-        ...                        train, valid, epochs=2, loggers=(), progress=False, plot=False, adapt=False))
+        ...     make_loader(train, 8, num_workers=0), make_loader(valid, 8, num_workers=0), epochs=2,
+        ...     loggers=(), progress=False, plot=False, adapt=False))
         >>> len(history), history.best_epoch in (1, 2)
         (2, True)
     """
