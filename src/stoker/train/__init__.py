@@ -1,9 +1,13 @@
 """Training: the Scenario, the fit loop, loggers, checkpoints, configs and run comparison.
 
 Example:
-    >>> from stoker.train import Scenario, fit
-    >>> history = fit(Scenario(model, optimizer, nn.CrossEntropyLoss(), train_loader, valid_loader,
-    ...                        epochs=10, tags={"category": "shards"}))  # doctest: +SKIP
+    >>> from stoker.train import load_config, train_from_config
+    >>> config = load_config(None, ["data.path=data/digiface", "data.image_size=16", "data.workers=0",
+    ...                             "run.epochs=1", "run.progress=false", "run.adapt=false", "run.name=first"])
+    >>> train_from_config(config, echo=None).history.best_epoch  # the console logger reports each epoch
+    run first in runs/first ...
+    ...
+    1
 """
 
 from __future__ import annotations
