@@ -24,7 +24,7 @@ ROOT = Path(__file__).resolve().parents[1]
 MODULES = ["stoker"] + sorted(info.name for info in pkgutil.walk_packages(stoker.__path__, "stoker.")
                  if not info.name.endswith("__main__"))
 # Modules that may still hold +SKIP examples (their docstrings are being edited elsewhere).
-SKIPS_ALLOWED = ("stoker.bench", "stoker.bench.settings", "stoker.shards.read.dataset", "stoker.shards.read.stream",
+SKIPS_ALLOWED = ("stoker.bench.settings", "stoker.shards.read.dataset", "stoker.shards.read.stream",
                  "stoker.train.engine.adapt")
 
 

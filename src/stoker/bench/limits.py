@@ -12,10 +12,10 @@ a ``--cold`` run to the first; holding a warm run to the disk's rate is what onc
 printed shares of 662 %.
 
 Example:
-    >>> from stoker.sources.synthetic import make_digiface  # doctest: +SKIP
-    >>> limits = measure_limits(ClassFolderDataset(make_digiface("/tmp/d", 200)))  # doctest: +SKIP
-    >>> limits.decode_img_per_s  # one core  # doctest: +SKIP
-    2113.0
+    >>> from stoker import ClassFolderDataset
+    >>> limits = measure_limits(ClassFolderDataset("data/digiface"), time_s=0.2)
+    >>> limits.decode_img_per_s > 0  # one core
+    True
 """
 
 from __future__ import annotations

@@ -182,7 +182,10 @@ def register_method(method: Method, *, replace: bool = False) -> Method:
         ConfigError: a method of that name is already registered (and not ``replace``).
 
     Example:
-        >>> register_method(Method("files-small", "decode", build_files))  # doctest: +SKIP
+        >>> _ = register_method(Method("files-again", "decode", build_files))
+        >>> "files-again" in METHODS
+        True
+        >>> del METHODS["files-again"]  # (the registry is global)
     """
     if method.name in METHODS and not replace:
         raise ConfigError(f"a method named {method.name!r} is already registered; pass replace=True to replace it")

@@ -344,8 +344,10 @@ def recommendation(result: BenchResult) -> str:
     were not run.
 
     Example:
-        >>> print(recommendation(result))  # doctest: +SKIP
-        Recommendation: use pixel shards with 0 workers: 27,400 img/s, 20x plain files at their best (2 workers, 1,370 img/s); decoding is the limit ...
+        >>> from stoker.bench import bench
+        >>> result = bench("data/digiface", methods=["files"], workers=[0], batch_size=8, max_seconds=2, progress=False)
+        >>> print(recommendation(result))
+        Recommendation: ...
     """
     runs = [r for r in result.runs if r.timed and r.img_per_s]
     best = max(runs, key=lambda r: (r.status == "ok", r.img_per_s or 0.0), default=None)

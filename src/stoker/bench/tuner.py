@@ -20,8 +20,10 @@ every sample it holds (its shards fetched into the cache once): workers, backend
 prefetch depth for the data a run will read.
 
 Example:
-    >>> settings = tune("digiface/", budget_s=60)  # doctest: +SKIP
-    >>> save_settings(settings, "loader.toml")  # doctest: +SKIP
+    >>> from stoker.bench import save_settings
+    >>> settings = tune("data/digiface", budget_s=3, batch_size=8, max_workers=1)
+    >>> save_settings(settings, "loader.toml")
+    PosixPath('loader.toml')
 """
 
 from __future__ import annotations
@@ -378,7 +380,10 @@ def tune(data: str | os.PathLike[str] | FileDataset, budget_s: float = 60.0, **k
     Takes the arguments of :func:`search_settings`; returns only the chosen settings.
 
     Example:
-        >>> settings = tune("digiface/", budget_s=30)  # doctest: +SKIP
-        >>> make_loader(ds, batch_size=256, **settings.loader_kwargs())  # doctest: +SKIP
+        >>> from stoker import ClassFolderDataset, make_loader
+        >>> settings = tune("data/digiface", budget_s=3, batch_size=8, max_workers=1)
+        >>> loader = make_loader(ClassFolderDataset("data/digiface"), batch_size=8, **settings.loader_kwargs())
+        >>> sorted(settings.loader_kwargs())
+        ['backend', 'num_workers', 'prefetch_factor']
     """
     return search_settings(data, budget_s, **kwargs).settings  # type: ignore[arg-type]
