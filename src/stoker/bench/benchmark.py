@@ -152,19 +152,13 @@ def bench(
 ) -> BenchResult:
     """Time every method x workers x backend on the same data and check each epoch.
 
-    The arguments are the fields of :class:`~stoker.bench.plan.BenchPlan` (see it for
-    each one), plus ``echo``; this is ``run_bench(BenchPlan(data, ...), echo)``.
+    This is ``run_bench(BenchPlan(data, ...), echo)``: every argument but ``echo`` is a field
+    of :class:`~stoker.bench.plan.BenchPlan`, which describes each.
 
     Args:
         data: a folder in any layout stoker reads, or a stoker data set.
-        methods: registered method names (``files``, ``pipe``, ``shards-encoded``,
-            ``shards-pixels``...) or :class:`~stoker.bench.methods.Method` objects;
-            by default every registered method.
-        workers: numbers of loader workers to try.
-        backends: ``"process"`` and/or ``"thread"``.
-        mode, model, amp, channels_last, optimizer, batch_size, epochs, max_seconds, size, packed, prefetch_factor,
-            shuffle_buffer, device, cold, limits_time_s, seed, progress: as in
-            :class:`~stoker.bench.plan.BenchPlan`.
+        methods: registered method names or :class:`~stoker.bench.methods.Method` objects (default: all).
+        workers, backends: loader worker counts, and ``"process"`` and/or ``"thread"``, to try.
         echo: called with one line per finished run (default: nothing).
 
     Returns:

@@ -68,54 +68,49 @@ class Expected:
 
 @dataclass
 class MethodResult:
-    """One method, one setting: how fast, how heavy, and whether it was right.
-
-    Attributes:
-        method: the method's name (``files``, ``pipe``, ``shards-encoded``, ...).
-        workers: loader workers (0: the main process loads).
-        backend: ``"process"`` or ``"thread"``.
-        status: one of :data:`STATUSES`.
-        reason: why the status is not ``"ok"`` (empty when it is).
-        samples: samples seen (over all epochs).
-        batches: batches seen.
-        epochs: whole epochs run.
-        epoch_s: seconds per epoch (mean), or of the part run when ``partial``;
-            ``None`` when the result is not a valid timing.
-        img_per_s: samples per second over the run; ``None`` when not valid.
-        first_batch_s: seconds until the first batch arrived (worker start-up, first reads).
-        steady_img_per_s: samples per second after the first batch (start-up left out),
-            what a loader with persistent workers keeps up; ``None`` when not valid.
-        peak_rss_bytes: peak of the summed RSS of this process and its workers.
-        peak_pss_bytes: peak of the summed PSS (shared pages counted once), where known.
-        cpu_cores_used: mean cores busy over the run, all processes together.
-        cpu_seconds: user + system CPU seconds of the run, this process (every thread)
-            and its worker processes together.
-        data_wait_share: in train mode, the share of step time spent waiting for data.
-        label_checksum: hash of the label counts seen (equal for every correct method).
-        shuffle: how well the label stream was mixed.
-        extra: anything else the caller adds (limits, fractions).
-    """
+    """One method, one setting: how fast, how heavy, and whether it was right (each field described below)."""
 
     method: str
+    """The method's name (``files``, ``pipe``, ``shards-encoded``, ...)."""
     workers: int
+    """Loader workers (0: the main process loads)."""
     backend: str
+    """``"process"`` or ``"thread"``."""
     status: str = "ok"
+    """One of :data:`STATUSES`."""
     reason: str = ""
+    """Why the status is not ``"ok"`` (empty when it is)."""
     samples: int = 0
+    """Samples seen (over all epochs)."""
     batches: int = 0
+    """Batches seen."""
     epochs: int = 0
+    """Whole epochs run."""
     epoch_s: float | None = None
+    """Seconds per epoch (mean), or of the part run when ``partial``; ``None`` when the result is not a valid timing."""
     img_per_s: float | None = None
+    """Samples per second over the run; ``None`` when not valid."""
     first_batch_s: float | None = None
+    """Seconds until the first batch arrived (worker start-up, first reads)."""
     steady_img_per_s: float | None = None
+    """Samples per second after the first batch (start-up left out), what a loader with persistent workers keeps up;
+    ``None`` when not valid."""
     peak_rss_bytes: int = 0
+    """Peak of the summed RSS of this process and its workers."""
     peak_pss_bytes: int = 0
+    """Peak of the summed PSS (shared pages counted once), where known."""
     cpu_cores_used: float = 0.0
+    """Mean cores busy over the run, all processes together."""
     cpu_seconds: float = 0.0
+    """User + system CPU seconds of the run, this process (every thread) and its worker processes together."""
     data_wait_share: float | None = None
+    """In train mode, the share of step time spent waiting for data."""
     label_checksum: str = ""
+    """Hash of the label counts seen (equal for every correct method)."""
     shuffle: ShuffleQuality | None = None
+    """How well the label stream was mixed."""
     extra: dict[str, Any] = field(default_factory=dict)
+    """Anything else the caller adds (limits, fractions)."""
 
     @property
     def timed(self) -> bool:

@@ -9,15 +9,11 @@ data, one knob at a time (coordinate search), and keeps what was fastest:
 2. **backend**: threads instead of processes for the best so far;
 3. **prefetch depth**: 1 and 4 batches per worker next to the default 2.
 
-Each trial runs for a few seconds on the sample with persistent workers, is checked for
-repeated samples like every benchmark run, and is measured after its first batch (the
-steady rate a training run keeps up). A setting within 3 % of the fastest that uses
-fewer workers wins, since it leaves cores and memory to the training. Shard storages
-are packed from the sample first; that time counts against the budget, and a storage
-whose packing would not fit is skipped (and said so). A shard set given as it is
-(``stoker pack``'s output, a folder or a URL) is tuned on its own storage alone, on
-every sample it holds (its shards fetched into the cache once): workers, backend and
-prefetch depth for the data a run will read.
+Each trial is checked like every benchmark run and measured after its first batch; a
+setting within 3 % of the fastest that uses fewer workers wins (it leaves cores to the
+training). Packing the sample counts against the budget. A shard set is tuned on its own
+storage alone. The bench-and-tune guide (``docs/guides/bench-and-tune.md``, "How tune
+searches") says more.
 
 Example:
     >>> from stoker.bench import save_settings
