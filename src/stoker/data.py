@@ -509,44 +509,24 @@ def open_data(
     seed: int = 0,
     label_order: LabelOrder = "auto",
 ) -> DataSplits | Dataset:
-    """Open the data at ``paths``, whatever its layout, with all its splits.
+    """Open the data at ``paths``, whatever its layout, with all its splits (the opening-data guide says more).
 
     Args:
-        paths: a folder, label file, ids file or shard set, or several (file layouts
-            only) laid side by side: each source's labels follow the previous ones'.
-            Or ``{split: path(s)}`` (``{"train": "a/", "valid": "b/"}``) to give each split
-            its own source: one label mapping for all, by class name.
-        split: return only this split's data set (``"train"``, ``"valid"``, ...)
-            instead of all of them.
-        valid: when the data has no validation split of its own, hold out this share
-            of each class of ``train`` (seeded by ``seed``, the same draw for file data
-            and shard sets). Ignored when a ``valid`` split exists or ``valid_paths`` is given.
-        valid_paths: separate validation data, in any layout (a shard set too); its
-            classes must be the training data's, in the same order.
-        image_size: resize every image to this size (``int`` or ``(height, width)``);
-            a shard set already stored at this size is not resized again.
-        crop: ``(top, left, height, width)`` for every image of file sources.
-        labels: the label file of a label-file folder that holds several ``.txt`` files.
-        transform: applied to each uint8 CHW image (after the resize).
-        on_error: ``"raise"`` or ``"skip"`` bad samples (counted by stoker's loader).
-        seed: the seed of a held-out validation share.
-        label_order: ``"auto"``: numeric class folder names and the numbers of label and
-            ids files are the labels (folders ``1..10`` give labels 1..10 and an empty
-            class 0); ``"sorted"`` numbers the classes that occur 0..K-1 in sorted order.
-
-    An empty class (a label no sample of any split has) is logged as a warning, and
-    :attr:`DataSplits.empty_classes` lists it: it usually means a numbering that starts
-    at 1, or a class folder that is missing.
+        paths: a folder, label file, ids file or shard set; several file sources side by side
+            (labels follow on); or ``{split: path(s)}``, each split from its own source.
+        split: return only this split's data set (``"train"``, ``"valid"``, ...).
+        valid, seed: without a validation split of its own, hold out this share of each class of ``train``.
+        valid_paths: separate validation data, in any layout, with the training data's classes.
+        image_size: resize every image (``int`` or ``(height, width)``); a shard set stored so is not resized.
+        crop, labels: ``(top, left, height, width)`` for file sources; the label file among several ``.txt``.
+        transform, on_error: applied to each uint8 CHW image; ``"raise"`` or ``"skip"`` bad samples.
+        label_order: ``"auto"``: numeric class names are the labels; ``"sorted"``: classes numbered 0..K-1.
 
     Returns:
-        A :class:`DataSplits` (``{split: data set}`` with one class list), or the data
-        set of ``split`` when one is given.
+        A :class:`DataSplits` (``{split: data set}``; an empty class is logged and listed), or ``split``'s set.
 
     Raises:
-        MissingFileError: a path does not exist.
-        ConfigError: no such split; an ambiguous layout; a shard set with other sources;
-            validation data with other classes; a share that leaves a side empty.
-        DataError: the data itself is malformed (the message names the file and line).
+        MissingFileError, ConfigError, DataError: a missing path; a bad split, layout or classes; malformed data.
 
     Example:
         >>> from stoker import make_loader
