@@ -53,9 +53,7 @@ def pack(
         The :class:`~stoker.shards.Manifest` written.
 
     Raises:
-        ConfigError: a bad argument, or ``out`` holds something else (without ``overwrite``).
-        DataError: a source file is missing or does not decode (``pixels``).
-        ShardError: a shard set source is damaged.
+        ConfigError, DataError, ShardError: as :func:`stoker.shards.write_shards` raises them.
 
     Example:
         >>> manifest = pack("data/digiface", "packed-here", store="pixels", size=(32, 32), valid=0.1, progress=False)
