@@ -461,8 +461,8 @@ def quick_bench(
 
     Example:
         >>> result = quick_bench("data/digiface", echo=lambda line: None, workers=(0,), batch_size=8, max_seconds=1)
-        >>> sorted({run.status for run in result.runs} - {"unsupported"})
-        ['ok']
+        >>> {run.status for run in result.runs} <= {"ok", "partial", "unsupported"}  # partial: cut at max_seconds
+        True
     """
     from stoker.bench.report import recommendation, render_markdown, result_notes
 

@@ -600,20 +600,16 @@ def make_loader(
 ) -> Loader:
     """A loader with sound defaults for a map-style or iterable data set.
 
-    Batches come out on ``device``; the order is seeded per epoch; under ``torch.distributed``
-    each rank reads its own part. What it asks of a data set beyond torch's protocol is
-    in :mod:`stoker.loading.contract`; the loading guide says more of each argument.
+    Batches come out on ``device``, in an order seeded per epoch, each rank reading its own part; what
+    it asks of a data set is in :mod:`stoker.loading.contract`, and the loading guide says more.
 
     Args:
         dataset: any torch Dataset: a stoker layout, a ``ShardDataset``, a ``Pipe``...
-        batch_size: samples per batch.
-        shuffle: reshuffle every epoch (map-style data sets; a Pipe shuffles itself).
-        num_workers: worker processes (or threads); default: the data set's ``loader_defaults``,
-            else the rule of :mod:`stoker.loading.workers`.
+        batch_size, shuffle: samples per batch; reshuffle every epoch (map-style sets; a Pipe shuffles itself).
+        num_workers: worker processes (or threads); default: ``loader_defaults``, else :mod:`stoker.loading.workers`.
         device: ``"auto"`` (CUDA when available), ``"cpu"``, ``"cuda:0"``, or ``None`` (stay on the CPU).
-        drop_last: drop the last, short batch.
-        prefetch_factor: batches each worker loads ahead.
-        persistent_workers: keep worker processes between epochs.
+        drop_last, prefetch_factor, persistent_workers: drop the last short batch; batches each worker
+            loads ahead; keep worker processes between epochs.
         backend: ``"process"`` (DataLoader workers) or ``"thread"`` (a pool in this process).
         seed: base of the shuffle order and worker seeds.
         collate_fn: batch maker; default: the data set's ``collate_fn``, else torch's.

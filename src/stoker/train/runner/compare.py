@@ -126,16 +126,14 @@ def compare_runs(
     Args:
         run_dirs: the run folders.
         group_by: see :func:`load_run`.
-        metric: a ``metrics.csv`` column: ``acc/valid``, ``acc/train``, ``loss/valid``,
-            ``loss/train``, ``img_per_s``, ``data_wait_share``, ``time_s``, ``lr``.
+        metric: a ``metrics.csv`` column (``acc/valid``, ``loss/train``, ``img_per_s``, ``data_wait_share``...).
         out: the image to write (``compare.png``), or ``None``.
 
     Returns:
         ``(runs, figure)``: the runs sorted by group (then as given) and the matplotlib Figure.
 
     Raises:
-        ConfigError: no runs, or an unknown metric.
-        DataError: a folder is not a readable run.
+        ConfigError, DataError: no runs, or an unknown metric; a folder is not a readable run.
 
     Example:
         >>> from stoker.train import demo_run

@@ -191,9 +191,6 @@ def train_from_config(
 ) -> TrainingResult:
     """Open the data, build model, optimizer and schedule, and :func:`fit` as ``config`` says.
 
-    On the CPU, ``fit`` lowers torch's compute threads to leave one core per loader
-    worker (:mod:`stoker.train.engine.threads`); ``run.cpu_threads`` sets them.
-
     Args:
         config: a checked configuration (:func:`~stoker.train.runner.config.load_config`).
         callbacks: extra loggers.
@@ -203,9 +200,7 @@ def train_from_config(
         A :class:`TrainingResult`; ``result.where()`` says where everything is.
 
     Raises:
-        ConfigError: a bad combination the checks of single keys cannot see.
-        DataError: the data is missing or malformed.
-        TrainingError: the loss became non-finite.
+        ConfigError, DataError, TrainingError: a bad combination of keys; bad data; a non-finite loss.
         RunInterrupted: Ctrl-C or SIGTERM (a ``KeyboardInterrupt`` that says how to continue).
 
     Example:
