@@ -18,12 +18,12 @@ def test_issue_names_are_public() -> None:
 
 def test_renamed_names_still_import_with_a_warning() -> None:
     """An old public name resolves to the renamed class and says the new name."""
+    import importlib
+
     import pytest
 
-    import stoker.bench
-    import stoker.train
-
-    for package, old, new in ((stoker.bench, "RunResult", "MethodResult"), (stoker.train, "RunResult", "TrainingResult")):
+    bench, train = importlib.import_module("stoker.bench"), importlib.import_module("stoker.train")
+    for package, old, new in ((bench, "RunResult", "MethodResult"), (train, "RunResult", "TrainingResult")):
         assert new in package.__all__ and old not in package.__all__
         with pytest.warns(DeprecationWarning, match=f"{package.__name__}.{old} is now {package.__name__}.{new}"):
             assert getattr(package, old) is getattr(package, new)
