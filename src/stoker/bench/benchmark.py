@@ -454,9 +454,8 @@ def quick_bench(
     """A small benchmark for a small data set (``stoker demo``): every method, a few seconds each.
 
     Runs every registered method with ``workers`` on the process backend, each for at
-    most ``max_seconds``, then echoes the table and the notes. Takes well under a minute
-    for the demo's few hundred images on two cores; while it runs it echoes each step
-    (limits, packing, each finished run, indented) and shows each run's bar on stderr,
+    most ``max_seconds``, then echoes the table and the notes. While it runs it echoes
+    each step (limits, packing, each finished run) and shows each run's bar on stderr,
     so the wait before the table is never silent.
 
     Example:

@@ -8,8 +8,8 @@ benchmark figure can be read as a fraction of what the machine allows.
 Storage is read two ways, and each is measured: from the disk (the files dropped from
 the page cache first) and from the page cache (the same files read again at once). A
 run that reads through the page cache (the benchmark's default) is held to the second,
-a ``--cold`` run to the first; holding a warm run to the disk's rate is what once
-printed shares of 662 %.
+a ``--cold`` run to the first (holding a warm run to the disk's rate would give shares
+far above 100 %).
 
 Example:
     >>> from stoker import ClassFolderDataset
