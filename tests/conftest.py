@@ -6,7 +6,8 @@ Markers (registered in pyproject.toml), applied here so that no test file carrie
 - ``multiprocess``: tests that start processes (worker processes, ranks, torchrun, the CLI in
   a child), listed by file in ``MULTIPROCESS_FILES``, and every test using ``forked_ranks``;
 - ``gpu``: tests skipped without CUDA (their skip reason names CUDA);
-- ``slow``: the test files and tests listed in ``SLOW``, picked from ``--durations`` of a whole run.
+- ``slow``: the test files and tests listed in ``SLOW``, picked from ``--durations`` of a whole run
+  (a test named with its parameters, ``test[x]``, marks that case alone).
 
 The fast tier a contributor runs on every edit is ``python -m pytest -m "not slow"``.
 """
@@ -91,6 +92,7 @@ SLOW = frozenset({
     "sources/test_synthetic.py::test_digiface_layout",
     "test_decode_device.py::test_crafted_jpegs_through_the_batched_path_decode_or_go_to_the_cpu_without_crashing",
     "test_docs_build.py::test_docs_build_strict",
+    "test_docstrings.py::test_docstring_examples_run[stoker.bench.benchmark]",  # bench, run_bench, quick_bench
     "test_readme.py::test_page_code_blocks_run",
     "train/test_adapt.py",
     "train/test_adapt_rounds.py",
@@ -126,7 +128,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.multiprocess)
         if any("CUDA" in str(mark.kwargs.get("reason", "")) for mark in item.iter_markers("skipif")):
             item.add_marker(pytest.mark.gpu)
-        if relative in SLOW or node in SLOW or any(relative.startswith(f) for f in SLOW if f.endswith("/")):
+        if (relative in SLOW or node in SLOW or f"{relative}::{item.name}" in SLOW
+                or any(relative.startswith(f) for f in SLOW if f.endswith("/"))):
             item.add_marker(pytest.mark.slow)
 
 

@@ -40,6 +40,7 @@ LAYERS: dict[str, int] = {
     "cores": 0,  # how many cores this process may use: every default that counts them
     "terminal": 0,  # whether a progress bar is drawn (a terminal, not --quiet)
     "_lazy": 0,  # public names imported on first use
+    "types": 0,  # the type names shared by every layer (PathLike, Transform)
     "loading": 1,
     "sources": 2,
     "pipes": 3,

@@ -22,7 +22,7 @@ from stoker.order import (
     BUFFER,
     INTERLEAVE,
     WORKER_SEEDS,
-    buffer_shuffle,
+    buffer_shuffle_stream,
     epoch_rng,
     epoch_seed,
     even_trim,
@@ -163,9 +163,9 @@ def test_the_split_is_disjoint_complete_and_agrees_with_the_rule(n: int, world: 
 
 
 def test_a_full_buffer_is_the_permutation_and_a_buffer_of_one_keeps_the_order() -> None:
-    assert list(buffer_shuffle(range(50), 50, epoch_rng(4, 2))) == permutation(50, 4, 2).tolist()
-    assert list(buffer_shuffle(range(50), 1, epoch_rng(4, 2))) == list(range(50))
-    mixed = list(buffer_shuffle(range(5000), 64, epoch_rng(4, 2)))
+    assert list(buffer_shuffle_stream(range(50), 50, epoch_rng(4, 2))) == permutation(50, 4, 2).tolist()
+    assert list(buffer_shuffle_stream(range(50), 1, epoch_rng(4, 2))) == list(range(50))
+    mixed = list(buffer_shuffle_stream(range(5000), 64, epoch_rng(4, 2)))
     assert sorted(mixed) == list(range(5000)) and mixed != list(range(5000))
 
 
@@ -191,24 +191,24 @@ def test_a_placement_out_of_range_is_refused() -> None:
     with pytest.raises(ConfigError, match="block"):
         share(np.arange(4), 0, 1, block=0)
     with pytest.raises(ConfigError, match="buffer_size"):
-        list(buffer_shuffle(range(3), 0, epoch_rng(0, 0)))
+        list(buffer_shuffle_stream(range(3), 0, epoch_rng(0, 0)))
 
 
 @settings(max_examples=200, deadline=None)
 @given(n=st.integers(0, 2600), size=st.integers(1, 2100), seed=st.integers(0, 2**32 - 1))
 def test_the_array_buffer_shuffle_is_the_buffer_loop_draw_for_draw(n: int, size: int, seed: int) -> None:
-    from stoker.order import buffer_shuffled
+    from stoker.order import buffer_shuffle_array
 
     items = np.random.default_rng(seed).integers(-10**9, 10**9, n)  # any values, not positions
     loop_rng, array_rng = epoch_rng(seed, 1), epoch_rng(seed, 1)
-    looped = list(buffer_shuffle(items.tolist(), size, loop_rng))
-    assert buffer_shuffled(items, size, array_rng).tolist() == looped
+    looped = list(buffer_shuffle_stream(items.tolist(), size, loop_rng))
+    assert buffer_shuffle_array(items, size, array_rng).tolist() == looped
     assert loop_rng.integers(0, 2**62) == array_rng.integers(0, 2**62)  # the same draws: the generators end alike
 
 
 def test_the_array_buffer_shuffle_keeps_the_loops_order_for_a_buffer_past_16_bits() -> None:
-    from stoker.order import buffer_shuffled
+    from stoker.order import buffer_shuffle_array
 
     items = np.arange(70_000)
     size = (1 << 16) + 7  # slots that do not fit the 16-bit radix sort
-    assert buffer_shuffled(items, size, epoch_rng(3, 2)).tolist() == list(buffer_shuffle(items.tolist(), size, epoch_rng(3, 2)))
+    assert buffer_shuffle_array(items, size, epoch_rng(3, 2)).tolist() == list(buffer_shuffle_stream(items.tolist(), size, epoch_rng(3, 2)))

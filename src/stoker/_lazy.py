@@ -8,6 +8,7 @@ until a name is used.
 from __future__ import annotations
 
 import importlib
+import warnings
 from collections.abc import Callable, Mapping, MutableMapping
 from typing import Any
 
@@ -15,15 +16,30 @@ __all__ = ["lazy_names"]
 
 
 def lazy_names(
-    package: str, homes: Mapping[str, str], namespace: MutableMapping[str, Any], public: list[str]
+    package: str,
+    homes: Mapping[str, str],
+    namespace: MutableMapping[str, Any],
+    public: list[str],
+    renamed: Mapping[str, str] | None = None,
 ) -> tuple[Callable[[str], Any], Callable[[], list[str]]]:
     """The ``__getattr__`` and ``__dir__`` of a package whose names live in ``homes``.
 
+    ``renamed`` maps an old public name to its new one: the old name still works, with a
+    ``DeprecationWarning`` naming the new one on every use.
+
     Example:
-        >>> __getattr__, __dir__ = lazy_names(__name__, _HOMES, globals(), __all__)  # doctest: +SKIP
+        >>> namespace: dict = {}
+        >>> getattr_, dir_ = lazy_names("demo", {"sqrt": "math"}, namespace, ["sqrt"], renamed={"root": "sqrt"})
+        >>> getattr_("sqrt")(9.0), "sqrt" in namespace, dir_()
+        (3.0, True, ['sqrt'])
     """
 
     def getattr_(name: str) -> Any:
+        if renamed and name in renamed:
+            new = renamed[name]
+            warnings.warn(f"{package}.{name} is now {package}.{new}; import {new} (the old name goes in a later version)",
+                          DeprecationWarning, stacklevel=2)
+            return getattr_(new)
         home = homes.get(name)
         if home is None:
             raise AttributeError(f"module {package!r} has no attribute {name!r}")

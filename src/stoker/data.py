@@ -30,8 +30,7 @@ import functools
 import io
 import json
 import logging
-import os
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, Literal, overload
 
 import numpy as np
@@ -40,7 +39,7 @@ from torch.utils.data import Dataset
 
 from stoker.decode.image import Box, resize
 from stoker.errors import ConfigError, DataError, LabelError, MissingFileError, NetworkError
-from stoker.fs import PATH_OR_URL_TYPES, Location, where
+from stoker.fs import PATH_OR_URL_TYPES, Location, PathOrURL, where
 from stoker.fs.near import did_you_mean
 from stoker.loading.skips import OnError, check_on_error
 from stoker.shards.cache.manifests import has_cached
@@ -52,18 +51,17 @@ from stoker.sources.ids import IdDataset
 from stoker.sources.index import SampleIndex
 from stoker.sources.label_file import LabelFileDataset
 from stoker.sources.splitting import stratified_split
+from stoker.types import Transform
 
 log = logging.getLogger("stoker")
 
 __all__ = ["SPLIT_NAMES", "DataSplits", "LabelOrder", "Layout", "canonical_split", "detect_layout", "open_data"]
 
-PathLike = str | os.PathLike[str] | Location
 Where = Location  # a local path, or a folder or file at a URL (stoker.fs)
-Paths = PathLike | Sequence[PathLike]
+Paths = PathOrURL | Sequence[PathOrURL]
 # {split: paths}: each split from its own sources, one label mapping for all (matched by class name).
 SplitPaths = Mapping[str, Paths]
 Layout = Literal["shards", "ids", "label_file", "split_folders", "class_folders"]
-Transform = Callable[[torch.Tensor], Any]
 
 MANIFEST_FILE = "manifest.json"
 _ID_FILES = ("ids.json", "ids.csv")
@@ -116,7 +114,7 @@ def _split_folders(p: Where) -> dict[str, Where] | None:
     return found
 
 
-def detect_layout(path: PathLike) -> Layout:
+def detect_layout(path: PathOrURL) -> Layout:
     """Which layout ``path`` holds (see the module docs).
 
     Raises:
@@ -155,7 +153,7 @@ def detect_layout(path: PathLike) -> Layout:
 # -- opening one source -----------------------------------------------------------------
 
 
-def _label_file_parts(p: Where, labels: PathLike | None) -> tuple[Where, Where]:
+def _label_file_parts(p: Where, labels: PathOrURL | None) -> tuple[Where, Where]:
     """(image folder, label file) of a label-file source."""
     if p.is_file():
         label_file, folder = p, p.parent
@@ -239,7 +237,7 @@ LabelOrder = Literal["auto", "sorted"]
 
 
 def _file_splits(
-    p: Where, layout: Layout, labels: PathLike | None, crop: Box | None, name: str, label_order: LabelOrder = "auto"
+    p: Where, layout: Layout, labels: PathOrURL | None, crop: Box | None, name: str, label_order: LabelOrder = "auto"
 ) -> dict[str, FileDataset]:
     """Every split of one file source (layouts without splits have only ``train``)."""
     if layout == "ids":
@@ -421,7 +419,7 @@ def _apply(ds: FileDataset, transform: Transform | None, on_error: OnError) -> F
     return FileDataset(ds.index, transform, on_error)
 
 
-def _as_paths(paths: PathLike | Sequence[PathLike] | None, what: str) -> list[Where]:
+def _as_paths(paths: PathOrURL | Sequence[PathOrURL] | None, what: str) -> list[Where]:
     if paths is None:
         return []
     items = [paths] if isinstance(paths, PATH_OR_URL_TYPES) else list(paths)
@@ -434,7 +432,7 @@ def _as_paths(paths: PathLike | Sequence[PathLike] | None, what: str) -> list[Wh
 
 
 def _open_sources(
-    paths: Sequence[Where], labels: PathLike | None, crop: Box | None, label_order: LabelOrder = "auto"
+    paths: Sequence[Where], labels: PathOrURL | None, crop: Box | None, label_order: LabelOrder = "auto"
 ) -> tuple[dict[str, Dataset], tuple[str, ...], list[tuple[str, str]], bool]:
     """Open the sources at ``paths`` (no transforms yet): splits, classes, what was opened, is a shard set."""
     layouts = [detect_layout(p) for p in paths]
@@ -456,7 +454,7 @@ def _open_sources(
 
 
 def _open_split_map(
-    split_paths: SplitPaths, labels: PathLike | None, crop: Box | None, label_order: LabelOrder
+    split_paths: SplitPaths, labels: PathOrURL | None, crop: Box | None, label_order: LabelOrder
 ) -> tuple[dict[str, Dataset], tuple[str, ...], list[tuple[str, str]]]:
     """Each split from its own file sources, relabelled into one class list (by name)."""
     if not split_paths:
@@ -482,8 +480,8 @@ def _open_split_map(
 @overload
 def open_data(
     paths: Paths | SplitPaths, split: None = None, *, valid: float | None = ...,
-    valid_paths: PathLike | Sequence[PathLike] | None = ..., image_size: int | tuple[int, int] | None = ...,
-    crop: Box | None = ..., labels: PathLike | None = ..., transform: Transform | None = ...,
+    valid_paths: PathOrURL | Sequence[PathOrURL] | None = ..., image_size: int | tuple[int, int] | None = ...,
+    crop: Box | None = ..., labels: PathOrURL | None = ..., transform: Transform | None = ...,
     on_error: OnError = ..., seed: int = ..., label_order: LabelOrder = ...,
 ) -> DataSplits: ...
 
@@ -491,8 +489,8 @@ def open_data(
 @overload
 def open_data(
     paths: Paths | SplitPaths, split: str, *, valid: float | None = ...,
-    valid_paths: PathLike | Sequence[PathLike] | None = ..., image_size: int | tuple[int, int] | None = ...,
-    crop: Box | None = ..., labels: PathLike | None = ..., transform: Transform | None = ...,
+    valid_paths: PathOrURL | Sequence[PathOrURL] | None = ..., image_size: int | tuple[int, int] | None = ...,
+    crop: Box | None = ..., labels: PathOrURL | None = ..., transform: Transform | None = ...,
     on_error: OnError = ..., seed: int = ..., label_order: LabelOrder = ...,
 ) -> Dataset: ...
 
@@ -502,53 +500,33 @@ def open_data(
     split: str | None = None,
     *,
     valid: float | None = None,
-    valid_paths: PathLike | Sequence[PathLike] | None = None,
+    valid_paths: PathOrURL | Sequence[PathOrURL] | None = None,
     image_size: int | tuple[int, int] | None = None,
     crop: Box | None = None,
-    labels: PathLike | None = None,
+    labels: PathOrURL | None = None,
     transform: Transform | None = None,
     on_error: OnError = "raise",
     seed: int = 0,
     label_order: LabelOrder = "auto",
 ) -> DataSplits | Dataset:
-    """Open the data at ``paths``, whatever its layout, with all its splits.
+    """Open the data at ``paths``, whatever its layout, with all its splits (the opening-data guide says more).
 
     Args:
-        paths: a folder, label file, ids file or shard set, or several (file layouts
-            only) laid side by side: each source's labels follow the previous ones'.
-            Or ``{split: path(s)}`` (``{"train": "a/", "valid": "b/"}``) to give each split
-            its own source: one label mapping for all, by class name.
-        split: return only this split's data set (``"train"``, ``"valid"``, ...)
-            instead of all of them.
-        valid: when the data has no validation split of its own, hold out this share
-            of each class of ``train`` (seeded by ``seed``, the same draw for file data
-            and shard sets). Ignored when a ``valid`` split exists or ``valid_paths`` is given.
-        valid_paths: separate validation data, in any layout (a shard set too); its
-            classes must be the training data's, in the same order.
-        image_size: resize every image to this size (``int`` or ``(height, width)``);
-            a shard set already stored at this size is not resized again.
-        crop: ``(top, left, height, width)`` for every image of file sources.
-        labels: the label file of a label-file folder that holds several ``.txt`` files.
-        transform: applied to each uint8 CHW image (after the resize).
-        on_error: ``"raise"`` or ``"skip"`` bad samples (counted by stoker's loader).
-        seed: the seed of a held-out validation share.
-        label_order: ``"auto"``: numeric class folder names and the numbers of label and
-            ids files are the labels (folders ``1..10`` give labels 1..10 and an empty
-            class 0); ``"sorted"`` numbers the classes that occur 0..K-1 in sorted order.
-
-    An empty class (a label no sample of any split has) is logged as a warning, and
-    :attr:`DataSplits.empty_classes` lists it: it usually means a numbering that starts
-    at 1, or a class folder that is missing.
+        paths: a folder, label file, ids file or shard set; several file sources side by side
+            (labels follow on); or ``{split: path(s)}``, each split from its own source.
+        split: return only this split's data set (``"train"``, ``"valid"``, ...).
+        valid, seed: without a validation split of its own, hold out this share of each class of ``train``.
+        valid_paths: separate validation data, in any layout, with the training data's classes.
+        image_size: resize every image (``int`` or ``(height, width)``); a shard set stored so is not resized.
+        crop, labels: ``(top, left, height, width)`` for file sources; the label file among several ``.txt``.
+        transform, on_error: applied to each uint8 CHW image; ``"raise"`` or ``"skip"`` bad samples.
+        label_order: ``"auto"``: numeric class names are the labels; ``"sorted"``: classes numbered 0..K-1.
 
     Returns:
-        A :class:`DataSplits` (``{split: data set}`` with one class list), or the data
-        set of ``split`` when one is given.
+        A :class:`DataSplits` (``{split: data set}``; an empty class is logged and listed), or ``split``'s set.
 
     Raises:
-        MissingFileError: a path does not exist.
-        ConfigError: no such split; an ambiguous layout; a shard set with other sources;
-            validation data with other classes; a share that leaves a side empty.
-        DataError: the data itself is malformed (the message names the file and line).
+        MissingFileError, ConfigError, DataError: a missing path; a bad split, layout or classes; malformed data.
 
     Example:
         >>> from stoker import make_loader

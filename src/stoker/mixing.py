@@ -1,25 +1,14 @@
 """How well a loading method mixes the classes: the label stream, scored against chance.
 
 Shards cut from ordered data, or a streaming shuffle buffer that is too small, give a
-training step batches drawn from few classes, and convergence suffers. Two measures of
-the label stream (the labels in the order the training loop sees them) show it:
-
-* **label autocorrelation** at lags ``k = 1..max_lag``: the excess probability that the
-  labels ``k`` apart are equal, ``(P(y[t] == y[t+k]) - q) / (1 - q)``, where ``q`` is
-  that probability for a random permutation of the same labels. It is 0 for a random
-  order and close to 1 for a class-sorted one (Cohen's kappa of the stream with itself).
-* **batch histogram distance**: the mean total-variation distance between each batch's
-  class histogram and the data set's class distribution. A random permutation has some
-  (batches are small samples); a class-sorted stream has the most.
-
-* **classes per batch**: the mean number of distinct labels in a full batch, next to
-  that of random permutations (the plainest figure: 7.1 against 10.0 says a batch holds
-  seven of the ten classes a shuffle would give it).
-
-The first two are set between a random permutation of the same labels (the best a loader can do)
-and the class-sorted stream (the worst), which gives a **score** from 1 (mixed as well as
-a random permutation) to 0 (no better than sorted). The score reads the same for any
-number of classes and any batch size.
+training step batches drawn from few classes, and convergence suffers. Three measures of
+the label stream (the labels in the order the training loop sees them) show it: **label
+autocorrelation** at lags ``1..max_lag``, the **batch histogram distance** from the data
+set's class distribution, and **classes per batch** next to that of random permutations.
+The first two are set between a random permutation of the same labels (the best) and the
+class-sorted stream (the worst): a **score** from 1 (mixed as well as a random
+permutation) to 0 (no better than sorted), the same for any class count and batch size.
+The design notes (``docs/design.md``, "Shuffle quality") define each measure.
 
 Example:
     >>> import numpy as np
@@ -37,7 +26,7 @@ from dataclasses import asdict, dataclass
 import numpy as np
 
 from stoker.errors import ConfigError
-from stoker.order import buffer_shuffled, epoch_rng
+from stoker.order import buffer_shuffle_array, epoch_rng
 
 __all__ = [
     "GOOD_SCORE",
@@ -273,7 +262,8 @@ def shuffle_quality(
 def simulate_buffer_shuffle(labels: np.ndarray, buffer_size: int, seed: int = 0) -> np.ndarray:
     """The label stream a shuffle buffer of ``buffer_size`` makes of ``labels`` (labels only, no images).
 
-    Uses the buffer shuffle of every stoker reader (:func:`stoker.order.buffer_shuffled`, the order of `buffer_shuffle`),
+    Uses the buffer shuffle of every stoker reader (:func:`stoker.order.buffer_shuffle_array`, the order of
+    :func:`~stoker.order.buffer_shuffle_stream`),
     drawn as ``Pipe.shuffle(buffer_size, seed=seed)`` draws in epoch 0, so
     ``shuffle_quality`` of the result tells, before any image is read, whether a buffer
     is large enough for a source order.
@@ -290,7 +280,7 @@ def simulate_buffer_shuffle(labels: np.ndarray, buffer_size: int, seed: int = 0)
     if isinstance(buffer_size, bool) or not isinstance(buffer_size, (int, np.integer)) or buffer_size < 1:
         raise ConfigError(f"simulate_buffer_shuffle: buffer_size must be a positive integer, got {buffer_size!r}")
     stream = np.asarray(labels, dtype=np.int64)
-    return buffer_shuffled(stream, int(buffer_size), epoch_rng(seed, 0))
+    return buffer_shuffle_array(stream, int(buffer_size), epoch_rng(seed, 0))
 
 
 def suggest_buffer_size(

@@ -1,67 +1,19 @@
 """The order of an epoch: one seed rule, one permutation, one buffer shuffle, one split by rank and worker.
 
-Every reader of stoker takes its order from here: the map-style samplers
-(:mod:`stoker.loading.samplers`), the loader's worker seeds, the ``Pipe``'s ``shuffle``
-and ``shard`` stages, ``ShardStream`` and the pack plan. The rule, in words:
+Every reader of stoker takes its order from here (the map-style samplers, the loader's
+worker seeds, the ``Pipe``'s ``shuffle`` and ``shard``, ``ShardStream``, the pack plan):
 
-**Seed.** The numbers of an epoch come from :func:`epoch_seed` ``(seed, epoch, *stream)``:
-a numpy ``SeedSequence`` over the run's ``seed``, the ``epoch`` number and a few
-integers that name what the numbers are for (``stream``). An empty stream is the
-epoch's order itself; other uses name theirs, so they draw independent numbers:
-``(BUFFER, rank, 0)`` for a rank's shuffle buffer (``ShardStream``), ``(INTERLEAVE,)`` for how
-``ShardStream`` merges the rows of the shards it reads at once, ``(WORKER_SEEDS,)`` for the
-seeds of the loader's worker processes, ``(PACK, crc32(split))`` for the pack plan,
-``(LOADER_SEED, base_seed)`` for a ``Pipe`` in a DataLoader that never set its epoch. The
-same inputs give the same numbers in every process, on every machine.
+* **Seed**: :func:`epoch_seed` ``(seed, epoch, *stream)``; ``stream`` names what the numbers are for.
+* **Order**: :func:`permutation` ``(n, seed, epoch)``; a shuffle buffer as large as the stream gives the same.
+* **Split**: position ``i`` goes to rank ``i % R``, and within a rank's share to its workers
+  in blocks of ``block`` items, round robin (:func:`reader_of`, :func:`share`).
+* **Batches**: blocks of one batch, so a rank's batches depend on the seed, the epoch, the
+  rank count and the batch size, never on the worker count or the backend.
+* **Blocks**: a map-style shard set larger than its cache is shuffled in blocks of shards
+  (:func:`block_permutation`), so each shard is fetched once per epoch.
+* **Trim**: only an even split trims (:func:`even_trim`); ``len()`` is this rank's share.
 
-**Order.** An epoch's order of ``n`` items is :func:`permutation` ``(n, seed, epoch)``.
-A shuffle buffer (:func:`buffer_shuffle`) draws from a generator of the same rule and,
-when the buffer holds the whole stream, gives exactly that permutation. ``ShardStream``
-orders coarser, to read its files in runs: its epoch's order is :func:`permutation` of
-the *shards*, cut into groups of at most ``shards_at_once`` consecutive shards, and the
-rows of each group merged at random (drawn from ``(INTERLEAVE,)``; each shard's rows
-keep their stored order), so every stretch of the order holds rows of a whole group of
-shards (:func:`stoker.shards.read.stream.stream_order`). The split below applies to that
-order as to any other.
-
-**Blocks.** A map-style shard set larger than the cache that holds it is shuffled in
-blocks (:func:`block_permutation`, after MosaicML Streaming's block shuffles): the
-*shards* are permuted (drawn from ``(BLOCKS,)``), cut into blocks of consecutive shards
-whose cache costs sum to at most a budget (at least one shard each), and the samples of
-each block are permuted (drawn from ``(BLOCKS, b)`` for block ``b``). Every sample is in
-exactly one block, and every stretch of the order reads the shards of at most two
-blocks, so each shard is fetched once per epoch when two blocks fit in the cache. A
-split that fits in one block gets :func:`permutation` itself: the grouping is the only
-difference from the plain shuffle. The split below applies to that order as to any
-other.
-
-**Split.** Position ``i`` of an epoch's order (0-based, after the shuffle) is read by
-rank ``i % R`` of ``R`` ranks: every ``R``-th item, so the ranks' shares differ by at
-most one item. A rank deals its share to its ``N`` workers in blocks of ``block``
-items, round robin: item ``j`` of the share (``j = i // R``) goes to worker
-``(j // block) % N``. The shares are disjoint and together hold every item, so an epoch
-read by all of them sees each item exactly once. :func:`reader_of` is the rule itself;
-:func:`share` applies it to an array, :func:`iter_share` to a stream of unknown length,
-:func:`share_size` counts a share without building it.
-
-**Batches.** stoker's loader deals in blocks of one batch (``block = batch_size``): batch
-``b`` of a rank is items ``[b * B, (b + 1) * B)`` of its share, read whole by worker
-``b % N``, and the workers' batches, taken round robin, come out in ``b`` order. So the
-batches a rank sees depend on the seed, the epoch, the rank count and the batch size,
-never on the worker count or the backend (MosaicML Streaming's *elastic determinism*),
-and a position is one number, the batches handed out: worker ``w`` resumes after its
-:func:`batches_before` of them, whatever the worker count was when it was taken.
-
-**Trim.** Only an *even* split trims: it first drops the last ``n % R`` items of the
-epoch's order (:func:`even_trim`), so every rank reads ``n // R`` items; this is what a
-map-style training loader does under torch.distributed (as torch's
-``DistributedSampler(drop_last=True)`` does), and a new order each epoch drops other
-items. An uneven split (validation, and the iterable readers, ``Pipe`` and
-``ShardStream``, whose length may not be known) trims nothing here.
-
-**Length.** For every reader, ``len()`` is the number of items *this rank* reads in one
-epoch, all its workers together (:func:`share_size` with ``worker=None``), which is
-what that rank's loader counts batches from.
+The rule in full is in the loading guide (``docs/guides/loading.md``, "The order of an epoch, exactly").
 
 Example:
     >>> order = permutation(10, seed=0, epoch=0)
@@ -97,9 +49,9 @@ __all__ = [
     "ShuffleBlocks",
     "ShuffleScope",
     "block_permutation",
-    "buffer_shuffle",
     "batches_before",
-    "buffer_shuffled",
+    "buffer_shuffle_array",
+    "buffer_shuffle_stream",
     "check_placement",
     "epoch_rng",
     "epoch_seed",
@@ -294,7 +246,7 @@ def block_permutation(blocks: ShuffleBlocks, seed: int, epoch: int) -> np.ndarra
     return out if blocks.positions is None else np.asarray(blocks.positions, dtype=np.int64)[out]
 
 
-def buffer_shuffle(items: Iterable[T], buffer_size: int, rng: np.random.Generator) -> Iterator[T]:
+def buffer_shuffle_stream(items: Iterable[T], buffer_size: int, rng: np.random.Generator) -> Iterator[T]:
     """Yield ``items`` in an order drawn from ``rng`` through a buffer of ``buffer_size`` items.
 
     The buffer fills with the first items; then each new item takes the place of a
@@ -311,12 +263,12 @@ def buffer_shuffle(items: Iterable[T], buffer_size: int, rng: np.random.Generato
         ConfigError: ``buffer_size`` below 1.
 
     Example:
-        >>> sorted(buffer_shuffle(range(5), 3, epoch_rng(0, 0)))
+        >>> sorted(buffer_shuffle_stream(range(5), 3, epoch_rng(0, 0)))
         [0, 1, 2, 3, 4]
-        >>> list(buffer_shuffle(range(4), 10, epoch_rng(0, 0))) == permutation(4, 0, 0).tolist()
+        >>> list(buffer_shuffle_stream(range(4), 10, epoch_rng(0, 0))) == permutation(4, 0, 0).tolist()
         True
     """
-    size = _buffer_size(buffer_size, "buffer_shuffle")
+    size = _buffer_size(buffer_size, "buffer_shuffle_stream")
     buffer: list[T] = []
     picks: list[int] = []
     for item in items:
@@ -332,8 +284,8 @@ def buffer_shuffle(items: Iterable[T], buffer_size: int, rng: np.random.Generato
         yield buffer[index]
 
 
-def buffer_shuffled(items: np.ndarray, buffer_size: int, rng: np.random.Generator) -> np.ndarray:
-    """:func:`buffer_shuffle` of an array, all at once: the same order from the same draws, without a loop per item.
+def buffer_shuffle_array(items: np.ndarray, buffer_size: int, rng: np.random.Generator) -> np.ndarray:
+    """:func:`buffer_shuffle_stream` of an array, all at once: the same order from the same draws, without a loop per item.
 
     Step ``t`` of the buffer loop writes item ``buffer_size + t`` into the drawn slot
     ``picks[t]`` and yields what that slot held: the item the slot's previous step wrote,
@@ -344,11 +296,11 @@ def buffer_shuffled(items: np.ndarray, buffer_size: int, rng: np.random.Generato
     state.
 
     Example:
-        >>> a = buffer_shuffled(np.arange(50), 8, epoch_rng(0, 0))
-        >>> a.tolist() == list(buffer_shuffle(range(50), 8, epoch_rng(0, 0)))
+        >>> a = buffer_shuffle_array(np.arange(50), 8, epoch_rng(0, 0))
+        >>> a.tolist() == list(buffer_shuffle_stream(range(50), 8, epoch_rng(0, 0)))
         True
     """
-    size, items = _buffer_size(buffer_size, "buffer_shuffled"), np.asarray(items)
+    size, items = _buffer_size(buffer_size, "buffer_shuffle_array"), np.asarray(items)
     n = len(items)
     if n <= size:  # the loop only fills the buffer, then yields it in a random order
         return items[rng.permutation(n)]
@@ -368,6 +320,10 @@ def buffer_shuffled(items: np.ndarray, buffer_size: int, rng: np.random.Generato
     left[slots[last]] = written[last]
     out[steps:] = left[rng.permutation(size)]
     return items[out]
+
+
+# The old name of buffer_shuffle_array, not public: shards/read/stream.py imports it until its next edit.
+buffer_shuffled = buffer_shuffle_array
 
 
 def _buffer_size(value: object, where: str) -> int:

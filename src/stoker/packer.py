@@ -20,10 +20,9 @@ from stoker.shards.format.manifest import Manifest
 from stoker.shards.pack.packing import write_shards
 from stoker.shards.read.dataset import ShardDataset
 from stoker.sources.dataset import FileDataset
+from stoker.types import PathLike
 
 __all__ = ["pack"]
-
-PathLike = str | os.PathLike[str]
 
 
 def pack(
@@ -54,9 +53,7 @@ def pack(
         The :class:`~stoker.shards.Manifest` written.
 
     Raises:
-        ConfigError: a bad argument, or ``out`` holds something else (without ``overwrite``).
-        DataError: a source file is missing or does not decode (``pixels``).
-        ShardError: a shard set source is damaged.
+        ConfigError, DataError, ShardError: as :func:`stoker.shards.write_shards` raises them.
 
     Example:
         >>> manifest = pack("data/digiface", "packed-here", store="pixels", size=(32, 32), valid=0.1, progress=False)

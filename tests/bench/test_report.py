@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from stoker.bench import BenchResult, Limits, RunResult, recommendation, render_markdown, save_report
+from stoker.bench import BenchResult, Limits, MethodResult, recommendation, render_markdown, save_report
 from stoker.bench.monitor import ProcessMonitor
 from stoker.bench.report import figure, report_dict, step_img_per_s
 
@@ -18,8 +18,8 @@ _LIMITS = Limits(cores=2, decode_img_per_s=1000.0, memcpy_bytes_per_s=1e10, read
                  encoded_bytes_per_img=10_000.0, decoded_bytes_per_img=30_000.0, sequential_read_bytes_per_s=2e9)
 
 
-def _run(method: str, workers: int, img_per_s: float, status: str = "ok", work: str = "decode") -> RunResult:
-    run = RunResult(method, workers, "process", status=status, samples=1000 if status != "incorrect" else 999,
+def _run(method: str, workers: int, img_per_s: float, status: str = "ok", work: str = "decode") -> MethodResult:
+    run = MethodResult(method, workers, "process", status=status, samples=1000 if status != "incorrect" else 999,
                     cpu_seconds=2.5, peak_rss_bytes=2_000_000_000, peak_pss_bytes=1_500_000_000)
     if status in ("ok", "partial"):
         run.img_per_s, run.epoch_s = img_per_s, 1000 / img_per_s
@@ -30,7 +30,7 @@ def _run(method: str, workers: int, img_per_s: float, status: str = "ok", work: 
     return run
 
 
-def _result(runs: list[RunResult]) -> BenchResult:
+def _result(runs: list[MethodResult]) -> BenchResult:
     return BenchResult(description="photos", samples=1000, num_classes=10, size=None, batch_size=64, mode="load",
                        model=None, epochs=1, max_seconds=None, limits=_LIMITS, runs=runs)
 
@@ -61,7 +61,7 @@ def test_the_report_ends_with_a_recommendation_and_its_ratio_to_plain_files_at_t
     assert report_dict(result)["recommendation"] == line
 
 
-def _trained(run: RunResult, wait: float) -> RunResult:
+def _trained(run: MethodResult, wait: float) -> MethodResult:
     run.data_wait_share = wait
     return run
 

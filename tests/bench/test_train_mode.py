@@ -9,7 +9,7 @@ import torch
 from click.testing import CliRunner
 
 from stoker import ClassFolderDataset
-from stoker.bench import BenchResult, Limits, RunResult, bench, recommendation, render_markdown
+from stoker.bench import BenchResult, Limits, MethodResult, bench, recommendation, render_markdown
 from stoker.bench.step import Ceiling, StepSetting, make_train_step, measure_ceiling
 from stoker.cli.main import main
 
@@ -17,8 +17,8 @@ _LIMITS = Limits(cores=2, decode_img_per_s=1000.0, memcpy_bytes_per_s=1e10, read
                  encoded_bytes_per_img=10_000.0, decoded_bytes_per_img=30_000.0, sequential_read_bytes_per_s=2e9)
 
 
-def _run(method: str, workers: int, img_per_s: float, ceiling: float | None = None) -> RunResult:
-    run = RunResult(method, workers, "process", status="ok", samples=1000, cpu_seconds=2.5)
+def _run(method: str, workers: int, img_per_s: float, ceiling: float | None = None) -> MethodResult:
+    run = MethodResult(method, workers, "process", status="ok", samples=1000, cpu_seconds=2.5)
     run.img_per_s, run.epoch_s, run.data_wait_share = img_per_s, 1000 / img_per_s, 0.1
     run.extra.update(limit_img_per_s=2000.0, limit_name="decode", fraction_of_limit=img_per_s / 2000.0)
     if ceiling is not None:
@@ -26,7 +26,7 @@ def _run(method: str, workers: int, img_per_s: float, ceiling: float | None = No
     return run
 
 
-def _trained(runs: list[RunResult], step_ms: float, batch: int = 256) -> BenchResult:
+def _trained(runs: list[MethodResult], step_ms: float, batch: int = 256) -> BenchResult:
     ceiling = Ceiling(step_ms / 1e3, batch, 20)
     for run in runs:
         run.extra["fraction_of_ceiling"] = (run.img_per_s or 0.0) / ceiling.img_per_s

@@ -61,14 +61,14 @@ def test_shard_order_and_rows_change_with_the_epoch_and_not_otherwise() -> None:
 @pytest.mark.parametrize(("sizes", "buffer"), [([50, 50, 50], 150), ([50, 50, 50], 4096), ([3, 4], 7), ([1], 1), ([9, 9], 8)])
 @pytest.mark.parametrize("workers", [1, 3])
 def test_a_buffer_that_holds_every_row_gives_the_order_of_the_buffer_loop(sizes: list[int], buffer: int, workers: int) -> None:
-    """stream_order takes a full shuffle without buffer_shuffle's loop when the buffer holds a reader's rows: same order."""
-    from stoker.order import BUFFER, buffer_shuffle, epoch_rng
+    """stream_order takes a full shuffle without buffer_shuffle_stream's loop when the buffer holds a reader's rows: same order."""
+    from stoker.order import BUFFER, buffer_shuffle_stream, epoch_rng
 
     for worker in range(workers):
         kwargs = dict(seed=11, epoch=3, shuffle=True, rank=0, world_size=1, worker=worker, num_workers=workers)
         mine = stream_order(sizes, shuffle_buffer=1, **kwargs)  # type: ignore[arg-type]  # a buffer of 1 keeps the order
         rng = epoch_rng(11, 3, BUFFER, 0, worker)
-        looped = np.fromiter(buffer_shuffle(mine.tolist(), buffer, rng), dtype=np.int64, count=len(mine))
+        looped = np.fromiter(buffer_shuffle_stream(mine.tolist(), buffer, rng), dtype=np.int64, count=len(mine))
         assert np.array_equal(stream_order(sizes, shuffle_buffer=buffer, **kwargs), looped)  # type: ignore[arg-type]
 
 

@@ -16,7 +16,9 @@ method names of :mod:`stoker.bench.methods` without importing torch.
 
 Example:
     >>> from stoker.bench import bench, render_markdown
-    >>> print(render_markdown(bench("digiface/", workers=[0, 2], max_seconds=20)))  # doctest: +SKIP
+    >>> print(render_markdown(bench("data/digiface", methods=["files"], workers=[0], batch_size=8, max_seconds=2, progress=False)))
+    **digiface** — 40 images, 4 classes, batch 8, mode load, at most 2 s per run
+    ...
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ if TYPE_CHECKING:
     from stoker.bench.plan import BenchPlan
     from stoker.bench.report import recommendation, render_markdown, save_report
     from stoker.bench.results import BenchResult
-    from stoker.bench.runner import RunResult
+    from stoker.bench.runner import MethodResult
     from stoker.bench.settings import LoaderSettings, load_settings, save_settings
     from stoker.bench.tuner import Trial, TuneResult, search_settings, tune
     from stoker.mixing import ShuffleQuality, shuffle_quality, simulate_buffer_shuffle, suggest_buffer_size
@@ -45,7 +47,7 @@ __all__ = [
     "LoaderSettings",
     "METHODS",
     "Method",
-    "RunResult",
+    "MethodResult",
     "ShuffleQuality",
     "Trial",
     "TuneResult",
@@ -75,7 +77,7 @@ _HOMES: dict[str, str] = {
     "Limits": "stoker.bench.limits",
     "LoaderSettings": "stoker.bench.settings",
     "Method": "stoker.bench.methods",
-    "RunResult": "stoker.bench.runner",
+    "MethodResult": "stoker.bench.runner",
     "ShuffleQuality": "stoker.mixing",
     "Trial": "stoker.bench.tuner",
     "TuneResult": "stoker.bench.tuner",
@@ -96,4 +98,7 @@ _HOMES: dict[str, str] = {
     "tune": "stoker.bench.tuner",
 }
 
-__getattr__, __dir__ = lazy_names(__name__, _HOMES, globals(), __all__)
+# Old public names, still importable with a DeprecationWarning.
+_RENAMED = {"RunResult": "MethodResult"}
+
+__getattr__, __dir__ = lazy_names(__name__, _HOMES, globals(), __all__, renamed=_RENAMED)

@@ -4,24 +4,16 @@ Every method starts from one :class:`~stoker.sources.FileDataset` (its index say
 samples, their files and labels) and returns a loader: an iterable whose every pass is
 one epoch of ``(images, labels)`` batches, images uint8 ``[B, 3, H, W]``.
 
-* ``files``: the map-style data set, one file read and decoded per sample (torch's
-  DataLoader workers, or threads).
-* ``pipe``: a streaming :class:`~stoker.pipes.Pipe` over the same samples in index
-  order (as a file listing gives them), through a shuffle buffer, sharded by worker.
-* ``shards-encoded``: packed Arrow shards of the original encoded bytes, decoded when read.
-* ``shards-pixels``: packed Arrow shards of decoded pixels: nothing to decode.
-* ``shards-encoded-gpu``: the encoded shards decoded, cropped and resized on the CUDA
-  device in batches (``decoder="nvjpeg"``, :mod:`stoker.decode.device`); offered only
-  where CUDA is available.
+* ``files``: the map-style data set, one file read and decoded per sample.
+* ``pipe``: a streaming :class:`~stoker.pipes.Pipe` over the same samples, through a shuffle buffer.
+* ``shards-encoded`` / ``shards-pixels``: packed Arrow shards of the encoded bytes
+  (decoded when read) / of decoded pixels (nothing to decode).
+* ``shards-encoded-gpu``: the encoded shards decoded on the CUDA device in batches (where CUDA is).
 
-A method is a :class:`Method`: a name, the work it does per image (for its limit), how
-it shuffles, and a ``build`` function. :data:`METHODS` is the one registry that
-``stoker bench``, ``stoker tune``, the report and the loader settings read: adding a
-method is one :func:`register_method` call. A :class:`Method` object can also be passed
-to :func:`~stoker.bench.bench` as it is, to time it once next to these.
-
-This module imports no torch (the CLI reads the names for its help); the builders
-import what they need when they run.
+A method is a :class:`Method`: a name, the work it does per image, how it shuffles, and a
+``build`` function. :data:`METHODS` is the one registry every part of stoker reads: adding
+a method is one :func:`register_method` call. This module imports no torch (the CLI reads
+the names for its help); the builders import what they need when they run.
 
 Example:
     >>> from stoker.bench.methods import METHODS
@@ -182,7 +174,10 @@ def register_method(method: Method, *, replace: bool = False) -> Method:
         ConfigError: a method of that name is already registered (and not ``replace``).
 
     Example:
-        >>> register_method(Method("files-small", "decode", build_files))  # doctest: +SKIP
+        >>> _ = register_method(Method("files-again", "decode", build_files))
+        >>> "files-again" in METHODS
+        True
+        >>> del METHODS["files-again"]  # (the registry is global)
     """
     if method.name in METHODS and not replace:
         raise ConfigError(f"a method named {method.name!r} is already registered; pass replace=True to replace it")

@@ -36,61 +36,57 @@ TRAIN_OPTIMIZER: str = OptimConfig().name  # stoker train's default optimizer
 class BenchPlan:
     """Every method x workers x backend to time on one data set, and how.
 
-    Attributes:
-        data: a folder in any layout stoker reads, or a stoker data set.
-        methods: registered method names (:data:`~stoker.bench.methods.METHODS`:
-            ``files``, ``pipe``, ``shards-encoded``, ``shards-pixels``...) or
-            :class:`~stoker.bench.methods.Method` objects; ``None``: every registered method.
-        workers: numbers of loader workers to try.
-        backends: loader backends to try (:data:`~stoker.loading.backends.BACKENDS`).
-        mode: ``"load"`` only loads batches; ``"train"`` also runs a training step of
-            ``model`` on each, and reports the share of time spent waiting for data.
-        model: the model of train mode (``small_cnn`` or a torchvision classifier).
-        amp: train mode's precision, ``"off"``, ``"bf16"`` or ``"fp16"``; ``None``: bf16
-            on CUDA, float32 elsewhere (:mod:`stoker.bench.step`).
-        channels_last: train mode's memory format, as ``stoker train`` takes it (``None``:
-            its default, on for a convolutional model on CUDA under AMP).
-        optimizer: train mode's optimizer, as ``stoker train --optimizer`` (default: its default).
-        batch_size: samples per batch.
-        epochs: epochs per run (each checked).
-        max_seconds: stop each run after this long (the result is then ``partial``).
-        size: ``(height, width)`` to resize every image to; needed when sizes differ.
-        packed: a folder holding ``encoded/`` and/or ``pixels/`` shard sets of this data
-            to reuse (packing is then not timed); by default they are packed into a
-            temporary folder that is removed afterwards.
-        prefetch_factor: batches each worker loads ahead.
-        shuffle_buffer: the Pipe's shuffle buffer.
-        device: where batches go (``"auto"``: CUDA when present).
-        cold: drop the data's files from the page cache before each run.
-        limits_time_s: seconds for each limit measurement.
-        seed: seed of every shuffle and of the packing.
-        progress: show a progress bar per run on stderr.
-
     Raises:
         ConfigError: a bad value (unknown method, negative workers...), on construction.
     """
 
     data: str | os.PathLike[str] | FileDataset
+    """A folder in any layout stoker reads, or a stoker data set."""
     methods: Sequence[str | Method] | None = None
+    """Registered method names (:data:`~stoker.bench.methods.METHODS`: ``files``, ``pipe``, ``shards-encoded``,
+    ``shards-pixels``...) or :class:`~stoker.bench.methods.Method` objects; ``None``: every registered method."""
     workers: Sequence[int] = DEFAULT_WORKERS
+    """Numbers of loader workers to try."""
     backends: Sequence[str] = BACKENDS[:1]  # the process backend
+    """Loader backends to try (:data:`~stoker.loading.backends.BACKENDS`)."""
     mode: str = "load"
+    """``"load"`` only loads batches; ``"train"`` also runs a training step of ``model`` on each, and reports the
+    share of time spent waiting for data."""
     model: str = "resnet18"
+    """The model of train mode (``small_cnn`` or a torchvision classifier)."""
     amp: str | None = None
+    """Train mode's precision, ``"off"``, ``"bf16"`` or ``"fp16"``; ``None``: bf16 on CUDA, float32 elsewhere
+    (:mod:`stoker.bench.step`)."""
     channels_last: bool | None = None
+    """Train mode's memory format, as ``stoker train`` takes it (``None``: its default, on for a convolutional model
+    on CUDA under AMP)."""
     optimizer: str = TRAIN_OPTIMIZER
+    """Train mode's optimizer, as ``stoker train --optimizer`` (default: its default)."""
     batch_size: int = 256
+    """Samples per batch."""
     epochs: int = 1
+    """Epochs per run (each checked)."""
     max_seconds: float | None = None
+    """Stop each run after this long (the result is then ``partial``)."""
     size: tuple[int, int] | None = None
+    """``(height, width)`` to resize every image to; needed when sizes differ."""
     packed: str | os.PathLike[str] | None = None
+    """A folder holding ``encoded/`` and/or ``pixels/`` shard sets of this data to reuse (packing is then not timed);
+    by default they are packed into a temporary folder that is removed afterwards."""
     prefetch_factor: int = 2
+    """Batches each worker loads ahead."""
     shuffle_buffer: int = 10_000
+    """The Pipe's shuffle buffer."""
     device: str | None = "auto"
+    """Where batches go (``"auto"``: CUDA when present)."""
     cold: bool = False
+    """Drop the data's files from the page cache before each run."""
     limits_time_s: float = 1.0
+    """Seconds for each limit measurement."""
     seed: int = 0
+    """Seed of every shuffle and of the packing."""
     progress: bool = True
+    """Show a progress bar per run on stderr."""
 
     def __post_init__(self) -> None:
         self.resolved_methods()

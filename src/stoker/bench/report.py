@@ -25,7 +25,7 @@ import psutil
 
 from stoker.bench.advice import pack_command
 from stoker.bench.methods import METHODS
-from stoker.bench.runner import RunResult
+from stoker.bench.runner import MethodResult
 from stoker.bench.shares import share_explanation, share_phrase, share_text
 from stoker.loading.backends import BACKENDS
 
@@ -60,7 +60,7 @@ _PLAIN_NAMES: dict[str, str] = {
 }
 
 
-def _column(run: RunResult, backends: Sequence[str]) -> str:
+def _column(run: MethodResult, backends: Sequence[str]) -> str:
     return run.method if len(backends) == 1 else f"{run.method} ({run.backend})"
 
 
@@ -70,7 +70,7 @@ def _seconds(s: float | None) -> str:
     return f"{s:.2f}" if s < 10 else f"{s:,.1f}"
 
 
-def _cost(run: RunResult) -> str:
+def _cost(run: MethodResult) -> str:
     """`` · 0.41 CPU-s/1k img · 1.20 GB``: CPU time per 1,000 images and peak memory, all processes."""
     per_1k = run.cpu_s_per_1k_img
     cpu = f" · {per_1k:,.2f} CPU-s/1k img" if per_1k is not None else ""
@@ -78,7 +78,7 @@ def _cost(run: RunResult) -> str:
     return cpu + memory
 
 
-def _cell(run: RunResult | None) -> str:
+def _cell(run: MethodResult | None) -> str:
     if run is None or run.status == "unsupported":
         return "—"
     if run.status == "incorrect":
@@ -92,7 +92,7 @@ def _cell(run: RunResult | None) -> str:
     return f"partial: {text}" if run.status == "partial" else text
 
 
-def render_summary_table(runs: Sequence[RunResult], ceiling: Ceiling | None = None) -> str:
+def render_summary_table(runs: Sequence[MethodResult], ceiling: Ceiling | None = None) -> str:
     """The published-style table: rows are workers, columns methods; with a ``ceiling``, a last "no loading" row.
 
     A cell is ``seconds · img/s (share of the machine's limit) · CPU-s/1k img · peak GB``
@@ -119,7 +119,7 @@ def _gb(n: float) -> str:
     return f"{n / 1e9:,.2f} GB"
 
 
-def _details_table(runs: Sequence[RunResult]) -> str:
+def _details_table(runs: Sequence[MethodResult]) -> str:
     total_ram = psutil.virtual_memory().total
     cores = os.cpu_count() or 1
     lines = [
@@ -238,7 +238,7 @@ def _stream_line(result: BenchResult) -> str:
             f"(buffer {result.shuffle_buffer}, batch {result.batch_size}; 1 = a random shuffle): {stores}.")
 
 
-def _setting(run: RunResult, backends: Sequence[str]) -> str:
+def _setting(run: MethodResult, backends: Sequence[str]) -> str:
     """``"2 workers"`` (``"2 worker threads"`` when several backends were run)."""
     noun = "worker" if run.workers == 1 else "workers"
     if len(backends) > 1:
@@ -278,7 +278,7 @@ def step_img_per_s(result: BenchResult) -> float | None:
     return (least.img_per_s or 0.0) / (1.0 - (least.data_wait_share or 0.0))
 
 
-def _kept_up(run: RunResult) -> float:
+def _kept_up(run: MethodResult) -> float:
     """What a run kept up after its first batch (what persistent workers sustain), else its rate over the run."""
     return run.steady_img_per_s or run.img_per_s or 0.0
 
@@ -287,7 +287,7 @@ def _pixels_command(result: BenchResult) -> str:
     return pack_command("DATA", result.size, result.gray)
 
 
-def _decode_case(result: BenchResult, runs: list[RunResult], backends: Sequence[str]) -> str:
+def _decode_case(result: BenchResult, runs: list[MethodResult], backends: Sequence[str]) -> str:
     """The clause that makes the case for pixel shards when decoding is what limits loading, else ``""``.
 
     Decoding limits loading when the fastest method that decodes is bound by the decode
@@ -344,8 +344,10 @@ def recommendation(result: BenchResult) -> str:
     were not run.
 
     Example:
-        >>> print(recommendation(result))  # doctest: +SKIP
-        Recommendation: use pixel shards with 0 workers: 27,400 img/s, 20x plain files at their best (2 workers, 1,370 img/s); decoding is the limit ...
+        >>> from stoker.bench import bench
+        >>> result = bench("data/digiface", methods=["files"], workers=[0], batch_size=8, max_seconds=2, progress=False)
+        >>> print(recommendation(result))
+        Recommendation: ...
     """
     runs = [r for r in result.runs if r.timed and r.img_per_s]
     best = max(runs, key=lambda r: (r.status == "ok", r.img_per_s or 0.0), default=None)
@@ -387,7 +389,7 @@ def _share_of_step(share: float) -> str:
     return "all of the step" if share >= 1.0 else f"{share:.0%} of the step"
 
 
-def _only_loading(result: BenchResult, best: RunResult) -> str:
+def _only_loading(result: BenchResult, best: MethodResult) -> str:
     """Load mode's last words: only loading was timed, and what a training step would need for loading to limit it."""
     rate = best.img_per_s or 0.0
     per_batch_ms = result.batch_size / rate * 1e3 if rate else 0.0
@@ -396,7 +398,7 @@ def _only_loading(result: BenchResult, best: RunResult) -> str:
             f"`stoker bench DATA --mode train --model NAME` times the step itself and each method as a share of it.")
 
 
-def _train_recommendation(result: BenchResult, runs: list[RunResult], best: RunResult, backends: Sequence[str]) -> str:
+def _train_recommendation(result: BenchResult, runs: list[MethodResult], best: MethodResult, backends: Sequence[str]) -> str:
     """Train mode's line: the step's time, what share of it plain files and the best method feed, and what to do.
 
     Each method is judged by its fastest correct run as a share of the no-loading rate.

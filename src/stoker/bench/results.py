@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 
 from stoker.bench.limits import Limits
-from stoker.bench.runner import RunResult
+from stoker.bench.runner import MethodResult
 from stoker.bench.step import Ceiling, StepSetting
 from stoker.errors import ConfigError
 from stoker.loading.backends import BACKENDS
@@ -19,66 +19,61 @@ __all__ = ["BenchResult"]
 
 @dataclass
 class BenchResult:
-    """Everything one benchmark measured.
-
-    Attributes:
-        description: what was measured (the data's name).
-        samples: samples per epoch.
-        num_classes: classes of the data.
-        size: ``(height, width)`` images were resized to, or ``None``.
-        batch_size: samples per batch.
-        mode: ``"load"`` (batches only) or ``"train"`` (a training step per batch).
-        model: the model trained in train mode.
-        epochs: epochs per run.
-        max_seconds: the time limit of each run, if any.
-        limits: the machine's measured limits.
-        pack_s: seconds the packing of each shard store took (a one-off cost).
-        packed_reused: the shards were packed before (``packed=``), so not timed.
-        runs: one :class:`RunResult` per method x backend x workers.
-        expected_checksum: the label checksum every correct whole epoch must show.
-        source_order_labels: labels in the order the data lists them (the Pipe's input).
-        machine: CPU count, memory, torch version, device.
-        cold: the page cache was dropped before each run.
-        stream_quality: for each packed store, how well a
-            :class:`~stoker.shards.ShardStream` over those shards is mixed as a
-            DataLoader with each benchmarked number of workers delivers it (buffer
-            ``shuffle_buffer``): ``{store: {workers: quality}}``.
-        stream_fixes: for each store whose stream is not well mixed, the setting that
-            fixes it, in words (:meth:`stoker.shards.check.quality.MixingCheck.advice`).
-        step: train mode: how the training step ran (model, device, precision, memory
-            format, optimizer), else ``None``.
-        ceiling: train mode: the step's rate with no loading (one batch already on the
-            device), the yardstick of every run, else ``None``.
-        gray: every image looked at was gray (:func:`stoker.bench.advice.looks_gray`): the
-            pack advice names ``--channels 1``.
-    """
+    """Everything one benchmark measured; each field is described where it is declared."""
 
     description: str
+    """What was measured (the data's name)."""
     samples: int
+    """Samples per epoch."""
     num_classes: int
+    """Classes of the data."""
     size: tuple[int, int] | None
+    """``(height, width)`` images were resized to, or ``None``."""
     batch_size: int
+    """Samples per batch."""
     mode: str
+    """``"load"`` (batches only) or ``"train"`` (a training step per batch)."""
     model: str | None
+    """The model trained in train mode."""
     epochs: int
+    """Epochs per run."""
     max_seconds: float | None
+    """The time limit of each run, if any."""
     limits: Limits
+    """The machine's measured limits."""
     pack_s: dict[str, float] = field(default_factory=dict)
+    """Seconds the packing of each shard store took (a one-off cost)."""
     packed_reused: bool = False
-    runs: list[RunResult] = field(default_factory=list)
+    """The shards were packed before (``packed=``), so not timed."""
+    runs: list[MethodResult] = field(default_factory=list)
+    """One :class:`MethodResult` per method x backend x workers."""
     expected_checksum: str = ""
+    """The label checksum every correct whole epoch must show."""
     shuffle_buffer: int = 10_000
     source_order_labels: np.ndarray | None = field(default=None, repr=False)
+    """Labels in the order the data lists them (the Pipe's input)."""
     machine: dict[str, Any] = field(default_factory=dict)
+    """CPU count, memory, torch version, device."""
     cold: bool = False
+    """The page cache was dropped before each run."""
     stream_quality: dict[str, dict[int, ShuffleQuality]] = field(default_factory=dict)
+    """For each packed store, how well a :class:`~stoker.shards.ShardStream` over those shards is mixed as a
+    DataLoader with each benchmarked number of workers delivers it (buffer ``shuffle_buffer``): ``{store:
+    {workers: quality}}``."""
     stream_fixes: dict[str, str] = field(default_factory=dict)
+    """For each store whose stream is not well mixed, the setting that fixes it, in words
+    (:meth:`stoker.shards.check.quality.MixingCheck.advice`)."""
     step: StepSetting | None = None
+    """Train mode: how the training step ran (model, device, precision, memory format, optimizer), else ``None``."""
     ceiling: Ceiling | None = None
+    """Train mode: the step's rate with no loading (one batch already on the device), the yardstick of every run,
+    else ``None``."""
     gray: bool = False
+    """Every image looked at was gray (:func:`stoker.bench.advice.looks_gray`): the pack advice names ``--channels
+    1``."""
     _suggested_buffer: int | None = field(default=None, repr=False)
 
-    def run(self, method: str, workers: int, backend: str = BACKENDS[0]) -> RunResult:
+    def run(self, method: str, workers: int, backend: str = BACKENDS[0]) -> MethodResult:
         """The result of one method, workers and backend.
 
         Raises:
@@ -90,7 +85,7 @@ class BenchResult:
         raise ConfigError(f"no run of {method} with {workers} workers on {backend}")
 
     @property
-    def best(self) -> RunResult | None:
+    def best(self) -> MethodResult | None:
         """The fastest correct run (whole epochs preferred to partial ones)."""
         timed = [r for r in self.runs if r.timed and r.img_per_s]
         return max(timed, key=lambda r: (r.status == "ok", r.img_per_s or 0.0), default=None)

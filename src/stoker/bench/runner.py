@@ -27,7 +27,7 @@ from stoker.errors import StokerError
 from stoker.mixing import ShuffleQuality, shuffle_quality
 from stoker.train.engine.timing import PhaseTimer
 
-__all__ = ["STATUSES", "Expected", "RunResult", "Step", "run_method", "split_batch"]
+__all__ = ["STATUSES", "Expected", "MethodResult", "Step", "run_method", "split_batch"]
 
 # ok: a whole epoch, correct. partial: stopped by the time limit; what was seen is
 # consistent. incorrect: samples missing, repeated or malformed. failed: raised an error.
@@ -67,55 +67,50 @@ class Expected:
 
 
 @dataclass
-class RunResult:
-    """One method, one setting: how fast, how heavy, and whether it was right.
-
-    Attributes:
-        method: the method's name (``files``, ``pipe``, ``shards-encoded``, ...).
-        workers: loader workers (0: the main process loads).
-        backend: ``"process"`` or ``"thread"``.
-        status: one of :data:`STATUSES`.
-        reason: why the status is not ``"ok"`` (empty when it is).
-        samples: samples seen (over all epochs).
-        batches: batches seen.
-        epochs: whole epochs run.
-        epoch_s: seconds per epoch (mean), or of the part run when ``partial``;
-            ``None`` when the result is not a valid timing.
-        img_per_s: samples per second over the run; ``None`` when not valid.
-        first_batch_s: seconds until the first batch arrived (worker start-up, first reads).
-        steady_img_per_s: samples per second after the first batch (start-up left out),
-            what a loader with persistent workers keeps up; ``None`` when not valid.
-        peak_rss_bytes: peak of the summed RSS of this process and its workers.
-        peak_pss_bytes: peak of the summed PSS (shared pages counted once), where known.
-        cpu_cores_used: mean cores busy over the run, all processes together.
-        cpu_seconds: user + system CPU seconds of the run, this process (every thread)
-            and its worker processes together.
-        data_wait_share: in train mode, the share of step time spent waiting for data.
-        label_checksum: hash of the label counts seen (equal for every correct method).
-        shuffle: how well the label stream was mixed.
-        extra: anything else the caller adds (limits, fractions).
-    """
+class MethodResult:
+    """One method, one setting: how fast, how heavy, and whether it was right (each field described below)."""
 
     method: str
+    """The method's name (``files``, ``pipe``, ``shards-encoded``, ...)."""
     workers: int
+    """Loader workers (0: the main process loads)."""
     backend: str
+    """``"process"`` or ``"thread"``."""
     status: str = "ok"
+    """One of :data:`STATUSES`."""
     reason: str = ""
+    """Why the status is not ``"ok"`` (empty when it is)."""
     samples: int = 0
+    """Samples seen (over all epochs)."""
     batches: int = 0
+    """Batches seen."""
     epochs: int = 0
+    """Whole epochs run."""
     epoch_s: float | None = None
+    """Seconds per epoch (mean), or of the part run when ``partial``; ``None`` when the result is not a valid timing."""
     img_per_s: float | None = None
+    """Samples per second over the run; ``None`` when not valid."""
     first_batch_s: float | None = None
+    """Seconds until the first batch arrived (worker start-up, first reads)."""
     steady_img_per_s: float | None = None
+    """Samples per second after the first batch (start-up left out), what a loader with persistent workers keeps up;
+    ``None`` when not valid."""
     peak_rss_bytes: int = 0
+    """Peak of the summed RSS of this process and its workers."""
     peak_pss_bytes: int = 0
+    """Peak of the summed PSS (shared pages counted once), where known."""
     cpu_cores_used: float = 0.0
+    """Mean cores busy over the run, all processes together."""
     cpu_seconds: float = 0.0
+    """User + system CPU seconds of the run, this process (every thread) and its worker processes together."""
     data_wait_share: float | None = None
+    """In train mode, the share of step time spent waiting for data."""
     label_checksum: str = ""
+    """Hash of the label counts seen (equal for every correct method)."""
     shuffle: ShuffleQuality | None = None
+    """How well the label stream was mixed."""
     extra: dict[str, Any] = field(default_factory=dict)
+    """Anything else the caller adds (limits, fractions)."""
 
     @property
     def timed(self) -> bool:
@@ -190,7 +185,7 @@ def run_method(
     batch_size: int | None = None,
     seed: int = 0,
     on_batch: Callable[[int], Any] | None = None,
-) -> RunResult:
+) -> MethodResult:
     """Run ``epochs`` epochs of a method and measure them.
 
     Args:
@@ -207,9 +202,9 @@ def run_method(
         on_batch: called with the size of each batch (a progress bar's ``update``).
 
     Returns:
-        A :class:`RunResult`; errors of the method are caught and reported as ``"failed"``.
+        A :class:`MethodResult`; errors of the method are caught and reported as ``"failed"``.
     """
-    result = RunResult(method, workers, backend)
+    result = MethodResult(method, workers, backend)
     counts = np.zeros(expected.num_classes, dtype=np.int64)
     stream: list[np.ndarray] = []
     wait_s = compute_s = 0.0

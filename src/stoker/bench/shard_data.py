@@ -13,8 +13,8 @@ and reading: for a URL the download rate of the shards fetched (the network is t
 storage), then the page cache's rate over the same files.
 
 Example:
-    >>> shards = open_shard_set("s3://bucket/packed")  # doctest: +SKIP
-    >>> shards.store  # doctest: +SKIP
+    >>> shards = open_shard_set("packed")  # a folder or a URL (s3://bucket/packed)
+    >>> shards.store
     'pixels'
 """
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from stoker.bench.runner import RunResult
+from stoker.bench.runner import MethodResult
 
 if TYPE_CHECKING:
     from stoker.bench.results import BenchResult
@@ -36,7 +36,7 @@ def share_phrase(share: float, limit_name: str) -> str:
     return f"above this machine's {limit_name} limit: {why}"
 
 
-def share_text(run: RunResult) -> str:
+def share_text(run: MethodResult) -> str:
     """The share of a run as a table cell and a progress line show it (see :func:`share_phrase`)."""
     share = run.extra.get("fraction_of_limit")
     if share is None:

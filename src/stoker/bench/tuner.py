@@ -9,19 +9,17 @@ data, one knob at a time (coordinate search), and keeps what was fastest:
 2. **backend**: threads instead of processes for the best so far;
 3. **prefetch depth**: 1 and 4 batches per worker next to the default 2.
 
-Each trial runs for a few seconds on the sample with persistent workers, is checked for
-repeated samples like every benchmark run, and is measured after its first batch (the
-steady rate a training run keeps up). A setting within 3 % of the fastest that uses
-fewer workers wins, since it leaves cores and memory to the training. Shard storages
-are packed from the sample first; that time counts against the budget, and a storage
-whose packing would not fit is skipped (and said so). A shard set given as it is
-(``stoker pack``'s output, a folder or a URL) is tuned on its own storage alone, on
-every sample it holds (its shards fetched into the cache once): workers, backend and
-prefetch depth for the data a run will read.
+Each trial is checked like every benchmark run and measured after its first batch; a
+setting within 3 % of the fastest that uses fewer workers wins (it leaves cores to the
+training). Packing the sample counts against the budget. A shard set is tuned on its own
+storage alone. The bench-and-tune guide (``docs/guides/bench-and-tune.md``, "How tune
+searches") says more.
 
 Example:
-    >>> settings = tune("digiface/", budget_s=60)  # doctest: +SKIP
-    >>> save_settings(settings, "loader.toml")  # doctest: +SKIP
+    >>> from stoker.bench import save_settings
+    >>> settings = tune("data/digiface", budget_s=3, batch_size=8, max_workers=1)
+    >>> save_settings(settings, "loader.toml")
+    PosixPath('loader.toml')
 """
 
 from __future__ import annotations
@@ -41,7 +39,7 @@ from stoker.bench.advice import looks_gray, pack_command
 from stoker.bench.benchmark import _settle_size, open_data, pack_for_bench
 from stoker.bench.limits import Limits, evict_from_page_cache, measure_limits, measure_sequential_reads
 from stoker.bench.methods import METHODS, BenchData, method_names
-from stoker.bench.runner import Expected, RunResult, run_method
+from stoker.bench.runner import Expected, MethodResult, run_method
 from stoker.bench.settings import LoaderSettings, describe_loader
 from stoker.bench.shard_data import fetch_all, measure_shard_limits, open_shard_set
 from stoker.bench.shares import share_phrase
@@ -159,7 +157,7 @@ class _Search:
         method = METHODS[settings.method]
         if self.cold is not None:  # the files the trials read, dropped from the page cache
             evict_from_page_cache(self.cold)
-        run: RunResult = run_method(
+        run: MethodResult = run_method(
             lambda: method.build(self.data, settings),
             self.expected,
             method=settings.method,
@@ -378,7 +376,10 @@ def tune(data: str | os.PathLike[str] | FileDataset, budget_s: float = 60.0, **k
     Takes the arguments of :func:`search_settings`; returns only the chosen settings.
 
     Example:
-        >>> settings = tune("digiface/", budget_s=30)  # doctest: +SKIP
-        >>> make_loader(ds, batch_size=256, **settings.loader_kwargs())  # doctest: +SKIP
+        >>> from stoker import ClassFolderDataset, make_loader
+        >>> settings = tune("data/digiface", budget_s=3, batch_size=8, max_workers=1)
+        >>> loader = make_loader(ClassFolderDataset("data/digiface"), batch_size=8, **settings.loader_kwargs())
+        >>> sorted(settings.loader_kwargs())
+        ['backend', 'num_workers', 'prefetch_factor']
     """
     return search_settings(data, budget_s, **kwargs).settings  # type: ignore[arg-type]

@@ -1,34 +1,18 @@
 """Decode a whole batch of JPEGs on a device: one header pass, one decode call, one resize per crop size.
 
-The batch goes through in a fixed number of steps whatever its length:
-
-1. **Headers, in one vectorised pass** (:func:`check_headers`): the batch's bytes are
-   joined into one array and every start-of-frame marker in it is found at once. An image
-   goes to the device only when it starts like a JPEG and *every* frame header in it
-   (including look-alikes inside other segments: the largest counts) declares a non-zero
-   size within ``STOKER_MAX_PIXELS`` with 1 or 3 components, and it has no Adobe marker
-   and no R/G/B component ids (colour transforms a GPU decoder may not apply as
-   libjpeg-turbo does). A crafted header never reaches a decoder that allocates on the
-   device; whatever is refused here takes the CPU path, which decodes it or names the file.
-2. **One decode call** per budget of decoded bytes (:data:`DECODE_BUDGET_BYTES`): nvImageCodec
-   (the hardware JPEG decoder of A100/H100/H200, then nvJPEG on the GPU) where the optional
-   package is installed (``pip install "stoker[gpu]"``), else
+1. **Headers, in one vectorised pass** (:func:`check_headers`): an image goes to the
+   device only when every frame header in it declares a size within ``STOKER_MAX_PIXELS``
+   with 1 or 3 components and no colour transform a GPU decoder may apply differently;
+   anything refused takes the CPU path, which decodes it or names the file.
+2. **One decode call** per budget of decoded bytes (:data:`DECODE_BUDGET_BYTES`):
+   nvImageCodec where installed (``pip install "stoker[gpu]"``), else
    ``torchvision.io.decode_jpeg(list, device=...)``.
-3. **Crop by slicing, one antialiased resize per crop size**: crops of one size are
-   stacked (views, one copy) and resized together through float, rounded, into one
-   ``uint8 [n, 3, H, W]`` output. The resize is the same arithmetic on every device, so
-   the CPU tests check the GPU's; it is within 1 grey level (max abs) of the CPU path's
-   uint8 resize of the same decoded pixels. A GPU decoder's own IDCT and chroma
-   upsampling add their rounding: within 2 grey levels (mean abs) of libjpeg-turbo.
+3. **Crop by slicing, one antialiased resize per crop size**, the same arithmetic on
+   every device, so the CPU tests check the GPU's.
 
-On CUDA the work runs on the decoder's own stream; :meth:`DeviceDecoder.decode` returns
-the batch with a :class:`Ready` event that the consumer waits on (on its own stream, not
-the host) before using it. The loader decodes ahead by its prefetch depth, so at most that
-many batches (and one budget of decoded pixels) are held on the device.
-
-Per image, Python only makes views (a bytes view, a crop); every kernel serves a group.
-The nvImageCodec branch cannot run without a CUDA device and the package: it is the small
-:class:`_NvImageCodec` and is measured by ``bash benchmarks/gpu_check.sh decode``.
+On CUDA the work runs on the decoder's own stream, and :meth:`DeviceDecoder.decode`
+returns the batch with a :class:`Ready` event the consumer waits on. The design notes
+(``docs/design.md``, "Decoding a batch on the device") give each step in full.
 """
 
 from __future__ import annotations
@@ -170,9 +154,13 @@ class DeviceDecoder:
             torchvision), ``"nvimagecodec"`` or ``"torchvision"``.
 
     Example:
-        >>> decoder = DeviceDecoder("cuda")  # doctest: +SKIP
-        >>> batch = decoder.decode(blobs, boxes, (112, 112), on_cpu)  # doctest: +SKIP
-        >>> batch.ready.wait(); model(batch.images)  # doctest: +SKIP
+        >>> from stoker.decode.jpeg import decode_jpeg_resized
+        >>> blobs = [np.fromfile(f"data/celeba/img/{name}.jpg", np.uint8) for name in ("000001", "000008")]
+        >>> decoder = DeviceDecoder("cpu")  # "cuda": the same calls, on the GPU's own stream
+        >>> on_cpu = lambda j: decode_jpeg_resized(blobs[j].tobytes(), (64, 64), None)
+        >>> batch = decoder.decode(blobs, [None, (10, 10, 100, 100)], (64, 64), on_cpu)
+        >>> batch.images.shape, batch.ready  # on CUDA, wait on batch.ready before using the images
+        (torch.Size([2, 3, 64, 64]), None)
     """
 
     def __init__(self, device: str | torch.device, engine: Engine = "auto") -> None:

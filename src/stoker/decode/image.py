@@ -113,7 +113,8 @@ def decode_image(
 
     Example:
         >>> from stoker.decode.image import decode_image
-        >>> decode_image(open("cat.jpg", "rb").read(), "cat.jpg").shape  # doctest: +SKIP
+        >>> from pathlib import Path
+        >>> decode_image(Path("data/celeba/img/000001.jpg").read_bytes(), "000001.jpg").shape
         torch.Size([3, 218, 178])
     """
     limit = get_max_pixels() if max_pixels is None else max_pixels

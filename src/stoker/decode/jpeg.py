@@ -133,8 +133,9 @@ def decode_jpeg_resized(
         outside the image, simplejpeg missing): then take the full path.
 
     Example:
-        >>> image = decode_jpeg_resized(open("000001.jpg", "rb").read(), (112, 112), (40, 20, 138, 138))  # doctest: +SKIP
-        >>> image.shape  # doctest: +SKIP
+        >>> from pathlib import Path
+        >>> image = decode_jpeg_resized(Path("data/celeba/img/000001.jpg").read_bytes(), (112, 112), (40, 20, 138, 138))
+        >>> image.shape
         torch.Size([3, 112, 112])
     """
     simplejpeg = _decoder()

@@ -12,12 +12,9 @@ and readers ask the Location what they need (``child``, ``kinds``, ``walk``, ``o
 - :class:`RemoteLocation`: an fsspec filesystem and a path on it, never turned into a
   local folder named ``s3:``.
 
-Where a reader truly needs the bytes on local disk (a shard is memory-mapped), it asks
-:attr:`Location.local_path` (None at a URL) once. :func:`is_url` is the one answer to
-"is this a URL".
-
-Credentials and endpoints come from fsspec's usual configuration (see
-:mod:`stoker.fs.remote`); stoker adds none of its own.
+Where a reader needs the bytes on local disk (a shard is memory-mapped), it asks
+:attr:`Location.local_path` (None at a URL) once. Credentials and endpoints come from
+fsspec's usual configuration (:mod:`stoker.fs.remote`); stoker adds none of its own.
 
 Example:
     >>> where("data/digiface").is_local

@@ -17,9 +17,11 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import IO, Any, Union
 
+from stoker.types import PathLike
+
 __all__ = ["PATH_OR_URL_TYPES", "FileKinds", "Location", "PathOrURL", "is_url", "join", "local_path", "parent", "walk_kinds"]
 
-PathOrURL = Union[str, "os.PathLike[str]", "Location"]  # what every reader of a folder or file takes
+PathOrURL = Union[PathLike, "Location"]  # what every reader of a folder or file takes
 
 FileKinds = dict[str, str]  # entry name -> "file", "link", "dir" or "other"
 

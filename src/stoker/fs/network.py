@@ -3,23 +3,17 @@
 Every network call of a :class:`~stoker.fs.remote.RemoteLocation` goes through
 :func:`call` (and every read of a file it opens through :class:`NetFile`):
 
-- **Timeouts.** A connection must open, and a read must make progress, within
-  ``STOKER_NET_TIMEOUT`` seconds (default 60). The filesystems that have their own
-  settings get them as defaults (:func:`with_network_defaults`): s3fs/botocore
-  ``config_kwargs`` ``connect_timeout``/``read_timeout``; fsspec's HTTP filesystem
-  (aiohttp) ``client_kwargs`` ``timeout=aiohttp.ClientTimeout(sock_connect=, sock_read=)``;
-  FTP ``timeout=``. The user's own ``storage_options`` win, key by key. Any other
-  filesystem (``gs://``, ``az://``, ``sftp://``, ...) has each call run against a deadline.
-- **Retries.** A transient failure (a timeout, a dropped or reset connection, a server
-  error) is tried again up to ``STOKER_NET_RETRIES`` times (default 3), waiting 0.5 s,
-  1 s, 2 s, ... in between; a read of an open file resumes where it stopped. An unknown
-  host or a refused connection is not retried: nothing will answer there a second later.
-  The lower layers' own retries are turned off (botocore ``total_max_attempts=1``, s3fs
-  ``retries=1``) so that the attempts do not multiply.
-- **One line.** What still fails becomes one :class:`~stoker.errors.NetworkError` naming
-  the URL and the cause (``s3://bucket/packed/manifest.json: connection refused ...``),
-  never a botocore or aiohttp traceback. A missing object stays a ``FileNotFoundError``
-  for the caller to name.
+- **Timeouts.** A connection must open, and a read make progress, within
+  ``STOKER_NET_TIMEOUT`` seconds (default 60); a filesystem's own settings get it as
+  defaults (:func:`with_network_defaults`), the user's ``storage_options`` win.
+- **Retries.** A transient failure is tried again up to ``STOKER_NET_RETRIES`` times
+  (default 3), with growing waits; a read resumes where it stopped. An unknown host or a
+  refused connection is not retried. The lower layers' own retries are turned off.
+- **One line.** What still fails is one :class:`~stoker.errors.NetworkError` naming the
+  URL and the cause; a missing object stays a ``FileNotFoundError``.
+
+The object-store guide (``docs/guides/remote.md``, "Timeouts and retries") says how each
+filesystem gets these settings.
 
 Example:
     >>> def refused():

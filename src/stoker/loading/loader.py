@@ -97,55 +97,25 @@ class _ThreadInit:
 class Loader:
     """Iterates batches of a data set, moved to the device; made by :func:`make_loader`.
 
-    Each iteration is one epoch. The epoch number advances by itself after every full
-    pass (or is set with :meth:`set_epoch`), and it fixes the shuffle order and the
-    worker seeds: the same ``seed`` and epoch always give the same batches, which is
-    what makes a resumed training run equal an uninterrupted one.
-
-    The batches do not depend on ``num_workers`` or ``backend``: a map-style data set's
-    order is its sampler's, and a ``Pipe`` (cut at ``shard()``) or a ``ShardStream`` deals
-    its rank's order to the workers a whole batch at a time (the "Batches" rule of
-    :mod:`stoker.order`; :class:`~stoker.loading.contract.SupportsBatchSplit`; a remote
-    ``ShardStream`` larger than its cache limit cannot, and keeps its worker count).
-
-    Between two batches, :meth:`state_dict` says where the loader stands, and a new
-    loader given it with :meth:`load_state_dict` yields exactly the next batch of that
-    epoch, then the following epochs, whatever it wraps (file data sets, shard sets,
-    a ``ShardStream``, a ``Pipe``), with any number of workers, on either backend, and
-    under another worker count or backend than the one it was taken with (an iterable
-    other than these two keeps its worker count).
-    Passing over the batches already seen reads no data: a map-style sampler leaves
-    their indices out; an iterable data set's workers start their streams further on
-    (``Pipe.iter_from``, ``ShardStream.iter_from``; other iterables read and discard).
-    Persistent workers keep running: the epoch and each worker's start reach them
-    through a small shared-memory tensor, so neither an epoch nor a resume restarts
-    them, and a ``Pipe`` or ``ShardStream`` reads the order of ``(seed, epoch)`` alone.
-
-    What it cannot restore: random draws made inside worker processes (a random
-    augmentation in a transform) come from per-worker generators seeded when the
-    workers start, so a resumed epoch draws other numbers there. Shuffle orders,
-    batches and labels are exact; with ``num_workers=0`` the transforms draw from the
-    process's global generators, which ``fit`` saves, and are exact too.
-
-    Under ``torch.distributed`` (made with ``even=True``, the default) every rank gets the
-    same number of batches each epoch, whatever the reader, so any loop over it — a
-    hand-written DDP loop, Lightning's, ``fit`` — runs the same steps on every rank and
-    cannot reach a collective the others miss (see :mod:`stoker.loading.steps`). Where the
-    count is known (a map-style data set under the even split, read with
-    ``on_error="raise"``) nothing is exchanged; otherwise (a ``Pipe``, a ``ShardStream``,
-    any iterable, a reader that skips bad samples) the ranks agree before each batch in
-    one small all-reduce, every rank stops at the step where the first one runs out, and
-    the rest of this rank's epoch is read without being yielded.
+    Each iteration is one epoch; the epoch number advances after every full pass (or is
+    set with :meth:`set_epoch`) and, with ``seed``, fixes the batches. The batches do not
+    depend on ``num_workers`` or ``backend`` (the "Batches" rule of :mod:`stoker.order`).
+    Between two batches, :meth:`state_dict` says where the loader stands, and a new loader
+    given it yields exactly the next batch, whatever it wraps, with any worker count or
+    backend; passing over the batches already seen reads no data. Random draws inside
+    worker processes (an augmentation) are not restored. Under ``torch.distributed`` with
+    ``even=True`` every rank gets the same number of batches each epoch
+    (:mod:`stoker.loading.steps`). The loading guide (``docs/guides/loading.md``, "What a
+    Loader guarantees") says how, and what it leaves out.
 
     Attributes:
         placement: what each reader (worker process, loader thread) applies to itself as
             it starts (:mod:`stoker.loading.reader_cpu`).
         skipped: bad samples skipped in the last epoch (``on_error="skip"``).
         trimmed: samples of the last epoch left out so that every rank ran the same
-            number of steps: this rank's batches past the step where the first rank ran
-            out, plus, on rank 0 only, the ``len % world_size`` samples the even
-            map-style split leaves out; a sum over ranks is the epoch's total. 0 alone
-            and for ``even=False``.
+            number of steps (this rank's batches past the step where the first rank ran
+            out, plus, on rank 0, the ``len % world_size`` the even split leaves out);
+            0 alone and for ``even=False``.
     """
 
     def __init__(
@@ -368,8 +338,14 @@ class Loader:
             resumes it).
 
         Example:
-            >>> state = loader.state_dict()  # doctest: +SKIP
-            >>> fresh = make_loader(dataset, batch_size=64, seed=0); fresh.load_state_dict(state)  # doctest: +SKIP
+            >>> from stoker import ClassFolderDataset
+            >>> data = ClassFolderDataset("data/digiface")
+            >>> loader = make_loader(data, batch_size=8, num_workers=0, device=None, seed=0)
+            >>> batches = iter(loader); _ = next(batches)
+            >>> fresh = make_loader(data, batch_size=8, num_workers=0, device=None, seed=0)
+            >>> fresh.load_state_dict(loader.state_dict())
+            >>> bool((next(iter(fresh))[1] == next(batches)[1]).all())
+            True
         """
         if self._pending is not None:
             return {**self._pending, "worker_batches": list(self._pending["worker_batches"]),
@@ -693,77 +669,33 @@ def make_loader(
 ) -> Loader:
     """A loader with sound defaults for a map-style or iterable data set.
 
-    Batches come out already on ``device`` (non-blocking copies from pinned memory when
-    it is CUDA). Shuffling is seeded per epoch, every worker gets a distinct seed, and
-    under ``torch.distributed`` each rank reads its own part of every epoch and (with
-    ``even=True``) every rank gets the same number of batches, so a DDP loop of your own
-    cannot hang or fail on a collective one rank misses; what that leaves out is counted
-    in :attr:`Loader.trimmed`.
-
-    What the loader asks of a data set beyond torch's protocol (``set_epoch``,
-    ``iter_from``, ``__getitems__``, ``collate_fn``, ``loader_defaults``, ``on_error``)
-    is written down in :mod:`stoker.loading.contract`.
+    Batches come out on ``device``, in an order seeded per epoch, each rank reading its own part; what
+    it asks of a data set is in :mod:`stoker.loading.contract`, and the loading guide says more.
 
     Args:
         dataset: any torch Dataset: a stoker layout, a ``ShardDataset``, a ``Pipe``...
-        batch_size: samples per batch.
-        shuffle: reshuffle every epoch (map-style data sets; a Pipe shuffles itself).
-        num_workers: worker processes (or threads); default: the data set's
-            ``loader_defaults`` (a shard set knows what reads it fastest), else this
-            rank's share of the machine's cores less what training needs (and memory
-            allows), or :data:`~stoker.loading.workers.FALLBACK_WORKERS` (2) for a reader
-            whose batches depend on the worker count: the rule of :mod:`stoker.loading.workers`.
-        device: ``"auto"`` (CUDA when available), ``"cpu"``, ``"cuda:0"``, or ``None`` to leave batches on the CPU.
-        drop_last: drop the last, short batch.
-        prefetch_factor: batches each worker loads ahead.
-        persistent_workers: keep worker processes between epochs.
-        backend: ``"process"`` (torch DataLoader workers) or ``"thread"`` (a thread
-            pool in this process; good when decoding releases the GIL or samples are
-            cheap to read but costly to ship between processes; for an iterable, a
-            ``Pipe`` with one ``shard()`` or a ``ShardStream``); default: the data
-            set's ``loader_defaults``, else ``"process"``. Neither the backend nor
-            ``num_workers`` changes the batches.
+        batch_size, shuffle: samples per batch; reshuffle every epoch (map-style sets; a Pipe shuffles itself).
+        num_workers: worker processes (or threads); default: ``loader_defaults``, else :mod:`stoker.loading.workers`.
+        device: ``"auto"`` (CUDA when available), ``"cpu"``, ``"cuda:0"``, or ``None`` (stay on the CPU).
+        drop_last, prefetch_factor, persistent_workers: drop the last short batch; batches each worker
+            loads ahead; keep worker processes between epochs.
+        backend: ``"process"`` (DataLoader workers) or ``"thread"`` (a pool in this process).
         seed: base of the shuffle order and worker seeds.
-        collate_fn: batch maker; default: the data set's ``collate_fn`` attribute if it
-            has one, else torch's default collate with bad-sample accounting.
-        distributed: split a map-style data set by rank; default: when
-            ``torch.distributed`` is initialised — when the loader is made, or, for a
-            loader made before the process group (a Lightning module's, before
-            ``trainer.fit`` starts the ranks), from the first epoch read under it.
-            (Iterable data sets, ``Pipe`` and ``ShardStream``, split themselves by rank.)
-        even: under ``torch.distributed``, every rank yields the same number of
-            batches each epoch, in any loop (hand-written, Lightning, ``fit``), for
-            training: a map-style data set gets an
-            :class:`~stoker.loading.samplers.EpochSampler` that drops the last
-            ``len % world_size`` samples of each (shuffled) epoch rather than repeat
-            any; where the ranks' counts can still differ (iterables, readers that
-            skip bad samples) the ranks agree before each batch and all stop at the
-            step where the first runs out. What is left out is counted in
-            :attr:`Loader.trimmed`. ``False``: no agreement, every sample exactly once
-            over the ranks, shares differing by one (for validation; see
-            :class:`RankSlice`); run no collective inside such a loop. Both follow
-            the split rule of :mod:`stoker.order`.
-        place_readers: leave the training thread the CPU it needs: worker processes at a
-            lower priority, and off the training processes' cores where the machine has
-            cores to spare (the rule of :mod:`stoker.loading.reader_cpu`; Linux only);
-            default: when ``device`` (``None`` read as ``"auto"``) is an accelerator;
-            ``True``: for a CPU run too;
-            ``False``: readers run as this process does; a
-            :class:`~stoker.loading.reader_cpu.ReaderPlacement`: that one. What was
-            applied is :attr:`Loader.placement`.
-        shuffle_scope: what a map-style shuffle spans: ``"split"``, the whole data set;
-            ``"blocks"``, blocks of shards that a remote shard set's cache holds
-            (:func:`stoker.order.block_permutation`: each shard fetched once per epoch);
-            ``"auto"`` (default): blocks where the set does not fit its cache limit, said
-            once with the block size.
-
-    Returns:
-        A :class:`Loader`; iterate it once per epoch.
+        collate_fn: batch maker; default: the data set's ``collate_fn``, else torch's.
+        distributed: split a map-style data set by rank; default: when ``torch.distributed`` is initialised.
+        even: every rank yields the same number of batches (training); ``False``: every
+            sample exactly once over the ranks (validation; run no collective in that loop).
+        place_readers: leave the training thread its CPU (:mod:`stoker.loading.reader_cpu`; Linux);
+            default: when ``device`` is an accelerator; ``True``/``False`` or a ``ReaderPlacement``.
+        shuffle_scope: ``"split"`` (the whole data set), ``"blocks"`` (blocks of shards that a
+            remote shard set's cache holds, :func:`stoker.order.block_permutation`), or ``"auto"``.
 
     Example:
-        >>> loader = make_loader(ClassFolderDataset("digiface"), batch_size=256, num_workers=2)  # doctest: +SKIP
-        >>> for images, labels in loader:  # images: uint8 [256, 3, 112, 112] on the device  # doctest: +SKIP
-        ...     pass
+        >>> from stoker import ClassFolderDataset
+        >>> loader = make_loader(ClassFolderDataset("data/digiface"), batch_size=16, num_workers=0, device=None)
+        >>> images, labels = next(iter(loader))
+        >>> images.dtype, images.shape[0], labels.shape
+        (torch.uint8, 16, torch.Size([16]))
     """
     if batch_size < 1:
         raise ConfigError(f"batch_size must be >= 1, got {batch_size}")

@@ -1,33 +1,16 @@
 """Equal steps on every rank: one implementation of "every rank yields the same number of batches".
 
-Under ``DistributedDataParallel`` every training step runs collectives (the gradient
-all-reduce in ``backward``). A rank with one batch more than another reaches a
-collective the others never join: gloo fails with "collective mismatch", NCCL hangs.
-Readers split an epoch by rank, and the parts need not give the same number of batches
-(a stream's ranks differ by a sample, a batch whose samples were all bad is left out),
-so the guarantee lives here, in the loading layer, where every loop gets it: a
-hand-written one, Lightning's, and ``fit``.
+Under ``DistributedDataParallel`` a rank with one batch more than another reaches a
+collective the others never join (gloo fails, NCCL hangs). Readers split an epoch by
+rank and the parts need not give the same number of batches, so the guarantee lives
+here, in the loading layer, where every loop gets it. It is kept in one of two ways:
 
-It is kept in one of two ways:
+* **By construction** where every rank's count is known to be the same
+  (:func:`steps_are_certain`: a map-style set under the even split, ``on_error="raise"``).
+* **By agreement** elsewhere: :class:`EqualSteps` agrees before each batch, in one
+  all-reduce on a CPU (gloo) group (:func:`flag_group`), whether every rank still has one.
 
-* **By construction**, where every rank's number of batches is known to be the same
-  before the epoch starts (:func:`steps_are_certain`): a map-style data set under the
-  even rank split (an ``EpochSampler`` with ``even=True``: every rank the same number
-  of indices, so the same batches) read with ``on_error="raise"`` (a bad sample raises, so no batch can
-  come out empty and be left out). Nothing is exchanged.
-* **By agreement**, where it is not: iterable readers (``Pipe``, ``ShardStream``, any
-  ``IterableDataset``), map-style readers that may skip bad samples, a loader of
-  someone else's. :class:`EqualSteps` takes this rank's next batch, then the ranks
-  agree in one all-reduce of one number whether each still has one; the first time
-  any rank has none, every rank stops at that same step. The batches this rank still
-  had are read to the end (a few at most; so the workers finish their epoch and what
-  they counted is complete) and their samples counted in :attr:`EqualSteps.trimmed`.
-
-The agreement runs over the default process group when it can take CPU tensors (gloo,
-or a group with a gloo part); under a NCCL-only group it runs on a gloo group made for
-it once (:func:`flag_group`), so the handshake never waits for the GPU to finish the
-step before (a CUDA flag would make the host wait for the device at every step). Every
-rank makes that group at its first agreement, the same point of the same loop.
+The guide to several GPUs (``docs/guides/distributed.md``, "Equal steps") says more.
 
 Example:
     >>> steps = EqualSteps([[1, 2], [3]])  # alone: every batch, nothing trimmed
@@ -165,42 +148,28 @@ def _flag_device(group: Any) -> torch.device:
 class EqualSteps(Generic[T]):
     """Iterates any iterable of batches so that every rank yields the same number of them.
 
-    Each pass over it is one pass over ``batches``. Under an initialised process group
-    with more than one rank, before each batch the ranks agree (one all-reduce of one
-    number) whether every rank still has one; the first time a rank has none, every
-    rank stops at that step, reads the rest of its own batches without yielding them and
-    counts their samples in :attr:`trimmed`. Alone (or without ``torch.distributed``) it
-    yields every batch and exchanges nothing. Every rank must iterate it in step: the
-    same loop, one ``EqualSteps`` pass per epoch on every rank.
-
-    A stoker :class:`~stoker.Loader` made with ``even=True`` keeps the ranks in step
-    itself (:class:`KeepsStepsEqual`): it is passed through, and :attr:`trimmed` is
-    its own, so ``EqualSteps(any_loader)`` is safe for every loader and agrees once.
+    Under a process group of more than one rank, before each batch the ranks agree
+    whether every rank still has one; the first time one has none, every rank stops at
+    that step and reads the rest of its batches without yielding them (counted in
+    :attr:`trimmed`). Alone it yields every batch. Every rank must iterate it in step. A
+    stoker :class:`~stoker.Loader` made with ``even=True`` keeps the ranks in step itself
+    and is passed through.
 
     Args:
-        batches: any iterable of batches: a torch ``DataLoader``, a stoker loader, a
-            generator (iterated once per pass).
-        samples: how many samples a batch holds (for :attr:`trimmed`); default
-            :func:`batch_samples`.
-        agree: how the ranks agree at each step: called with whether this rank has a
-            batch, returns whether every rank has one (called the same number of times
-            on every rank); default: one all-reduce over the process group
-            (:func:`every_rank_has_a_batch`), none when alone. For another launcher's
-            channel, or a test of the rule.
+        batches: any iterable of batches (a ``DataLoader``, a stoker loader, a generator).
+        samples: how many samples a batch holds; default :func:`batch_samples`.
+        agree: called with whether this rank has a batch, returns whether every rank has
+            one; default: one all-reduce over the process group (:func:`every_rank_has_a_batch`).
 
     Attributes:
-        trimmed: samples this rank read in the last pass but did not yield, so that
-            every rank ran the same number of steps (a sum over ranks is the total).
+        trimmed: samples this rank read in the last pass but did not yield.
         steps: batches yielded in the last (or current) pass, the same on every rank.
         trimmed_batches: batches this rank read in the last pass but did not yield.
 
     Example:
-        >>> loader = torch.utils.data.DataLoader(dataset, batch_size=50)  # doctest: +SKIP
-        >>> steps = EqualSteps(loader)  # doctest: +SKIP
-        >>> for images, labels in steps:  # the same number of steps on every rank  # doctest: +SKIP
-        ...     ddp_model(images).sum().backward()
-        >>> steps.trimmed  # doctest: +SKIP
-        1
+        >>> steps = EqualSteps(torch.utils.data.DataLoader(range(10), batch_size=4))
+        >>> [len(b) for b in steps], steps.trimmed  # alone: every batch
+        ([4, 4, 2], 0)
     """
 
     def __init__(

@@ -4,35 +4,14 @@ A :class:`Context` is worked out once, when a pipe is iterated, and handed to th
 that need it (``shuffle`` for its epoch seed, ``shard`` for its slice, ``concat`` to pass
 it on), so that every stage of one iteration agrees on the epoch and the placement.
 
-The epoch seed rule
--------------------
-A shuffle stage draws its buffer's numbers from :func:`stoker.order.epoch_rng`, the one
-seed rule of every stoker reader, with
-
-* ``seed``: the shuffle's own seed (``shuffle(seed=...)``, or one drawn from torch's
-  global generator when the pipe was built, so every worker and every copy agree);
-* the epoch: the number given to :meth:`Pipe.set_epoch` plus ``iteration``, how many
-  times this pipe object was iterated in this process since (persistent DataLoader
-  workers and ``num_workers=0`` loops count on to the next epoch's order by
-  themselves); with no ``set_epoch``, ``iteration`` alone, so a pipe iterated in one
-  process reads the orders of epochs 0, 1, 2, ...;
-* and, only when no epoch was set, ``(LOADER_SEED, loader_seed)`` as the stream, where ``loader_seed`` is the DataLoader's base seed of this
-  epoch, ``get_worker_info().seed - get_worker_info().id``, the same in every worker of
-  one epoch and new each epoch for non-persistent workers (whose copies of the pipe are
-  always at iteration 0). It is left out (``None``) outside DataLoader workers and
-  under torch.distributed with more than one rank (each rank draws its own base seed
-  and the ranks must agree): there, non-persistent workers of a pipe that is never
-  given ``set_epoch`` read the same order every epoch; stoker's loader always sets it.
-
-Once an epoch is set the order is a function of ``seed`` and the epoch alone, whenever
-and wherever the workers started, which is what lets a resumed run read exactly the
-same stream; a full buffer (``buffer_size`` at least the stream) then gives
-:func:`stoker.order.permutation` ``(n, seed, epoch)``, the map-style samplers' order.
-
-Every input of the rule is the same in every worker and rank of one epoch, so a shuffle
-placed before ``shard()`` gives each of them the same permutation, and each keeps a
-disjoint share of it (:mod:`stoker.order`'s split): every sample is seen exactly once
-per epoch.
+**The epoch seed rule.** A shuffle draws from :func:`stoker.order.epoch_rng` with its own
+``seed`` and the epoch: the number given to :meth:`Pipe.set_epoch` plus how many times this
+pipe object was iterated since. With no epoch set, the DataLoader's base seed of the epoch
+is added as the stream (except under several ranks). Once an epoch is set the order is a
+function of ``seed`` and the epoch alone, in every worker and rank, so a shuffle before
+``shard()`` gives each the same permutation and each keeps a disjoint share: every sample
+exactly once per epoch. The Pipe guide (``docs/guides/pipe.md``, "The epoch seed rule")
+gives the rule in full and its limits.
 """
 
 from __future__ import annotations

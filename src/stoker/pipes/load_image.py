@@ -35,14 +35,9 @@ def load_image(
     Args:
         paths: the file paths, for example from ``Pipe.list_files``.
         keep_path: yield ``(path, image)`` pairs (default) or the images alone.
-        on_error: ``"raise"`` (default) stops at the first bad file; ``"skip"`` yields
-            a :class:`~stoker.loading.skips.Skipped` marker in place of a missing or
-            undecodable file. stoker's collate (which ``make_loader`` uses for a Pipe)
-            drops the markers and counts them, the loader reports them at the end of
-            the epoch (``Loader.skipped``, ``EpochStats.skipped``), and the stage logs
-            how many it skipped when its pass ends. With torch's own DataLoader, pass
-            ``collate_fn=stoker.loading.collate``. Stages after this one see the
-            markers (``map`` and ``filter`` pass them on unchanged).
+        on_error: ``"raise"`` (default) stops at the first bad file; ``"skip"`` yields a
+            :class:`~stoker.loading.skips.Skipped` marker in its place, which stoker's collate
+            drops and counts (with torch's own DataLoader, pass ``collate_fn=stoker.loading.collate``).
 
     Raises:
         MissingFileError: a listed file is gone.
@@ -51,9 +46,9 @@ def load_image(
 
     Example:
         >>> from stoker.pipes import Pipe
-        >>> pipe = Pipe.list_files("train/", masks="*.png").load_image()  # doctest: +SKIP
-        >>> path, image = next(iter(pipe))  # doctest: +SKIP
-        >>> image.dtype, image.shape[0]  # doctest: +SKIP
+        >>> pipe = Pipe.list_files("data/digiface", masks="*.png", recursive=True).load_image()
+        >>> path, image = next(iter(pipe))
+        >>> image.dtype, image.shape[0]
         (torch.uint8, 3)
     """
     check_on_error(on_error, "load_image: on_error")

@@ -2,9 +2,7 @@
 
 A ``Pipe`` is a ``torch.utils.data.IterableDataset`` for people who used torchdata's
 DataPipes. Each method returns a new pipe and leaves its own pipe untouched, so a pipe
-is a recipe that can be iterated again (a new epoch) and handed to DataLoader workers.
-
-::
+is a recipe that can be iterated again (a new epoch) and handed to DataLoader workers::
 
     pipe = (
         Pipe.list_files("train/", masks="*.jpg", recursive=True)
@@ -12,20 +10,12 @@ is a recipe that can be iterated again (a new epoch) and handed to DataLoader wo
         .shard()                               # each rank keeps a disjoint share; the loader's cut
         .load_image()                          # a registered stage: path -> (path, image)
     )
-    loader = DataLoader(pipe, batch_size=64, num_workers=8, persistent_workers=True)
 
-Shuffle before ``shard()`` and every sample is seen exactly once per epoch, in a new
-order each epoch; see :mod:`stoker.pipes.context` for how the epoch seed is derived.
-
-Under stoker's loader (``make_loader(pipe, ...)``) ``shard()`` is the *cut*: the rank's
-items there are cut into batches of the loader's ``batch_size`` (batch ``b`` is items
-``[b * B, (b + 1) * B)`` of the rank's share, read by worker ``b % N``), and the stages
-after it run on one batch's items at a time. A stage there that drops items (``filter``,
-``load_image(on_error="skip")``) shortens that batch and moves no other, so the batches
-are the same for any ``num_workers`` and either backend, and a mid-epoch state resumes
-under another worker count. Stages that reorder or regroup the stream (``shuffle``,
-``batch``, ``concat``) belong before the cut; the loader refuses them after it. The cheap
-part (file names, indices) goes before ``shard()``, the costly one (decoding) after.
+Shuffle before ``shard()`` and every sample is seen exactly once per epoch
+(:mod:`stoker.pipes.context`). Under stoker's loader ``shard()`` is the *cut*: the stages
+after it run on one batch's items at a time, so the batches are the same for any worker
+count; stages that reorder or regroup (``shuffle``, ``batch``, ``concat``) belong before
+it. The Pipe guide (``docs/guides/pipe.md``, "The cut") says more.
 """
 
 from __future__ import annotations
@@ -117,7 +107,9 @@ class Pipe(IterableDataset[T], StreamReader, SupportsBatchSplit, SupportsBatchLi
             MissingFileError: the folder does not exist or holds no matching file.
 
         Example:
-            >>> Pipe.list_files("train/", masks=["*.jpg", "*.png"], recursive=True)  # doctest: +SKIP
+            >>> paths = list(Pipe.list_files("data/digiface", masks=["*.jpg", "*.png"], recursive=True))
+            >>> len(paths), paths[0]
+            (40, 'data/digiface/0/0.png')
         """
         return cls((list_files_step(root, masks, recursive),))
 

@@ -43,13 +43,10 @@ def register_stage(name: str, *, replace: bool = False, one_to_one: bool = False
 
     Args:
         name: the method name the stage gets on every ``Pipe``.
-        replace: allow replacing another function registered earlier under this name
-            (the same function defined again, as when a module is reloaded, always
-            may); a ``Pipe`` method can never be replaced.
-        one_to_one: the stage yields one item per item it reads, in order (as ``map``
-            does); a resumed epoch then drops the items it passes over before the stage
-            runs, so they are not computed. It must let
-            :class:`~stoker.loading.skips.Skipped` markers through unchanged.
+        replace: allow replacing another function registered under this name (a ``Pipe``
+            method never can be).
+        one_to_one: the stage yields one item per item it reads, in order (as ``map``), so a
+            resumed epoch skips the items before it runs; it must pass ``Skipped`` markers on.
 
     Returns:
         A decorator that registers the function and returns it unchanged.

@@ -1,7 +1,7 @@
 """The shuffle buffer: a seeded, bounded-memory shuffle of a stream.
 
 The buffer holds ``buffer_size`` items; each new item takes the place of a random one,
-which is yielded (:func:`stoker.order.buffer_shuffle`, the one buffer shuffle of every
+which is yielded (:func:`stoker.order.buffer_shuffle_stream`, the one buffer shuffle of every
 stoker reader). A buffer as large as the stream is a full shuffle. The seed of each
 epoch follows the rule in :mod:`stoker.pipes.context`, so every worker and rank draws
 the same permutation in one epoch and a new one the next.
@@ -16,7 +16,7 @@ import numpy as np
 import torch
 
 from stoker.errors import ConfigError
-from stoker.order import buffer_shuffle
+from stoker.order import buffer_shuffle_stream
 from stoker.pipes.compose import Step, same_length
 
 if TYPE_CHECKING:
@@ -29,7 +29,7 @@ T = TypeVar("T")
 
 def shuffle_items(items: Iterator[T], buffer_size: int, seed: int, *, context: Context) -> Iterator[T]:
     """The ``shuffle`` stage: a buffer shuffle seeded for this epoch."""
-    yield from buffer_shuffle(items, buffer_size, np.random.default_rng(context.epoch_seed(seed)))
+    yield from buffer_shuffle_stream(items, buffer_size, np.random.default_rng(context.epoch_seed(seed)))
 
 
 def shuffle_step(buffer_size: int, seed: int | None = None) -> Step:

@@ -14,9 +14,10 @@ from stoker.errors import ConfigError, DataError, MissingFileError
 from stoker.fs import FileKinds, Location, PathOrURL, join, where
 from stoker.fs.local import is_within
 from stoker.loading.skips import OnError
-from stoker.sources.dataset import FileDataset, Transform
+from stoker.sources.dataset import FileDataset
 from stoker.sources.index import SampleIndex, Source, indexing_progress
 from stoker.sources.untrusted import check_name_utf8, parse_label
+from stoker.types import Transform
 
 __all__ = ["ClassFolderDataset"]
 
@@ -119,23 +120,19 @@ class ClassFolderDataset(FileDataset):
 
     Args:
         root: the folder holding the class folders.
-        labels: ``"numeric"`` uses numeric folder names as labels (DigiFace-1M style),
-            ``"sorted"`` numbers folder names in sorted order (torchvision ImageFolder
-            style), ``"auto"`` picks numeric when every folder name is a number.
+        labels: ``"numeric"`` (folder names are the labels), ``"sorted"`` (names numbered in
+            sorted order, as ImageFolder), ``"auto"`` (numeric when every name is a number).
         label_offset: added to every label, so two sources can be combined without clashes.
         transform: applied to the uint8 image tensor.
         on_error: ``"raise"`` or ``"skip"`` bad samples (see :class:`FileDataset`).
         allow_empty: allow class folders with no image (their class is kept).
         name: the source name kept in shards and messages (default: the folder name).
-        follow_links: read class folders that are symbolic links to folders outside
-            ``root`` (by default they are refused with an error naming them; a link
-            into ``root`` is always read). Files are checked again when opened: one
-            that leads outside ``root`` (and the followed folders) is refused.
+        follow_links: read class folders that link outside ``root`` (refused by default,
+            with an error naming them); a file that leads outside is refused when opened.
 
     Raises:
         MissingFileError: ``root`` does not exist or has no class folders.
-        DataError: a class folder has no images (unless ``allow_empty``), or is a
-            symbolic link to a folder outside ``root`` (unless ``follow_links``).
+        DataError: a class folder is empty (without ``allow_empty``) or links outside (without ``follow_links``).
 
     Example:
         >>> ds = ClassFolderDataset("data/digiface", labels="numeric")

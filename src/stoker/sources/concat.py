@@ -7,8 +7,9 @@ from typing import Literal
 
 from stoker.errors import ConfigError
 from stoker.loading.skips import OnError
-from stoker.sources.dataset import FileDataset, Transform
+from stoker.sources.dataset import FileDataset
 from stoker.sources.index import SampleIndex
+from stoker.types import Transform
 
 __all__ = ["concat"]
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any, cast
 
 import numpy as np
@@ -18,10 +18,9 @@ from stoker.loading.contract import MapReader
 from stoker.loading.skips import OnError, Skipped
 from stoker.sources.index import SampleIndex, Source
 from stoker.sources.splitting import stratified_split
+from stoker.types import Transform
 
 __all__ = ["FileDataset", "OnError", "Skipped", "read_file_bytes"]
-
-Transform = Callable[[torch.Tensor], Any]
 
 #: The largest sample file read (1 GiB): anything larger is not one image.
 MAX_FILE_BYTES = 1 << 30

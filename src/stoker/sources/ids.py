@@ -14,9 +14,10 @@ from stoker.errors import ConfigError, DataError, LabelError, MissingFileError
 from stoker.fs import FileKinds, Location, PathOrURL
 from stoker.fs import where as locate
 from stoker.loading.skips import OnError
-from stoker.sources.dataset import FileDataset, Transform
+from stoker.sources.dataset import FileDataset
 from stoker.sources.index import SampleIndex, Source
 from stoker.sources.untrusted import check_name_utf8, parse_label, read_text_file
+from stoker.types import Transform
 
 __all__ = ["IdDataset"]
 

@@ -6,9 +6,10 @@ from stoker.decode.image import Box
 from stoker.errors import ConfigError, LabelError, MissingFileError
 from stoker.fs import PathOrURL, where
 from stoker.loading.skips import OnError
-from stoker.sources.dataset import FileDataset, Transform
+from stoker.sources.dataset import FileDataset
 from stoker.sources.index import SampleIndex, Source
 from stoker.sources.untrusted import parse_label, read_text_file
+from stoker.types import Transform
 
 __all__ = ["LabelFileDataset", "read_label_file"]
 

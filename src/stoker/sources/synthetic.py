@@ -11,16 +11,10 @@ the demo, the tests and the benchmarks can run without downloading anything::
                                              "labels": {"id-00001": 0, ...}}  (labels 0..C-1)
               DIR/ids.csv                   id,label,split  (the same, as a table)
 
-The images are learnable: each class has its own colour palette and a stripe pattern of
-its own orientation and frequency; every sample jitters the pattern (shift, angle,
-frequency), its brightness, a face-like ellipse of random skin tone, blotchy colour noise
-and fine grain, so a model has to learn the class rather than memorise pixels. A class
-looks the same whatever the seed, so data sets made with different seeds are different
-draws from one task (train on seed 0, test on seed 1).
-
-Everything is a function of ``(seed, sample index)``: the same seed gives byte-identical
-files (on the same platform and library versions), whatever the number of worker
-processes, and a different seed gives different files.
+The images are learnable (each class has its own palette and stripe pattern, each sample
+jitters it and adds noise), and a class looks the same whatever the seed: data sets made
+with different seeds are draws from one task. Everything is a function of ``(seed, sample
+index)``: the same seed gives byte-identical files, whatever the number of workers.
 
 Example::
 
@@ -405,24 +399,19 @@ def make_data(
         n: number of images.
         seed: data set seed; the same seed gives byte-identical files.
         classes: number of classes, 2..n; classes are balanced (counts differ by at most 1).
-        workers: processes that render and encode; default ``min(2, cpu count)``. The
-            files are the same whatever the number.
+        workers: processes that render and encode (default ``min(2, cpu count)``; the same files).
         progress: show a progress bar on stderr (only when ``n >= 300``).
-        overwrite: write into a non-empty folder, first removing what this kind writes
-            (``img/`` and the label file; numeric class folders; ``data/`` and ``ids.*``).
-            Other files in the folder are left alone.
+        overwrite: write into a non-empty folder, first removing what this kind writes (and nothing else).
 
     Returns:
         ``root`` as a Path.
 
     Raises:
-        ConfigError: an unknown kind, ``n < 1``, ``classes < 2`` or ``classes > n``, a
-            negative seed, ``workers < 1``, or a non-empty folder without ``overwrite``.
+        ConfigError: a bad argument, or a non-empty folder without ``overwrite``.
 
-    Example::
-
-        >>> make_data("ids", "/tmp/ids-demo", n=100, classes=4, progress=False, overwrite=True)
-        PosixPath('/tmp/ids-demo')
+    Example:
+        >>> make_data("ids", "ids-demo", n=100, classes=4, progress=False)
+        PosixPath('ids-demo')
     """
     _check_arguments(kind, n, seed, classes, workers)
     root = Path(root)

@@ -1,9 +1,13 @@
 """Training: the Scenario, the fit loop, loggers, checkpoints, configs and run comparison.
 
 Example:
-    >>> from stoker.train import Scenario, fit
-    >>> history = fit(Scenario(model, optimizer, nn.CrossEntropyLoss(), train_loader, valid_loader,
-    ...                        epochs=10, tags={"category": "shards"}))  # doctest: +SKIP
+    >>> from stoker.train import load_config, train_from_config
+    >>> config = load_config(None, ["data.path=data/digiface", "data.image_size=16", "data.workers=0",
+    ...                             "run.epochs=1", "run.progress=false", "run.adapt=false", "run.name=first"])
+    >>> train_from_config(config, echo=None).history.best_epoch  # the console logger reports each epoch
+    run first in runs/first ...
+    ...
+    1
 """
 
 from __future__ import annotations
@@ -30,7 +34,7 @@ if TYPE_CHECKING:
     )
     from stoker.train.runner.compare import RunSummary, compare_runs, format_table
     from stoker.train.runner.config import TrainConfig, load_config
-    from stoker.train.runner.from_config import RunResult, demo_run, train_from_config
+    from stoker.train.runner.from_config import TrainingResult, demo_run, train_from_config
     from stoker.train.runner.models import SmallCNN, build_model
 
 __all__ = [
@@ -43,12 +47,12 @@ __all__ = [
     "Logger",
     "Preprocess",
     "RunInfo",
-    "RunResult",
     "RunSummary",
     "Scenario",
     "SmallCNN",
     "TensorBoardLogger",
     "TrainConfig",
+    "TrainingResult",
     "build_model",
     "compare_runs",
     "demo_run",
@@ -75,12 +79,12 @@ _HOMES: dict[str, str] = {
     "Logger": "stoker.train.loggers",
     "Preprocess": "stoker.train.engine.scenario",
     "RunInfo": "stoker.train.loggers",
-    "RunResult": "stoker.train.runner.from_config",
     "RunSummary": "stoker.train.runner.compare",
     "Scenario": "stoker.train.engine.scenario",
     "SmallCNN": "stoker.train.runner.models",
     "TensorBoardLogger": "stoker.train.loggers",
     "TrainConfig": "stoker.train.runner.config",
+    "TrainingResult": "stoker.train.runner.from_config",
     "build_model": "stoker.train.runner.models",
     "compare_runs": "stoker.train.runner.compare",
     "demo_run": "stoker.train.runner.from_config",
@@ -95,4 +99,7 @@ _HOMES: dict[str, str] = {
     "train_from_config": "stoker.train.runner.from_config",
 }
 
-__getattr__, __dir__ = lazy_names(__name__, _HOMES, globals(), __all__)
+# Old public names, still importable with a DeprecationWarning.
+_RENAMED = {"RunResult": "TrainingResult"}
+
+__getattr__, __dir__ = lazy_names(__name__, _HOMES, globals(), __all__, renamed=_RENAMED)

@@ -269,21 +269,10 @@ def verify(
 ) -> VerifyReport:
     """Check a shard set end to end: manifest, every shard's SHA-256 and structure, every sample.
 
-    Unlike opening a :class:`ShardDataset` (which only compares sizes), this reads every
-    byte. It never raises for damaged data: every problem becomes a :class:`Fault`.
+    Unlike opening a :class:`ShardDataset`, this reads every byte; damaged data is a :class:`Fault`, never raised.
 
-    A shard set at a URL is checked in its store, not in the cache: every object's size,
-    and its SHA-256 — the store's own where it keeps a trustworthy one (S3's
-    ``ChecksumSHA256``), else by reading every byte (a shard not yet cached is downloaded
-    into the verified cache, hashed on the way). The cached copies are then checked like
-    a local set. ``report.checked`` says which was done. With the store unreachable
-    (nothing answers), a set whose manifest is cached is checked from the cache, and
-    ``report.offline`` is True (``stoker verify URL`` then fails unless ``--accept-cache``).
-
-    Raises:
-        NetworkError: the store cannot be reached and the set is not fully cached, or it
-            answered with an error (HTTP 503).
-        ConfigError: the store denied access (401, 403).
+    A set at a URL is checked in its store, then its cached copies; unreachable, from the
+    cache (``report.offline``). The object-store guide says how.
 
     Args:
         root: the shard set folder, or its URL.
@@ -295,6 +284,9 @@ def verify(
     Returns:
         A :class:`VerifyReport`; ``report.ok`` is False on any fault, and
         ``report.first_fault`` names the first bad shard and row.
+
+    Raises:
+        NetworkError, ConfigError: the store is unreachable (and the set not cached) or errs; access denied.
 
     Example:
         >>> report = verify("packed")

@@ -6,21 +6,11 @@ A shard set is a folder::
     OUT/train-00000.arrow      Arrow IPC files, one split per file name prefix
     OUT/valid-00000.arrow
 
-Every shard has the same six columns, none of them nullable; :data:`COLUMNS` below is
-the one table of them that the schema, the writer, the reader and the row sources read:
-
-==========  ==========================================  ==================================
-column      type                                        holds
-==========  ==========================================  ==================================
-``key``     ``string``                                  the sample's key in its source
-``label``   ``int64``                                   the class (``classes[label]``)
-``source``  ``string``                                  the source name (see the manifest)
-``file``    ``string``                                  the file, relative to the source root
-``crc32``   ``uint32``                                  CRC-32 of the ``image`` bytes, so that
-                                                        ``stoker verify`` can name a bad row
-``image``   ``binary`` (store ``encoded``)              the file's original bytes
-            ``fixed_size_binary[3*H*W]`` (``pixels``)   decoded uint8 RGB pixels, CHW order
-==========  ==========================================  ==================================
+Every shard has the same six columns, none nullable: ``key`` (string), ``label`` (int64),
+``source`` and ``file`` (string), ``crc32`` (uint32, of the image bytes) and ``image``
+(``binary`` for the ``encoded`` store, ``fixed_size_binary[C*H*W]`` for ``pixels``).
+:data:`COLUMNS` is the one table of them that the schema, the writer, the reader and the
+row sources read; the format spec (``docs/format.md``) gives each as a rule.
 
 The files open with pyarrow (``pa.ipc.open_file``), pandas, polars or DuckDB. Nothing in a
 shard or manifest is pickled: opening a shard set made by a stranger runs no code.

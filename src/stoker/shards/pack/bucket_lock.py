@@ -1,36 +1,19 @@
 """The pack lock of a shard set in a bucket: one ``stoker pack`` per prefix at a time.
 
-A bucket has no ``flock``. The lock is an object, ``OUT/.stoker-pack.lock``: a small JSON
-body naming its owner (host, pid, a random token) and a lease (when it was last renewed,
-and for how long that holds). While the pack runs a thread renews the lease every quarter
-of it. A second pack that finds a lock whose lease has not run out fails at once with one
-line naming the owner and what to do. A lock whose lease ran out (its pack died, or is
-stalled past its lease) or whose owner is a process of this same host that no longer
-exists is taken over, with a note on the ``stoker`` logger.
-
-What is guaranteed:
-
-- **On S3** (``s3://``, s3fs): the lock is created with a conditional PUT
-  (``If-None-Match: *``), and a takeover and every renewal replace the object only if it is
-  still the one that was read (``If-Match: <ETag>``). Of two packs, one holds the lock and
-  the other is refused; a pack whose lock was taken over learns it at its next renewal,
-  and :meth:`BucketLock.confirm`, called right before the manifest is written, renews once
-  more, so a pack that lost its lock never writes its manifest.
-- **On other stores** (fsspec's generic create-if-absent is a check, then a write): the
-  lock is written, read back after a short pause and compared; renewals and
-  :meth:`~BucketLock.confirm` compare again. Two packs that start within the same moment
-  can both get past the start, but only the one whose token the object holds writes its
-  manifest (the other stops at its next renewal or at the confirmation); what cannot be
-  ruled out is a write landing between the confirmation and the manifest.
-
-Leases are judged by the clocks of the machines involved: they are assumed to agree to
-well within a lease (NTP does that).
+A bucket has no ``flock``. The lock is an object, ``OUT/.stoker-pack.lock``, naming its
+owner (host, pid, a random token) and a lease that a thread renews while the pack runs.
+A second pack that finds a live lock fails at once, naming the owner and what to do; a
+lock whose lease ran out, or whose owner is a dead process of this host, is taken over
+(with a note on the ``stoker`` logger). On S3 every write is conditional (``If-None-Match``,
+``If-Match``), so of two packs one holds the lock; on other stores the lock is read back
+and compared. :meth:`BucketLock.confirm`, right before the manifest is written, renews
+once more, so a pack that lost its lock never writes its manifest. The object-store guide
+(``docs/guides/remote.md``, "The pack lock") says what each store guarantees.
 
 Example:
-    >>> with BucketLock(where("s3://bucket/packed")) as lock:  # doctest: +SKIP
-    ...     upload_everything()
-    ...     lock.confirm()
-    ...     upload_manifest()
+    >>> from stoker.fs import where
+    >>> with BucketLock(where("memory://bucket/packed")) as lock:  # s3://: the same, with conditional writes
+    ...     lock.confirm()  # right before the manifest is written
 """
 
 from __future__ import annotations

@@ -66,10 +66,10 @@ from stoker.shards.read.dataset import ShardDataset
 from stoker.sources.dataset import FileDataset
 from stoker.sources.index import Source
 from stoker.terminal import bar_disable
+from stoker.types import PathLike
 
 __all__ = ["write_shards"]
 
-PathLike = str | os.PathLike[str]
 SourceArg = FileDataset | ShardDataset | Mapping[str, Any]
 
 _PROGRESS_EVERY = 32  # rows between progress reports from a worker
@@ -319,52 +319,32 @@ def write_shards(
     cache_dir: PathLike | None = None,
     channels: int = 3,
 ) -> Manifest:
-    """Pack a data set into shuffled, checksummed Arrow shards plus ``manifest.json``.
+    """Pack a data set into shuffled, checksummed Arrow shards plus ``manifest.json``; returns the :class:`Manifest`.
 
     Args:
-        source: a stoker data set (file data set or shard set) or a ``{split: data set}``
-            mapping such as :func:`stoker.open_data` returns; :func:`stoker.pack` takes paths.
-        out: the output folder (new, empty, or this same pack half done), or a URL
-            (``s3://bucket/packed``): each shard is uploaded when complete, the manifest last.
-        store: ``"encoded"`` keeps each file's bytes (compact, decoded when read);
-            ``"pixels"`` stores decoded uint8 RGB pixels after the crop, at ``size``
-            (no decoding when read; larger).
-        size: ``(height, width)``. ``pixels``: the stored size (default: the first
-            image's size). ``encoded``: the size images are resized to when read.
-        shard_samples: the most samples per shard.
-        shard_bytes: about the most bytes per shard.
-        valid: hold out this fraction of each class as the ``valid`` split (sources
-            that have no splits of their own).
-        seed: the shuffle (and split) seed; the same arguments give identical bytes.
-        shuffle: shuffle before writing (the default, and what training wants).
-            ``False`` keeps the source's order: only for measuring what an unshuffled
-            pack does to the label stream (``stoker inspect`` scores it).
-        workers: processes writing shards (default: the CPU count; 0 or 1 writes here).
-        overwrite: replace a shard set (or other stoker files) already in ``out``; the old
-            set stays readable until the new one is complete, and what stoker did not write is kept.
-        progress: show a progress bar on stderr when it is a terminal (never under ``--quiet``).
-        channels: ``pixels`` only: 3 (RGB) or 1 (gray: one channel, a third of the bytes;
-            colour images become their luma). Readers then return ``1 x H x W`` images.
-        origin: what the manifest records as the source (default: the sources' roots).
-        engine: ``"local"`` (worker processes on this machine) or ``"ray"`` (one Ray
-            task per shard on the cluster ``ray.init()`` finds, or a local one; the same bytes).
-        storage_options: fsspec options for a URL ``out``.
-        cache_dir: the local cache folder; a remote ``out`` is staged in it, a shard at a time.
-
-    Returns:
-        The :class:`Manifest` written.
+        source: a stoker data set or a ``{split: data set}`` mapping (:func:`stoker.pack` takes paths).
+        out, overwrite: the output folder (new, empty, or this pack half done) or a URL; ``overwrite``
+            replaces a set there (the old one stays readable until the new one is complete).
+        store, channels: ``"encoded"`` keeps each file's bytes; ``"pixels"`` stores decoded pixels, 3 (RGB) or 1 channel.
+        size: ``(height, width)``: the stored size (``pixels``; default: the first image's), else the read size.
+        shard_samples, shard_bytes: the most samples, and about the most bytes, per shard.
+        valid: hold out this fraction of each class as the ``valid`` split (sources without splits).
+        seed, shuffle: the shuffle (and split) seed (the same arguments, the same bytes); ``False``: source order.
+        workers, engine: processes writing shards (default: the CPU count; 0 or 1 writes here),
+            on this machine (``"local"``) or as Ray tasks (``"ray"``; the same bytes).
+        origin, progress: what the manifest records as the source (default: the sources' roots); a progress bar
+            on stderr when it is a terminal (never under ``--quiet``).
+        storage_options, cache_dir: fsspec options for a URL ``out``, and the local folder it is staged in.
 
     Raises:
-        ConfigError: a bad argument, or ``out`` holds something else (without ``overwrite``).
-        DataError: a source file is missing or does not decode (``pixels``).
-        ShardError: a shard set source is damaged.
+        ConfigError, DataError, ShardError: a bad argument or an occupied ``out``; a bad source file; a damaged set.
 
     Example:
-        >>> from stoker.shards import write_shards
-        >>> manifest = write_shards(ClassFolderDataset("data/digiface"), "packed", store="pixels",
-        ...                         size=(112, 112), valid=0.1)  # doctest: +SKIP
-        >>> manifest.split_samples("valid")  # doctest: +SKIP
-        2000
+        >>> from stoker import ClassFolderDataset
+        >>> manifest = write_shards(ClassFolderDataset("data/digiface"), "out", store="pixels", size=(32, 32),
+        ...                         valid=0.1, workers=0, progress=False)
+        >>> manifest.split_samples("valid"), manifest.split_samples("train")
+        (4, 36)
     """
     place = where(out, storage_options)
     local = place.local_path  # shards are written to local disk: a URL out is staged, then uploaded

@@ -50,7 +50,10 @@ def row_values(rows: RowSource, i: int) -> dict[str, object]:
     """Row ``i``'s value of every column a row source gives, by column name (what :meth:`ShardWriter.write_row` takes).
 
     Example:
-        >>> writer.write_row(row_values(rows, i), rows.read_encoded(i))  # doctest: +SKIP
+        >>> from stoker import ClassFolderDataset
+        >>> rows = as_rows(ClassFolderDataset("data/digiface"))
+        >>> {name: str(value) for name, value in row_values(rows, 0).items()}
+        {'key': '0/0.png', 'label': '0', 'source': 'digiface', 'file': '0/0.png'}
     """
     return {column.name: getattr(rows, column.rows)[i] for column in ROW_COLUMNS}  # type: ignore[arg-type]
 

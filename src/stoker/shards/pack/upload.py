@@ -1,32 +1,17 @@
 """Packing to a URL (``stoker pack SRC s3://bucket/out``): the remote output of a pack.
 
 A bucket pack is as safe as a local one. Under the prefix's lock object
-(:mod:`stoker.shards.pack.bucket_lock`: one pack per prefix at a time), in this order:
+(:mod:`stoker.shards.pack.bucket_lock`), in this order: claim the prefix (empty, this same
+pack half done, or ``overwrite``); upload ``pack-plan.json``; write each shard whole to a
+local staging folder, hash it, upload it (an object appears only once complete); upload
+``manifest.json`` last, the moment the new set becomes the set; then remove the old set's
+shards and the plan.
 
-1. claim the prefix: empty, this same pack half done (its ``pack-plan.json`` or
-   manifest carries the same plan fingerprint: resume), or ``overwrite``;
-2. upload ``pack-plan.json``: the plan, with the object name of every shard and, when
-   replacing a set, the names of the old set's shards;
-3. each shard is written whole to a local staging folder (under the cache folder),
-   hashed, then uploaded (an object appears only once complete), and a small local
-   record of the upload is kept so that a resumed pack skips it;
-4. ``manifest.json`` is uploaded last: the moment the new set becomes the set;
-5. then the old set's shards and ``pack-plan.json`` are removed.
-
-Replacing a set (``overwrite``) never destroys it before the new one is complete: the
-old ``manifest.json`` and its shards stay untouched until step 4, because the new set's
-shards go up under **new object names** (an object store cannot rename, so a staging
-prefix would need a copy of every shard that overwrites the old ones). Shard numbers are
-offset by 100,000,000 per generation (``train-00000.arrow`` becomes
-``train-100000000.arrow``, and back at the next replacement), the first generation none
-of whose names is taken under the prefix. An interrupted overwrite leaves the old set
-readable and verifiable, and the same command resumes it. Only what stoker wrote is
-removed: the shards the old manifest (or an unfinished pack's plan) names, the manifest,
-the plan and the lock; a user's own objects under the prefix (``*.arrow`` tables
-included) are never touched.
-
-A pack into an empty prefix uses the plan's own names, so its objects are byte for byte
-those of a local pack.
+Replacing a set never destroys it before the new one is complete: the new shards go up
+under new object names (a generation offset of 100,000,000 in the shard number), and only
+what stoker wrote is ever removed. A pack into an empty prefix writes byte for byte the
+objects of a local pack. The object-store guide (``docs/guides/remote.md``, "Packing to a
+URL, step by step") says more.
 """
 
 from __future__ import annotations

@@ -80,9 +80,11 @@ class ShardWriter:
         record_batch_bytes: about how many image bytes go into one Arrow record batch.
 
     Example:
-        >>> with ShardWriter("out/train-00000.arrow", "train", "encoded", None) as w:  # doctest: +SKIP
-        ...     w.write("a.png", 3, "digiface", "3/a.png", open("a.png", "rb").read())
-        >>> w.info.sha256  # doctest: +SKIP
+        >>> Path("out").mkdir()
+        >>> with ShardWriter("out/train-00000.arrow", "train", "encoded", None) as w:
+        ...     w.write("0/0.png", 0, "digiface", "0/0.png", Path("data/digiface/0/0.png").read_bytes())
+        >>> w.info.samples, len(w.info.sha256), sorted(p.name for p in Path("out").iterdir())
+        (1, 64, ['train-00000.arrow'])
     """
 
     def __init__(

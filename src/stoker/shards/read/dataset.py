@@ -8,7 +8,7 @@ import math
 import os
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any, Literal
 
 import numpy as np
@@ -34,10 +34,9 @@ from stoker.order import ShuffleBlocks, ShuffleScope
 from stoker.shards.cache.entries import entry_cost
 from stoker.shards.format.manifest import Manifest
 from stoker.shards.read.reader import ShardSet
+from stoker.types import Transform
 
 __all__ = ["DECODERS", "Decoder", "SNIFF_ROWS", "ShardBatch", "ShardDataset", "collate_shard_batch", "load_shard_image"]
-
-Transform = Callable[[torch.Tensor], Any]
 Decoder = Literal["auto", "full", "nvjpeg"]
 DECODERS: tuple[Decoder, ...] = ("auto", "full", "nvjpeg")  # how encoded shards decode (ShardDataset's decoder=)
 SNIFF_ROWS = 16  # rows read to tell what an encoded set holds (ShardDataset.mostly_jpeg)

@@ -41,7 +41,9 @@ def save_checkpoint(state: dict[str, Any], path: str | os.PathLike[str]) -> Path
         CheckpointError: the folder is missing or not writable, or the disk is full.
 
     Example:
-        >>> save_checkpoint({"model": model.state_dict(), "epoch": 3}, "runs/a/last.pt")  # doctest: +SKIP
+        >>> model = torch.nn.Linear(2, 1)
+        >>> save_checkpoint({"model": model.state_dict(), "epoch": 3}, "last.pt")
+        PosixPath('last.pt')
     """
     path = Path(path)
     _remove_stale_temporaries(path)
@@ -149,8 +151,11 @@ def load_checkpoint(
             objects other than tensors and plain containers.
 
     Example:
-        >>> state = load_checkpoint("runs/a/best.pt")  # doctest: +SKIP
-        >>> model.load_state_dict(state["model"])  # doctest: +SKIP
+        >>> model = torch.nn.Linear(2, 1)
+        >>> _ = save_checkpoint({"model": model.state_dict(), "epoch": 3}, "best.pt")
+        >>> state = load_checkpoint("best.pt")
+        >>> model.load_state_dict(state["model"]), state["epoch"]
+        (<All keys matched successfully>, 3)
     """
     path = Path(path)
     if data is None and not path.is_file():

@@ -11,9 +11,14 @@ its own run folder and writes there from then on. ``stoker train --name RUN --re
 on a machine without ``run.json`` takes the run's config from the holder's the same way
 (:func:`newest_record`).
 
-Example (every rank, inside a process group):
-    >>> holder = find_holder(ranks, Path("runs/my-run"))  # doctest: +SKIP
-    >>> data = hand_over(ranks, holder, Path("runs/my-run/last.pt"))  # doctest: +SKIP
+Example (alone here; under torchrun every rank makes the same calls):
+    >>> from stoker.train.engine.checkpoint import save_checkpoint
+    >>> from stoker.train.engine.distributed import Ranks
+    >>> Path("runs/my-run").mkdir(parents=True)
+    >>> _ = save_checkpoint({"epoch": 1}, "runs/my-run/last.pt")
+    >>> holder = find_holder(Ranks(), Path("runs/my-run"))
+    >>> holder.rank, hand_over(Ranks(), holder, Path("runs/my-run/last.pt")) == Path("runs/my-run/last.pt").read_bytes()
+    (0, True)
 """
 
 from __future__ import annotations

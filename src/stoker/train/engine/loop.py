@@ -1,51 +1,21 @@
 """``fit``: the training loop, top to bottom.
 
 One function, numbered steps; the set-up and the checkpoints are in
-:mod:`stoker.train.engine.run`, the phases of an epoch in :mod:`stoker.train.engine.epoch`. What it
-guarantees:
+:mod:`stoker.train.engine.run`, the phases of an epoch in :mod:`stoker.train.engine.epoch`.
+What it guarantees:
 
-* the epoch loss is the sum of each batch's mean loss times its size, over the number
-  of samples (exact when the last batch is short); accuracy is the share of argmax hits;
-* the time of every epoch is split into waiting for data and computing (see
-  :mod:`stoker.train.engine.timing`; on CUDA by events, honestly although the host runs ahead);
-* the host waits for the device only every ``sync_every`` batches (16 on CUDA, 1
-  elsewhere): the batches' loss and hits stay on the device and are read back in one
-  copy (:class:`~stoker.train.engine.tally.PendingBatches`), always before a checkpoint, a stop
-  and the end of a phase, so the figures and what is saved are the same, to the bit, for
-  every ``sync_every``. Loggers hear of the batches at read-backs, several at once.
-  Under ``amp="fp16"`` torch's ``GradScaler.step`` still reads its inf-gradient flag
-  back at every optimizer step (not with a fused optimizer); a batch whose step it skips
-  counts in the figures with its finite loss, as it always did;
-* ``last.pt`` after every epoch (and every ``checkpoint_every_steps`` optimizer steps)
-  and ``best.pt`` whenever validation accuracy improves, both written atomically;
-  resuming from ``last.pt`` continues exactly (weights, optimizer, scaler, scheduler,
-  epoch, RNG states, best so far, history, and mid-epoch the loader's position and the
-  partial epoch's tallies and seconds);
-* Ctrl-C or SIGTERM stops at the next optimizer-step boundary and saves ``last.pt``
-  there (see :mod:`stoker.train.engine.interrupt`); during validation it saves the epoch as
-  trained and the resumed run redoes the validation, which changes no weights;
-* a non-finite loss stops the run at the read-back that finds it, naming the epoch and
-  its own batch, and leaves the last good checkpoint as it was (a checkpoint due after
-  it reads back first, and is not written); before the first checkpoint it says that
-  there is nothing to resume.
+* the epoch loss is weighted by batch size; accuracy is the share of argmax hits;
+* every epoch's time is split into waiting for data and computing (:mod:`stoker.train.engine.timing`);
+* the host reads figures back from the device every ``sync_every`` batches, and the
+  figures and checkpoints are the same, to the bit, for every value;
+* ``last.pt`` after every epoch (and every ``checkpoint_every_steps``), ``best.pt`` when
+  validation accuracy improves, both atomic; resuming from ``last.pt`` continues exactly;
+* Ctrl-C or SIGTERM saves ``last.pt`` at the next optimizer-step boundary;
+* a non-finite loss stops the run, naming epoch and batch, and leaves the last good checkpoint;
+* under ``torch.distributed``, one run over the ranks: DDP, the same steps on every rank,
+  figures summed over ranks, rank 0 alone writes.
 
-Under ``torch.distributed`` (``torchrun``, or a group the caller initialised) ``fit`` is
-one run spread over the ranks: the model is wrapped in ``DistributedDataParallel``;
-before every step the ranks agree, in one small all-reduce, whether each still has a
-batch, whether a stop was asked for and whether a loss read back was not finite (every
-rank reads back at the same batches, and agrees once more after a read-back that a
-checkpoint, a stop or the epoch's end called for), so every rank runs the same number of
-steps and stops at the same step (a rank's batches past the
-shortest rank's are trimmed and counted in ``EpochStats.trimmed``); the epoch figures
-are sums over ranks; validation runs on the unwrapped model without collectives (so
-unequal validation shares cannot hang); rank 0 alone writes the run folder and calls
-the loggers; ``last.pt`` holds every rank's loader position mid-epoch.
-
-Resume is bit-exact when the data order is a function of the epoch, as with stoker's
-:class:`~stoker.Loader` (``fit`` calls ``loader.set_epoch``, and mid-epoch its
-``state_dict``). Random augmentations in worker processes draw from per-worker
-generators that a checkpoint does not hold: with them a resumed run is statistically,
-not bitwise, the same.
+The guide (``docs/guides/own-loop.md``, "What fit guarantees") says each in full.
 """
 
 from __future__ import annotations
@@ -78,30 +48,30 @@ __all__ = ["CHECKPOINT_FORMAT", "fit"]
 def fit(scenario: Scenario, callbacks: Sequence[Logger] = ()) -> History:
     """Train ``scenario.model`` for ``scenario.epochs`` epochs, validating after each.
 
-    The run folder ``log_dir/name`` receives ``metrics.csv``, ``run.json``, TensorBoard
-    events, ``last.pt``, ``best.pt`` and, at the end, ``curves.png``.
-
     Args:
         scenario: what to train and how.
-        callbacks: more loggers, called after the scenario's own (any object with the
-            :class:`~stoker.train.loggers.Logger` methods). Under torch.distributed,
-            loggers and callbacks run on rank 0 only.
+        callbacks: more loggers (:class:`~stoker.train.loggers.Logger`), after the scenario's own (rank 0 only).
 
     Returns:
-        The :class:`History` of every epoch (with the ones before a resume).
+        The :class:`History` of every epoch (with those before a resume); files go to ``log_dir/name``.
 
     Raises:
         TrainingError: the loss became NaN or infinite (the message names epoch and batch), or,
             under torch.distributed, another rank was lost (the message names it where it can).
-        ConfigError: the run folder already holds a run and ``resume`` is off, or there
-            is nothing to resume.
+        ConfigError: the run folder holds a run and ``resume`` is off, or there is nothing to resume.
         CheckpointError: ``last.pt`` cannot be written or read, or does not fit this run.
         KeyboardInterrupt: Ctrl-C or SIGTERM (after ``last.pt`` was saved at a step boundary).
 
     Example:
-        >>> history = fit(Scenario(model, optimizer, nn.CrossEntropyLoss(), train, valid, epochs=3))  # doctest: +SKIP
-        >>> history.best_acc, history.best_epoch  # doctest: +SKIP
-        (0.91, 3)
+        >>> from torch import nn
+        >>> from stoker import ClassFolderDataset, Scenario, make_loader
+        >>> parts = ClassFolderDataset("data/digiface", transform=lambda im: im[:, :16, :16]).split(0.25, seed=0)
+        >>> model, (train, valid) = nn.Sequential(nn.Flatten(), nn.Linear(768, 4)), parts
+        >>> history = fit(Scenario(model, torch.optim.SGD(model.parameters(), lr=0.01), nn.CrossEntropyLoss(),
+        ...     make_loader(train, 8, num_workers=0), make_loader(valid, 8, num_workers=0), epochs=2,
+        ...     loggers=(), progress=False, plot=False, adapt=False))
+        >>> len(history), history.best_epoch in (1, 2)
+        (2, True)
     """
     s = scenario
     # 1. Ranks, device, run folder (rank 0 makes it and names it), the model on the device, AMP.

@@ -61,18 +61,15 @@ class Run:
         config: ``scenario.config`` in plain types (checkpoints load with ``weights_only``).
         resumable: the train loader has ``state_dict``/``load_state_dict`` (mid-epoch ``last.pt``).
         history: the epochs so far (with the ones before a resume).
-        partial: the mid-epoch entry ``last.pt`` was saved with, for this rank, or ``None``.
+        partial: this rank's mid-epoch entry of ``last.pt``, or ``None``.
         forward: what training calls: the model, under DDP and ``torch.compile`` when asked.
         evaluate: what validation calls: without DDP's collectives under several ranks.
         no_sync: DDP's ``no_sync`` inside an accumulation window, or ``None``.
         loggers: the loggers and callbacks (rank 0 only; empty elsewhere).
         saved: a ``last.pt`` of this run exists (resumed from, or written since).
-        holder: the rank whose run folder holds the ``last.pt`` to resume from (0 but when
-            resuming over machines that each have their own folder: :mod:`stoker.train.engine.handover`).
-        url: the run folder's URL when ``log_dir`` is one (``run_dir`` is then this
-            machine's copy, uploaded by :meth:`publish`), else ``None``.
-        adapter: what reads the train loader while adapt tries its settings
-            (:mod:`stoker.train.engine.adapt`), or ``None`` (off).
+        holder: the rank whose folder holds the ``last.pt`` to resume from (:mod:`stoker.train.engine.handover`).
+        url: the run folder's URL when ``log_dir`` is one (``run_dir``: the copy :meth:`publish` uploads).
+        adapter: what reads the train loader while adapt tries settings (``None``: off).
     """
 
     scenario: Scenario

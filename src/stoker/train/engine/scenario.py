@@ -104,111 +104,91 @@ class Preprocess(nn.Module):
 class Scenario:
     """Everything one training run needs; pass it to :func:`~stoker.train.fit`.
 
-    Args:
-        model: the network; it receives the output of ``preprocess`` (float [B, C, H, W]).
-        optimizer: an optimizer over ``model``'s parameters.
-        loss_fn: ``loss_fn(logits, labels)`` returning the *mean* loss of the batch
-            (``nn.CrossEntropyLoss()``); the epoch loss weights it by batch size.
-        train_loader: yields ``(images, labels)`` batches; a stoker :class:`~stoker.Loader`
-            (its shuffle order is fixed per epoch, which makes resume exact) or any iterable.
-            Over a :class:`~stoker.shards.ShardStream`, how well its batches are mixed is
-            measured here, before training, and a poor mix is logged with the setting
-            that fixes it (:func:`stoker.shards.check.quality.warn_if_poorly_mixed`).
-        valid_loader: the same for validation, or ``None`` to skip validation (then no
-            ``best.pt`` and no patience).
-        epochs: total number of epochs (a resumed run continues up to this number).
-        device: ``"auto"`` (CUDA when available, else the CPU), ``"cpu"``, ``"cuda:1"``...
-        amp: ``"off"``, ``"bf16"`` or ``"fp16"`` (fp16 uses a GradScaler).
-        log_dir: the run folder is ``log_dir/name``.
-        name: the run's name (default: the time it started, ``YYYYmmdd-HHMMSS``).
-        tags: free labels kept in ``run.json`` to group runs later, e.g. ``{"category": "shards"}``.
-        scheduler: an LR scheduler; stepped after every epoch (``scheduler_interval="epoch"``,
-            ``ReduceLROnPlateau`` gets the validation loss) or after every optimizer step (``"step"``).
-        scheduler_interval: ``"epoch"`` or ``"step"``.
-        grad_accum: batches whose gradients add up before one optimizer step.
-        compile: run the model through ``torch.compile``.
-        channels_last: the model and every input batch in ``torch.channels_last`` memory
-            format (``None``: on for a convolutional model on CUDA under AMP, else off;
-            :mod:`stoker.train.engine.layout`). The choice and its reason are in ``run.json``.
-        preprocess: applied to every image batch on the device before the model;
-            default :class:`Preprocess` (uint8 -> float, ImageNet normalisation).
-        patience: stop after this many epochs without a better validation accuracy (``None``: never).
-        resume: continue from ``last.pt`` in the run folder: weights, optimizer, scaler,
-            scheduler, epoch, RNG states, best so far, history; mid-epoch, from the
-            very next batch.
-        cpu_threads: torch's compute threads during a CPU run; default: the cores the
-            loader workers leave (:mod:`stoker.train.engine.threads`).
-        checkpoint_every_steps: also write ``last.pt`` every this many optimizer steps
-            of an epoch, with the train loader's position (``None``: after every epoch
-            only). Needs a loader with ``state_dict`` (stoker's ``make_loader``).
-        sync_every: read the batches' loss and accuracy back from the device every this
-            many batches (``None``: :data:`SYNC_EVERY_CUDA` on CUDA, 1 elsewhere). A
-            read-back waits for the device to finish, so the host cannot queue the next
-            step meanwhile; in between, the figures wait on the device. The results are
-            the same, to the bit, for every value: a checkpoint, a stop and the end of
-            a phase read back first, and a non-finite loss is named by its own batch (the
-            run stops at the read-back that finds it, before any later checkpoint). What
-            changes: loggers get their ``batch_end`` calls at read-backs, several at once
-            (a progress bar moves in steps of ``sync_every``), and a stop asked for by a
-            logger takes effect at the step boundary after that read-back. On CUDA the
-            data-wait/compute split is measured with events and stays honest for any
-            value; elsewhere it is by wall clock, honest on the CPU for any value and on
-            other accelerators (MPS) with 1 only.
-        adapt: in the first steps, try the train loader's workers, backend and prefetch
-            depth on the real model and data, keep the fastest, and try again when the
-            data-wait share rises; it changes no figure or weight (see
-            :mod:`stoker.train.engine.adapt`, which also says what it leaves alone). ``False``:
-            the loader's settings as given.
-        loader_bound_share: an epoch that waits for data longer than this share of its
-            time is reported as loader-bound.
-        loggers: built-in loggers by name (``"console"``, ``"csv"``, ``"tensorboard"``)
-            or Logger objects; ``fit``'s ``callbacks`` are added to these.
-        progress: show the console's progress bar.
-        config: the run's configuration, stored in ``run.json`` and checkpoints for the record.
-        plot: write ``curves.png`` at the end of the run.
-
-    The arguments that are also keys of a config's ``[run]`` table (``epochs``, ``amp``,
-    ``grad_accum``, ``patience``, ``sync_every``... :data:`SCENARIO_KEYS`)
-    are checked by that key's own check: a value a TOML file or a flag would be refused
-    (``grad_accum=True``, ``epochs=0``) is refused here with the same message.
+    Each field is described where it is declared. The fields that are also keys of a
+    config's ``[run]`` table (:data:`SCENARIO_KEYS`: ``epochs``, ``amp``, ``grad_accum``...)
+    are checked by that key's own check, with the same message a TOML file or flag gets.
 
     Raises:
         ConfigError: a bad value, naming the argument and what it accepts.
 
     Example:
-        >>> scenario = Scenario(model, torch.optim.AdamW(model.parameters()), nn.CrossEntropyLoss(),
-        ...                     train_loader, valid_loader, epochs=5, tags={"category": "files"})  # doctest: +SKIP
-        >>> history = fit(scenario)  # doctest: +SKIP
+        >>> import torch
+        >>> from torch import nn
+        >>> from stoker import ClassFolderDataset, make_loader
+        >>> from stoker.train import fit
+        >>> data = ClassFolderDataset("data/digiface", transform=lambda im: im[:, :16, :16])
+        >>> model = nn.Sequential(nn.Flatten(), nn.Linear(3 * 16 * 16, data.num_classes))
+        >>> scenario = Scenario(model, torch.optim.SGD(model.parameters(), lr=0.01), nn.CrossEntropyLoss(),
+        ...                     make_loader(data, batch_size=8, num_workers=0), None, epochs=1, log_dir="runs",
+        ...                     loggers=(), progress=False, plot=False, adapt=False)
+        >>> len(fit(scenario))  # one epoch's figures
+        1
     """
 
     model: nn.Module
+    """The network; it receives the output of ``preprocess`` (float [B, C, H, W])."""
     optimizer: torch.optim.Optimizer
+    """An optimizer over ``model``'s parameters."""
     loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+    """``loss_fn(logits, labels)``, the *mean* loss of the batch; the epoch loss weights it by batch size."""
     train_loader: Iterable[Any]
+    """Yields ``(images, labels)``: a stoker :class:`~stoker.Loader` (a fixed order per epoch,
+    so resume is exact) or any iterable. Over a ShardStream, a poor mix of its batches is
+    measured and logged before training (:func:`stoker.shards.check.quality.warn_if_poorly_mixed`)."""
     valid_loader: Iterable[Any] | None
+    """The same for validation, or ``None`` to skip it (then no ``best.pt`` and no patience)."""
     epochs: int
+    """Total number of epochs (a resumed run continues up to this number)."""
     device: str | torch.device = "auto"
+    """``"auto"`` (CUDA when available, else the CPU), ``"cpu"``, ``"cuda:1"``..."""
     amp: Amp = "off"
+    """``"off"``, ``"bf16"`` or ``"fp16"`` (fp16 uses a GradScaler)."""
     log_dir: str | os.PathLike[str] = "runs"
+    """The run folder is ``log_dir/name``."""
     name: str | None = None
+    """The run's name (default: the time it started, ``YYYYmmdd-HHMMSS``)."""
     tags: Mapping[str, str] = field(default_factory=dict)
+    """Free labels kept in ``run.json`` to group runs later, e.g. ``{"category": "shards"}``."""
     scheduler: Any | None = None
+    """An LR scheduler, stepped per ``scheduler_interval`` (``ReduceLROnPlateau`` gets the validation loss)."""
     scheduler_interval: Literal["epoch", "step"] = "epoch"
+    """Step the scheduler after every epoch or after every optimizer step."""
     grad_accum: int = 1
+    """Batches whose gradients add up before one optimizer step."""
     compile: bool = False
+    """Run the model through ``torch.compile``."""
     channels_last: bool | None = None
+    """The model and every batch in ``torch.channels_last`` format (``None``: on for a
+    convolutional model on CUDA under AMP; :mod:`stoker.train.engine.layout`); the choice is in ``run.json``."""
     preprocess: Callable[[torch.Tensor], torch.Tensor] | None = field(default_factory=Preprocess)
+    """Applied to every image batch on the device before the model (default: uint8 -> float, ImageNet normalisation)."""
     patience: int | None = None
+    """Stop after this many epochs without a better validation accuracy (``None``: never)."""
     resume: bool = False
+    """Continue from ``last.pt`` in the run folder: weights, optimizer, scaler, scheduler,
+    epoch, RNG states, best so far, history; mid-epoch, from the very next batch."""
     checkpoint_every_steps: int | None = None
+    """Also write ``last.pt`` every this many optimizer steps, with the train loader's
+    position (``None``: after every epoch only); needs a loader with ``state_dict``."""
     sync_every: int | None = None
+    """Read the loss and accuracy back from the device every this many batches (``None``:
+    :data:`SYNC_EVERY_CUDA` on CUDA, 1 elsewhere). Results are the same to the bit for every
+    value; loggers get their batch calls at read-backs (``docs/design.md`` says what it costs)."""
     cpu_threads: int | None = None
+    """Torch's compute threads during a CPU run (default: the cores the loader workers leave)."""
     loader_bound_share: float = 0.3
+    """An epoch that waits for data longer than this share of its time is reported as loader-bound."""
     adapt: bool = True
+    """In the first steps, try the train loader's workers, backend and prefetch on the real
+    model and keep the fastest; changes no figure or weight (:mod:`stoker.train.engine.adapt`)."""
     loggers: tuple[Any, ...] = ("console", "csv", "tensorboard")
+    """Built-in loggers by name, or Logger objects; ``fit``'s ``callbacks`` are added to these."""
     progress: bool = True
+    """Show the console's progress bar."""
     config: Mapping[str, Any] = field(default_factory=dict)
+    """The run's configuration, stored in ``run.json`` and checkpoints for the record."""
     plot: bool = True
+    """Write ``curves.png`` at the end of the run."""
 
     def __post_init__(self) -> None:
         # The keys a config's [run] table has too are checked by that table's own checks

@@ -95,7 +95,14 @@ class Logger:
         >>> class Best(Logger):
         ...     def epoch_end(self, stats):
         ...         print(stats.epoch, stats.valid_acc)
-        >>> fit(scenario, callbacks=[Best()])  # doctest: +SKIP
+        >>> from stoker.train import load_config, train_from_config
+        >>> config = load_config(None, ["data.path=data/digiface", "data.image_size=16", "data.workers=0",
+        ...                             "run.epochs=1", "run.progress=false", "run.adapt=false"])
+        >>> _ = train_from_config(config, callbacks=[Best()], echo=None)
+        run ...
+        1/1 - tLoss ...
+        1 0...
+        best valid accuracy ...
     """
 
     def start(self, run: RunInfo, history: History) -> None:

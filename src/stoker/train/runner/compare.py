@@ -126,20 +126,26 @@ def compare_runs(
     Args:
         run_dirs: the run folders.
         group_by: see :func:`load_run`.
-        metric: a ``metrics.csv`` column: ``acc/valid``, ``acc/train``, ``loss/valid``,
-            ``loss/train``, ``img_per_s``, ``data_wait_share``, ``time_s``, ``lr``.
+        metric: a ``metrics.csv`` column (``acc/valid``, ``loss/train``, ``img_per_s``, ``data_wait_share``...).
         out: the image to write (``compare.png``), or ``None``.
 
     Returns:
         ``(runs, figure)``: the runs sorted by group (then as given) and the matplotlib Figure.
 
     Raises:
-        ConfigError: no runs, or an unknown metric.
-        DataError: a folder is not a readable run.
+        ConfigError, DataError: no runs, or an unknown metric; a folder is not a readable run.
 
     Example:
-        >>> runs, _ = compare_runs(["runs/a", "runs/b", "runs/c"], group_by="category", out="compare.png")  # doctest: +SKIP
-        >>> print(format_table(runs))  # doctest: +SKIP
+        >>> from stoker.train import demo_run
+        >>> for name, category in (("a", "files"), ("b", "shards")):
+        ...     _ = demo_run("data/digiface", "runs", epochs=1, image_size=16, workers=0, name=name,
+        ...                  tags={"category": category}, progress=False, echo=None)
+        run a in runs/a ...
+        ...
+        best valid accuracy ... at epoch 1 (finished)
+        >>> runs, _ = compare_runs(["runs/a", "runs/b"], group_by="category", out="compare.png")
+        >>> [run.group for run in runs], Path("compare.png").is_file()
+        (['files', 'shards'], True)
     """
     if not run_dirs:
         raise ConfigError("compare needs at least one run folder")

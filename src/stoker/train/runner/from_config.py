@@ -42,13 +42,13 @@ from stoker.train.runner.config import OptimConfig, TrainConfig, parse_config
 from stoker.train.runner.data import build_data, build_loaders, build_test_loader
 from stoker.train.runner.models import build_model
 
-__all__ = ["RunInterrupted", "RunResult", "build_optimizer", "demo_run", "rank_zero", "run_record_text", "train_from_config"]
+__all__ = ["RunInterrupted", "TrainingResult", "build_optimizer", "demo_run", "rank_zero", "run_record_text", "train_from_config"]
 
 Echo = Callable[[str], None]
 
 
 @dataclass(frozen=True)
-class RunResult:
+class TrainingResult:
     """What a config-driven run produced.
 
     Attributes:
@@ -188,11 +188,8 @@ def train_from_config(
     config: TrainConfig,
     callbacks: Sequence[Logger] = (),
     echo: Echo | None = print,
-) -> RunResult:
+) -> TrainingResult:
     """Open the data, build model, optimizer and schedule, and :func:`fit` as ``config`` says.
-
-    On the CPU, ``fit`` lowers torch's compute threads to leave one core per loader
-    worker (:mod:`stoker.train.engine.threads`); ``run.cpu_threads`` sets them.
 
     Args:
         config: a checked configuration (:func:`~stoker.train.runner.config.load_config`).
@@ -200,17 +197,21 @@ def train_from_config(
         echo: prints what was opened before training (``None``: quiet).
 
     Returns:
-        A :class:`RunResult`; ``result.where()`` says where everything is.
+        A :class:`TrainingResult`; ``result.where()`` says where everything is.
 
     Raises:
-        ConfigError: a bad combination the checks of single keys cannot see.
-        DataError: the data is missing or malformed.
-        TrainingError: the loss became non-finite.
+        ConfigError, DataError, TrainingError: a bad combination of keys; bad data; a non-finite loss.
         RunInterrupted: Ctrl-C or SIGTERM (a ``KeyboardInterrupt`` that says how to continue).
 
     Example:
-        >>> result = train_from_config(load_config("train.toml", ["run.epochs=3"]))  # doctest: +SKIP
-        >>> print(result.where())  # doctest: +SKIP
+        >>> from stoker.train import load_config
+        >>> config = load_config(None, ["data.path=data/digiface", "data.image_size=16", "data.workers=0",
+        ...                             "run.epochs=1", "run.progress=false", "run.adapt=false", "run.name=first"])
+        >>> print(train_from_config(config, echo=None).where())
+        run first in runs/first ...
+        ...
+        run folder: runs/first
+        ...
     """
     # 1. Seeds, ranks (under torchrun: join the process group first, so the loaders split by
     #    rank), device, data and loaders.
@@ -238,7 +239,7 @@ def _steps_per_epoch(loader: Loader, grad_accum: int, ranks: Ranks) -> int:
 
 
 def _train(config: TrainConfig, callbacks: Sequence[Logger], echo: Echo | None, device: torch.device,
-           ranks: Ranks) -> RunResult:
+           ranks: Ranks) -> TrainingResult:
     """:func:`train_from_config` once the ranks are joined: on ``device``, echoing on rank 0 only."""
     data = build_data(config.data, seed=config.run.seed)
     num_classes = config.model.num_classes or data.num_classes
@@ -300,7 +301,7 @@ def _train(config: TrainConfig, callbacks: Sequence[Logger], echo: Echo | None, 
             echo(f"test: {test.samples:,} samples, loss {test.loss:.4f}, accuracy {test.acc:.4f} ({test.weights})")
         if url is not None and ranks.main:
             staging.push(run_dir, url)  # test.csv and the run.json that names it
-    return RunResult(run_dir, history, data.description, test, url)
+    return TrainingResult(run_dir, history, data.description, test, url)
 
 
 def _echo_resumed(log_dir: str, name: str, echo: Echo) -> None:
@@ -353,7 +354,7 @@ def demo_run(
     seed: int = 0,
     progress: bool = True,
     echo: Echo | None = print,
-) -> RunResult:
+) -> TrainingResult:
     """Train the small CNN for a few epochs on ``data_dir``: what ``stoker demo`` runs.
 
     With the default 10-class synthetic DigiFace-like data (a few hundred 112x112
@@ -370,11 +371,14 @@ def demo_run(
         echo: prints what was opened (``None``: quiet).
 
     Returns:
-        The :class:`RunResult`; ``print(result.where())`` tells the user where things are.
+        The :class:`TrainingResult`; ``print(result.where())`` tells the user where things are.
 
     Example:
-        >>> result = demo_run("demo/digiface", "demo/runs", epochs=3)  # doctest: +SKIP
-        >>> result.best_acc > 0.5  # doctest: +SKIP
+        >>> result = demo_run("data/digiface", "runs", epochs=1, image_size=16, workers=0, progress=False, echo=None)
+        run ... in runs/...
+        ...
+        best valid accuracy ... at epoch 1 (finished)
+        >>> 0.0 <= result.best_acc <= 1.0
         True
     """
     data: dict[str, Any] = {"path": str(data_dir), "batch_size": batch_size, "workers": workers}
