@@ -9,8 +9,7 @@ worker seeds, the ``Pipe``'s ``shuffle`` and ``shard``, ``ShardStream``, the pac
   in blocks of ``block`` items, round robin (:func:`reader_of`, :func:`share`).
 * **Batches**: blocks of one batch, so a rank's batches depend on the seed, the epoch, the
   rank count and the batch size, never on the worker count or the backend.
-* **Blocks**: a map-style shard set larger than its cache is shuffled in blocks of shards
-  (:func:`block_permutation`), so each shard is fetched once per epoch.
+* **Blocks**: a shard set larger than its cache shuffles in blocks of shards (:func:`block_permutation`).
 * **Trim**: only an even split trims (:func:`even_trim`); ``len()`` is this rank's share.
 
 The rule in full is in the loading guide (``docs/guides/loading.md``, "The order of an epoch, exactly").

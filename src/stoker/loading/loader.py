@@ -677,18 +677,14 @@ def make_loader(
         batch_size, shuffle: samples per batch; reshuffle every epoch (map-style sets; a Pipe shuffles itself).
         num_workers: worker processes (or threads); default: ``loader_defaults``, else :mod:`stoker.loading.workers`.
         device: ``"auto"`` (CUDA when available), ``"cpu"``, ``"cuda:0"``, or ``None`` (stay on the CPU).
-        drop_last, prefetch_factor, persistent_workers: drop the last short batch; batches each worker
-            loads ahead; keep worker processes between epochs.
+        drop_last, prefetch_factor, persistent_workers: as torch's DataLoader takes them.
         backend: ``"process"`` (DataLoader workers) or ``"thread"`` (a pool in this process).
         seed: base of the shuffle order and worker seeds.
         collate_fn: batch maker; default: the data set's ``collate_fn``, else torch's.
         distributed: split a map-style data set by rank; default: when ``torch.distributed`` is initialised.
-        even: every rank yields the same number of batches (training); ``False``: every
-            sample exactly once over the ranks (validation; run no collective in that loop).
-        place_readers: leave the training thread its CPU (:mod:`stoker.loading.reader_cpu`; Linux);
-            default: when ``device`` is an accelerator; ``True``/``False`` or a ``ReaderPlacement``.
-        shuffle_scope: ``"split"`` (the whole data set), ``"blocks"`` (blocks of shards that a
-            remote shard set's cache holds, :func:`stoker.order.block_permutation`), or ``"auto"``.
+        even: every rank yields the same number of batches; ``False``: each sample once (validation).
+        place_readers: leave the training thread its CPU (:mod:`stoker.loading.reader_cpu`).
+        shuffle_scope: ``"split"``, ``"blocks"`` (:func:`stoker.order.block_permutation`) or ``"auto"``.
 
     Example:
         >>> from stoker import ClassFolderDataset

@@ -1,35 +1,22 @@
 """Where the readers run on the CPU: the training process keeps what it needs to launch its step.
 
-On an accelerator the training process's Python thread launches the model's kernels and
-takes the batches over; readers running flat out on every core take the CPU it needs,
-and the device waits for its next kernel. Every reader (a DataLoader worker process, a
-thread of the thread backend) applies a :class:`ReaderPlacement` as it starts. The rule
-(:func:`plan_readers`), on Linux, when the model trains on an accelerator (on the CPU the
-model's own compute threads share the readers' cores, and ``fit`` already divides the
-cores between them: nothing changes unless asked for):
+On an accelerator the training process's Python thread launches the model's kernels;
+readers running flat out on every core take the CPU it needs. Every reader applies a
+:class:`ReaderPlacement` as it starts. The rule (:func:`plan_readers`), on Linux, when the
+model trains on an accelerator (on the CPU nothing changes unless asked for):
 
-1. **priority**: readers run at a lower scheduling priority (niceness :data:`READER_NICE`
-   above their own): whenever the training thread is ready to run it is given a core
-   first, and the readers have every cycle it leaves. Worker processes only: a loader
-   thread of the training process holds the GIL in turns with the training thread, a
-   low-priority thread descheduled while it holds the GIL would stall the training
-   thread behind it, and niced threads showed no steady gain
-   (``benchmarks/bench_train_cpu.py``).
-2. **cores**: from :data:`AFFINITY_MIN_CORES` usable cores up
-   (:func:`stoker.cores.usable_cores`, ``STOKER_CORES`` counted), worker processes run
-   on the process's CPU affinity less the first cores, which are left to the training
-   processes of this host (each local rank keeps
-   :data:`~stoker.loading.workers.TRAINING_CORES`, one more from
-   :data:`~stoker.loading.workers.BUSY_HOST_CORES` cores of a rank up, as the worker
-   count rule counts them). Not below that count (on two cores, readers kept to one of
-   them slowed the step: ``benchmarks/bench_train_cpu.py``), not where the process's affinity was already narrowed (``taskset``,
-   a cpuset: the user placed it), and never to an empty set.
+1. **priority**: worker processes run at niceness :data:`READER_NICE` above their own, so
+   the training thread gets a core first. Loader threads keep theirs: one descheduled
+   while it holds the GIL would stall the training thread.
+2. **cores**: from :data:`AFFINITY_MIN_CORES` usable cores up (``STOKER_CORES`` counted),
+   worker processes run on the process's CPUs less the first ones, left to the training
+   processes of this host (:data:`~stoker.loading.workers.TRAINING_CORES` per local rank,
+   as the worker count rule counts them). Never on fewer cores, never where the affinity
+   was already narrowed (``taskset``, a cpuset), never to an empty set.
 
-Elsewhere than Linux nothing is changed. ``make_loader(place_readers=False)``
-(``data.place_readers = false``, ``--no-place-readers``) turns it off, ``True`` (``true``,
-``--place-readers``) on for a CPU run too; ``fit`` records what was applied in ``run.json``
-(``"reader_placement"``). On a machine shared with other jobs the readers' lower priority
-yields to those jobs too.
+Elsewhere than Linux nothing is changed. ``place_readers=False`` (``data.place_readers``,
+``--no-place-readers``) turns it off; ``run.json`` records what was applied. The figures
+are in ``docs/benchmarks.md``; the guide is ``docs/guides/loading.md``.
 """
 
 from __future__ import annotations

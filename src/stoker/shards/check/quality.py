@@ -1,14 +1,10 @@
 """How well a shard set's labels are mixed, in the orders its readers meet them.
 
-What training gets from a :class:`~stoker.shards.ShardStream` is its rank's order:
-under a DataLoader with ``N`` workers each worker reads its own batches of that order
-(:func:`~stoker.shards.read.stream.stream_order` for that rank and worker, a batch at a
-time), and torch hands the batches to the training loop round-robin (worker 0's first
-batch, worker 1's first batch, ..., then every worker's second...; a worker that has run
-out is skipped), which is the rank's order again, whatever ``N``. Each rank of a distributed run does the same
-over its own part. :func:`loader_label_streams` builds exactly that stream from the
-public ``stream_order``, so it follows whatever order the stream reads in, and
-:func:`stream_quality` scores it next to the order on disk.
+What training gets from a :class:`~stoker.shards.ShardStream` is its rank's order (whole
+batches dealt to the workers, handed back round robin: the rank's order again, whatever
+the worker count). :func:`loader_label_streams` builds that stream from the public
+:func:`~stoker.shards.read.stream.stream_order`, and :func:`stream_quality` scores it next
+to the order on disk.
 
 :func:`check_mixing` scores that stream and, when it is not well mixed, finds the
 setting that fixes it, in this order: more shards read at once (``shards_at_once``,

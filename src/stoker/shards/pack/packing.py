@@ -332,8 +332,7 @@ def write_shards(
         seed, shuffle: the shuffle (and split) seed (the same arguments, the same bytes); ``False``: source order.
         workers, engine: processes writing shards (default: the CPU count; 0 or 1 writes here),
             on this machine (``"local"``) or as Ray tasks (``"ray"``; the same bytes).
-        origin, progress: what the manifest records as the source (default: the sources' roots); a progress bar
-            on stderr when it is a terminal (never under ``--quiet``).
+        origin, progress: the source the manifest records; a bar on stderr when it is a terminal.
         storage_options, cache_dir: fsspec options for a URL ``out``, and the local folder it is staged in.
 
     Raises:

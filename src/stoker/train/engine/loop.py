@@ -56,8 +56,7 @@ def fit(scenario: Scenario, callbacks: Sequence[Logger] = ()) -> History:
         The :class:`History` of every epoch (with those before a resume); files go to ``log_dir/name``.
 
     Raises:
-        TrainingError: the loss became NaN or infinite (the message names epoch and batch), or,
-            under torch.distributed, another rank was lost (the message names it where it can).
+        TrainingError: the loss became NaN or infinite, or another rank was lost (each named).
         ConfigError: the run folder holds a run and ``resume`` is off, or there is nothing to resume.
         CheckpointError: ``last.pt`` cannot be written or read, or does not fit this run.
         KeyboardInterrupt: Ctrl-C or SIGTERM (after ``last.pt`` was saved at a step boundary).
