@@ -91,8 +91,8 @@ def read_ahead(
             here = np.unique(shard_of[start : start + read_rows]).tolist()
             if record is not None and cache is not None:  # where this reader is; then its turn for what it downloads
                 record.at(int(times[read]))  # type: ignore[index]
-                record.wait_admitted([shards.infos[s].sha256 for s in here if s not in pending
-                                      and not cache.has(shards.infos[s])])
+                # every shard of the read, cached or not: one cached now may be evicted before the read opens it
+                record.wait_admitted([shards.infos[s].sha256 for s in here])
             while pool is not None and submitted < len(sequence):
                 s = sequence[submitted]
                 waiting = sum(1 for t in pending if first_read[t] > read)
