@@ -304,13 +304,13 @@ def test_the_plan_orders_eviction_by_next_use_and_admits_within_the_window(tmp_p
         assert cache_readers.next_uses(tmp_path) == {a: (0, 0), b: (0, 32), c: (0, 48)}
         first.at(32)
         second.at(16)
-        assert cache_readers.next_uses(tmp_path) == {a: (0, 16), b: (0, 32), c: (0, 48)}
+        assert cache_readers.next_uses(tmp_path) == {a: (0, 0), b: (0, 0), c: (0, 32)}  # rows each reader has to go
         assert first.admitted(b)  # first use 32 <= the slowest (16) + the window (16)
         assert not first.admitted(c)  # 48: the second reader must move on first
         second.at(32)
         assert first.admitted(c)
         second.close()  # done with epoch 0: taken to be at the start of epoch 1 for ARRIVAL_S
-        assert cache_readers.next_uses(tmp_path) == {b: (0, 32)}
+        assert cache_readers.next_uses(tmp_path) == {b: (0, 0)}
     finally:
         first.close()
         second.close()

@@ -29,7 +29,7 @@ def eviction_order(entries: Iterable[tuple[K, float]], next_use: Mapping[K, tupl
 
     Args:
         entries: each cached shard and when it was last used (any clock; larger is later).
-        next_use: each shard's next use in the plan as ``(epoch, time)``; a shard missing
+        next_use: each shard's next use in the plan as ``(epoch, how far ahead)``; a shard missing
             from it is not used again. None: no plan is known, least recently used first.
 
     Example:
@@ -51,6 +51,9 @@ def next_use_of(
 ) -> dict[K, tuple[int, int]]:
     """Each shard's next use by any reader, from every reader's plan and where each reader is.
 
+    A use is as far ahead as its reader has still to go to reach it (its time less the
+    reader's position): a reader behind the others reaches the same time later.
+
     Args:
         uses: per reader, each shard's use times in ascending order (the times of its reads of it).
         positions: per reader, the time of the read it is at (its uses from then on count);
@@ -58,11 +61,11 @@ def next_use_of(
         epoch: the epoch of these uses (the first part of each key).
 
     Returns:
-        ``{shard: (epoch, time)}`` for every shard some reader still uses.
+        ``{shard: (epoch, how far ahead)}`` for every shard some reader still uses.
 
     Example:
         >>> next_use_of([{"a": [0, 4]}, {"a": [2], "b": [6]}], [3, 0])
-        {'a': (0, 2), 'b': (0, 6)}
+        {'a': (0, 1), 'b': (0, 6)}
     """
     found: dict[K, tuple[int, int]] = {}
     for plan, at in zip(uses, positions, strict=True):
@@ -71,7 +74,7 @@ def next_use_of(
         for shard, times in plan.items():
             i = bisect.bisect_left(times, at)
             if i < len(times):
-                key = (epoch, int(times[i]))
+                key = (epoch, int(times[i]) - at)
                 if key < found.get(shard, NEVER):
                     found[shard] = key
     return found

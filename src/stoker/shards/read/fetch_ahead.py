@@ -51,7 +51,8 @@ def read_ahead(
     such a limit they read by the machine's plan (``plan``, this reader's place in it, and
     ``times``, the time of each of its reads): each read records its time first, and a
     shard not in the cache is downloaded (by the read or ahead of it) only once the plan
-    admits it (:meth:`~stoker.shards.cache.readers.PlanReader.wait_admitted`): a reader
+    admits it (:meth:`~stoker.shards.cache.readers.PlanReader.wait_admitted`), and once the
+    read is taken the reader records one row past it (its shards no longer count as needed by it): a reader
     ahead waits for the slower ones to move on, and each shard is downloaded once per
     epoch and machine when the limit holds the plan's smallest room.
     """
@@ -106,6 +107,8 @@ def read_ahead(
             yield rows[start : start + read_rows]
             for s in ends.get(read, ()) if tight else ():  # a split the cache holds whole stays open
                 shards.release(s, done=True)
+            if record is not None:  # the read is taken: its shards are no longer needed by it (next_uses)
+                record.at(int(times[read]) + 1)  # type: ignore[index]
     finally:
         if record is not None:
             record.close()
