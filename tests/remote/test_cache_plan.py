@@ -16,6 +16,7 @@ from stoker import pack
 from stoker.shards import ShardDataset, ShardStream
 from stoker.shards.cache import policy
 from stoker.shards.cache.entries import entry_cost
+from stoker.shards.cache.readers import MachinePlan
 from stoker.shards.cache.simulate import replay, trace_of
 
 from .conftest import upload_folder, write_class_folders
@@ -33,13 +34,13 @@ def pack24(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return out
 
 
-def _plan(url: str, cache: Path, limit: int, ranks: int, workers: int, epoch: int) -> tuple[tuple[dict[str, list[int]], ...], dict[str, int]]:
+def _plan(url: str, cache: Path, limit: int, ranks: int, workers: int, epoch: int) -> tuple[MachinePlan, dict[str, int]]:
     """The machine's plan of a real stream (every local reader's shard uses), and each shard's bytes in the cache."""
     stream = ShardStream(url, cache_dir=cache, cache_limit=limit, rank=0, world_size=ranks, shuffle_buffer=8, read_rows=8)
     stream.set_epoch(epoch)
     plan, _, _ = stream.machine_plan(0, ranks, 0, workers)
     sizes = {info.sha256: entry_cost(info.bytes) for info in stream.dataset.shards.infos}
-    return plan.uses, sizes
+    return plan, sizes
 
 
 @pytest.mark.parametrize(("ranks", "workers"), [(1, 1), (2, 1), (2, 2)])
@@ -66,13 +67,14 @@ def test_the_cache_policy_is_within_five_percent_of_the_optimal(
 
     monkeypatch.setattr("stoker.shards.cache.simulate.eviction_order", counted)  # the very function the cache runs
     for epoch in (0, 1, 2):
-        uses, sizes = _plan(url, tmp_path / "c", limit, ranks, workers, epoch)
+        plan, sizes = _plan(url, tmp_path / "c", limit, ranks, workers, epoch)
+        uses = plan.uses
         readers = ranks * workers
         assert len(uses) == readers
         apart = [[8 * (r % 2) for r in range(readers)], [8 * (r % 3) for r in range(readers)]] if room >= 3 else []
         for lags in [[0] * readers, *apart]:
             trace = trace_of(uses, lags)
-            ours = replay(trace, uses, sizes, room * cost, "plan")
+            ours = replay(trace, uses, sizes, room * cost, "plan", plan.window)
             best = replay(trace, uses, sizes, room * cost, "optimal")
             lru = replay(trace, uses, sizes, room * cost, "lru")
             assert ours.uses == best.uses == lru.uses == len(trace) > 0

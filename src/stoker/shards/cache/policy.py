@@ -47,18 +47,22 @@ def eviction_order(entries: Iterable[tuple[K, float]], next_use: Mapping[K, tupl
 
 
 def next_use_of(
-    uses: Sequence[Mapping[K, Sequence[int]]], positions: Sequence[int | None], epoch: int = 0
+    uses: Sequence[Mapping[K, Sequence[int]]], positions: Sequence[int | None], epoch: int = 0, window: int | None = None
 ) -> dict[K, tuple[int, int]]:
     """Each shard's next use by any reader, from every reader's plan and where each reader is.
 
     A use is as far ahead as its reader has still to go to reach it (its time less the
-    reader's position): a reader behind the others reaches the same time later.
+    reader's position): a reader behind the others reaches the same time later. With a
+    ``window`` (readers download a shard only once the slowest is within ``window`` of its
+    first use, :mod:`stoker.shards.cache.readers`), a use is also no nearer than that
+    admission: a reader waiting for it does not use it sooner.
 
     Args:
         uses: per reader, each shard's use times in ascending order (the times of its reads of it).
         positions: per reader, the time of the read it is at (its uses from then on count);
             None: a reader that has finished.
         epoch: the epoch of these uses (the first part of each key).
+        window: the plan's admission window; None: no admission.
 
     Returns:
         ``{shard: (epoch, how far ahead)}`` for every shard some reader still uses.
@@ -68,13 +72,22 @@ def next_use_of(
         {'a': (0, 1), 'b': (0, 6)}
     """
     found: dict[K, tuple[int, int]] = {}
+    first: dict[K, int] = {}
+    slowest = min((p for p in positions if p is not None), default=0)
+    if window is not None:
+        for plan in uses:
+            for shard, times in plan.items():
+                first[shard] = min(first.get(shard, times[0]), times[0])
     for plan, at in zip(uses, positions, strict=True):
         if at is None:
             continue
         for shard, times in plan.items():
             i = bisect.bisect_left(times, at)
             if i < len(times):
-                key = (epoch, int(times[i]) - at)
+                ahead = int(times[i]) - at
+                if window is not None:
+                    ahead = max(ahead, first[shard] - window - slowest)
+                key = (epoch, ahead)
                 if key < found.get(shard, NEVER):
                     found[shard] = key
     return found

@@ -366,7 +366,7 @@ def next_uses(cache_root: Path) -> dict[str, tuple[int, int]] | None:
                     path.unlink(missing_ok=True)
                 continue
             known = True
-            for sha, key in next_use_of(plan.uses, at, epoch).items():
+            for sha, key in next_use_of(plan.uses, at, epoch, plan.window).items():
                 if key < found.get(sha, NEVER):
                     found[sha] = key
     return found if known else None

@@ -76,6 +76,7 @@ def replay(
     sizes: Mapping[str, int],
     limit: int,
     policy: Policy,
+    window: int | None = None,
 ) -> Replay:
     """Replay ``trace`` (from :func:`trace_of`) through a cache of ``limit`` bytes; shard ``s`` takes ``sizes[s]``.
 
@@ -85,6 +86,7 @@ def replay(
         sizes: the bytes each shard takes in the cache.
         limit: the cache's bytes.
         policy: ``"plan"``, ``"optimal"`` or ``"lru"`` (see the module docs).
+        window: the plan's admission window (:class:`~stoker.shards.cache.readers.MachinePlan`), for ``"plan"``.
 
     Raises:
         ConfigError: an unknown policy, or a shard larger than the limit.
@@ -108,7 +110,7 @@ def replay(
             hits += 1
         else:
             used += sizes[shard]
-            _evict(cached, shard, used, limit, sizes, policy, uses, positions, at_index, i)
+            _evict(cached, shard, used, limit, sizes, policy, uses, positions, at_index, i, window)
             used = sum(sizes[s] for s in cached)
         if last_of_read[i]:
             positions[reader] = t + 1  # done with that read, as a reader records once its read is taken
@@ -118,12 +120,13 @@ def replay(
 def _evict(
     cached: dict[str, int], shard: str, used: int, limit: int, sizes: Mapping[str, int], policy: Policy,
     uses: Sequence[Mapping[str, Sequence[int]]], positions: Sequence[int | None], at_index: dict[str, list[int]], i: int,
+    window: int | None,
 ) -> None:
     """Evict from ``cached`` by ``policy`` until within ``limit`` (never ``shard``, the one being read)."""
     if used <= limit:
         return
     if policy == "plan":
-        next_use: dict[str, tuple[int, int]] | None = next_use_of(uses, positions)
+        next_use: dict[str, tuple[int, int]] | None = next_use_of(uses, positions, window=window)
     elif policy == "optimal":
         next_use = {}
         for s in cached:
