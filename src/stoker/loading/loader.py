@@ -82,8 +82,7 @@ class Loader:
     The batches do not depend on ``num_workers`` or ``backend``: a map-style data set's
     order is its sampler's, and a ``Pipe`` (cut at ``shard()``) or a ``ShardStream`` deals
     its rank's order to the workers a whole batch at a time (the "Batches" rule of
-    :mod:`stoker.order`; :class:`~stoker.loading.contract.SupportsBatchSplit`; a remote
-    ``ShardStream`` larger than its cache limit cannot, and keeps its worker count).
+    :mod:`stoker.order`; :class:`~stoker.loading.contract.SupportsBatchSplit`).
 
     Between two batches, :meth:`state_dict` says where the loader stands, and a new
     loader given it with :meth:`load_state_dict` yields exactly the next batch of that
@@ -217,7 +216,7 @@ class Loader:
         if self._iterable and self.backend == "thread":
             if not self._elastic:
                 raise ConfigError(f"backend='thread' reads a {type(self.dataset).__name__} only if it deals its order a "
-                                  "batch at a time (a Pipe with one shard(), a ShardStream whose cache holds its split); "
+                                  "batch at a time (a Pipe with one shard(), a ShardStream); "
                                   "use backend='process'")
             return  # read on threads of this process, one per worker slot (see __iter__)
         if whole and self.backend == "process" and num_workers == 0 and not self._pin:
