@@ -30,7 +30,7 @@ from stoker.loading import make_loader
 from stoker.shards import ShardDataset, ShardStream
 from stoker.shards.cache import readers as cache_readers
 from stoker.shards.cache.entries import entry_cost
-from stoker.shards.read.fetch_ahead import disk_peak
+from stoker.shards.read.fetch_ahead import disk_peak, shard_room
 
 from .conftest import ServerRecord, upload_folder, write_class_folders
 
@@ -206,12 +206,6 @@ def test_random_reads_of_a_split_larger_than_the_cache_hold_it_and_read_like_loc
     assert any("smallest limit that fetches each shard once" in r.getMessage() for r in caplog.records)
 
 
-def _tight_stream(pack16: Path, url_tail: str, cache: Path) -> tuple[ShardStream, str]:
-    url = upload_folder(pack16, f"memory://stoker-share-test/{url_tail}")
-    limit = 4 * entry_cost(max(i.bytes for i in ShardDataset(pack16).manifest.shards))
-    return ShardStream(url, cache_dir=cache, cache_limit=limit, shuffle_buffer=4, read_rows=16), url
-
-
 def test_a_reader_waits_a_bounded_time_for_readers_that_do_not_come(
     pack16: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -380,3 +374,29 @@ def test_a_stream_larger_than_its_cache_gives_the_same_batches_for_every_worker_
     assert sorted(k for b in alone for k in b) == sorted(_keys([(i, 0) for i, _ in (ShardDataset(pack16)[j] for j in range(SHARDS * 32))]))  # type: ignore[misc]
     assert batches(2) == alone
     assert batches(2, "thread") == alone
+
+
+def test_a_limit_below_what_the_machines_plan_needs_is_said_once_with_the_smallest_that_is_not(
+    pack16: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Two ranks on this machine: the warning comes exactly when the plan needs more shards at once than the limit holds."""
+    monkeypatch.delenv("LOCAL_WORLD_SIZE", raising=False)
+    monkeypatch.setattr(cache_readers, "ARRIVAL_S", 0.0)  # rank 1 does not come: rank 0 reads on at once
+    url = upload_folder(pack16, "memory://stoker-share-test/room")
+    cost = entry_cost(max(i.bytes for i in ShardDataset(pack16).manifest.shards))
+    said = {}
+    for room in (2, 3, 4, 5):
+        caplog.clear()
+        stream = ShardStream(url, cache_dir=tmp_path / f"c{room}", cache_limit=room * cost + 8192, shuffle_buffer=16,
+                             read_rows=16, rank=0, world_size=2)
+        with caplog.at_level("WARNING", logger="stoker"):
+            assert len(_keys(list(stream))) == len(stream)
+        told = [r.getMessage() for r in caplog.records if "the readers of this machine need" in r.getMessage()]
+        plan, _, _ = stream.machine_plan(0, 2, 0, 1)
+        holds = shard_room(stream.dataset.shards)
+        assert len(told) == (plan.smallest_room() > holds)
+        if told:
+            smallest = int(re.search(r"is ([0-9,]+) bytes", told[0]).group(1).replace(",", ""))  # type: ignore[union-attr]
+            assert smallest >= plan.smallest_room() * cost
+        said[room] = bool(told)
+    assert any(said.values()) and not all(said.values()), said  # the plan (shards at once, buffer) follows the limit
