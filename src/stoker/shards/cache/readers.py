@@ -355,7 +355,7 @@ def next_uses(cache_root: Path) -> dict[str, tuple[int, int]] | None:
             plan = _load_plan(path)
             if plan is None:
                 continue
-            at = []
+            at: list[int | None] = []
             for position in _positions(folder, len(plan.uses), now):
                 if position is None or position[0] > epoch:
                     at.append(None)
