@@ -325,6 +325,18 @@ class PlanReader:
                         "still read; a reader that does not come is waited for %.0f s)", self.folder, waited, ARRIVAL_S)
         return waited
 
+    def first_time(self, what: str) -> bool:
+        """True the first time any reader of this stream on the machine asks about ``what`` (to say a thing once)."""
+        if not self._usable:
+            return True
+        try:
+            os.close(os.open(self.folder / f"said-{what}", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+        except FileExistsError:
+            return False
+        except OSError:
+            return True
+        return True
+
     def close(self) -> None:
         """This reader is done with the epoch."""
         if not self._usable:

@@ -528,9 +528,11 @@ class ShardStream(
             shards.root, shards.split, [info.sha256 for info in shards.infos], self.seed, world_size,
             num_workers, self.block_rows, size, sorted(self.order_plan().items()),
         )
-        if me == 0 and not self._said_room:
-            self._say_room()
         record = PlanReader(shards.cache.root, tag, self.epoch, me, plan)
+        # Said by the machine's first reader, once per run: a DataLoader worker is new each epoch, its rank's process is not.
+        run = os.getppid() if torch.utils.data.get_worker_info() is not None else os.getpid()
+        if me == 0 and not self._said_room and record.first_time(f"room-{run}"):
+            self._say_room()
         return read_ahead(shards, rows[first:], size, self.fetch_ahead, plan=record, times=times[me][first // size :])
 
     def machine_plan(
