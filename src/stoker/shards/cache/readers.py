@@ -294,18 +294,18 @@ class PlanReader:
             self._usable = False
             _say_unusable(self.folder, exc)
 
-    def admitted(self, sha: str) -> bool:
-        """Whether shard ``sha`` may be downloaded now: its first use is within the window of the slowest reader."""
+    def admitted(self, *shas: str) -> bool:
+        """Whether the shards ``shas`` may be downloaded now: each one's first use is within the window of the slowest reader."""
         if not self._usable:
             return True
-        first = self._first.get(sha)
-        if first is None:
-            return True  # not in the plan (no reader of it will need it): nothing to keep room for
+        firsts = [f for f in (self._first.get(sha) for sha in shas) if f is not None]  # one not in the plan: no room kept
+        if not firsts:
+            return True
         slowest = min((p for p in _positions(self.folder, len(self.plan.uses), time.time()) if p is not None),
                       default=None)
         mine = (self.epoch, self._at)
         slowest = mine if slowest is None or mine < slowest else slowest
-        return (self.epoch, first) <= (slowest[0], slowest[1] + self.plan.window)
+        return (self.epoch, max(firsts)) <= (slowest[0], slowest[1] + self.plan.window)
 
     def wait_admitted(self, shas: list[str]) -> float:
         """Wait until every shard of ``shas`` may be downloaded (the slower readers have moved on); seconds waited.
@@ -314,7 +314,7 @@ class PlanReader:
         """
         start = time.monotonic()
         pause = 0.002
-        while not all(self.admitted(sha) for sha in shas):
+        while not self.admitted(*shas):
             time.sleep(pause)
             pause = min(pause * 2, 0.05)
         waited = time.monotonic() - start
