@@ -38,11 +38,21 @@ with each object's SHA-256 taken and its bytes written to a file (:func:`serial_
 is the least the verified cache must do per byte: its CPU ratio to the plain download is
 the floor of the cold stream's.
 
+With ``--plan`` it measures instead the machine's reading plan under a cache limit of a
+quarter of the set (``--limit-share``): for 1 x 1 (one rank, read in its process), 2 x 1
+(two ranks) and 2 x 2 (two ranks of two DataLoader worker processes) readers, ``--epochs``
+epochs of a ``ShardStream`` read by forked rank processes sharing one cache folder; the
+GETs of shard objects per shard per epoch (counted by the server's recorder), the wall
+seconds, and the hit rates of the cache's eviction policy, Belady's optimal one and LRU
+replayed over the same machine's plan (:mod:`stoker.shards.cache.simulate`; readers in
+step, and a reader one read behind).
+
 Run::
 
     python benchmarks/bench_remote.py --n 4000
     python benchmarks/bench_remote.py --quick
     python benchmarks/bench_remote.py --n 4000 --cpu-rounds 12
+    python benchmarks/bench_remote.py --plan --n 4000 --shard-samples 125
 """
 
 from __future__ import annotations
@@ -157,9 +167,18 @@ def main() -> None:
     parser.add_argument("--cpu-rounds", type=int, default=0,
                         help="measure only the client's CPU per GB, cold stream vs serial download, in this many "
                              "interleaved rounds (>= 10 for the medians)")
+    parser.add_argument("--plan", action="store_true",
+                        help="measure the machine's reading plan under a cache limit instead (see the module docs)")
+    parser.add_argument("--epochs", type=int, default=2, help="--plan: epochs read")
+    parser.add_argument("--limit-share", type=float, default=0.25, help="--plan: the cache limit, a share of the set")
     args = parser.parse_args()
+    if args.cpu_rounds and args.plan:
+        parser.error("--cpu-rounds and --plan are two separate measurements: give one")
     if args.cpu_rounds:
         cpu_per_gb_main(args)
+        return
+    if args.plan:
+        measure_plan(args)
         return
     n = 1000 if args.quick else args.n
     work = args.out or Path(tempfile.mkdtemp(prefix="stoker-bench-remote-"))
@@ -407,6 +426,118 @@ def measure_ratios(local: Path, url: str, caches: Path, rounds: int, server: int
               + ", ".join(f"{1e3 * t:.0f}" for t in serial) + " | " + ", ".join(f"{1e3 * t:.0f}" for t in cold), flush=True)
         shutil.rmtree(cache, ignore_errors=True)
     return statistics.median(warm_ratios), statistics.median(cold_ratios)
+
+
+def _plan_rank(rank: int, ranks: int, workers: int, url: str, cache: str, limit: int, epochs: int) -> None:
+    """One rank of ``measure_plan``: ``epochs`` epochs of the stream, read by ``workers`` DataLoader workers (0: itself)."""
+    from torch.utils.data import DataLoader
+
+    stream = ShardStream(url, cache_dir=cache, cache_limit=limit, rank=rank, world_size=ranks, read_rows=BATCH)
+    context = "fork" if workers else None
+    loader = DataLoader(stream, batch_size=BATCH, num_workers=workers, collate_fn=len, multiprocessing_context=context)
+    for epoch in range(epochs):
+        stream.set_epoch(epoch)
+        for _ in loader:
+            pass
+
+
+def _recorded_gets(endpoint: str, prefix: str) -> int:
+    """GETs of the shard objects under ``prefix`` that moto's recorder saw since it was reset."""
+    import json
+    import urllib.request
+    from urllib.parse import urlparse
+
+    request = urllib.request.Request(f"{endpoint}/moto-api/recorder/download-recording", method="POST")
+    with urllib.request.urlopen(request, timeout=30) as answer:
+        lines = answer.read().decode().splitlines()
+    found = 0
+    for line in lines:
+        if line.strip():
+            entry = json.loads(line)
+            path = urlparse(entry["url"]).path
+            found += entry["method"] == "GET" and path.startswith(f"/{prefix}/") and path.endswith(".arrow")
+    return found
+
+
+def _recorder(endpoint: str, action: str) -> None:
+    import urllib.request
+
+    with urllib.request.urlopen(urllib.request.Request(f"{endpoint}/moto-api/recorder/{action}", method="POST"), timeout=30):
+        pass
+
+
+def measure_plan(args: argparse.Namespace) -> None:
+    """GETs per shard per epoch and hit rates against the optimal, for 1 x 1, 2 x 1 and 2 x 2 readers under a limit."""
+    import multiprocessing
+
+    from stoker.shards.cache.entries import entry_cost
+    from stoker.shards.cache.simulate import replay, trace_of
+
+    work = args.out or Path(tempfile.mkdtemp(prefix="stoker-bench-plan-"))
+    caches = (args.cache_dir or default_cache_dir()) / f"bench-plan-{os.getpid()}"
+    data, local = work / "data", work / "packed"
+    n = 1000 if args.quick else args.n
+    if not data.exists():
+        make_digiface(data, n, progress=False)
+    if not (local / "manifest.json").exists():
+        pack(data, local, store="pixels", size=(args.size, args.size), shard_samples=args.shard_samples, progress=False)
+    os.environ["MOTO_RECORDER_FILEPATH"] = str(work / "recording.jsonl")  # moto's recorder writes there
+    os.environ.pop("LOCAL_WORLD_SIZE", None)  # every rank on this machine
+    infos = ShardDataset(local).manifest.shards
+    set_bytes = sum(entry_cost(i.bytes) for i in infos)
+    limit = int(set_bytes * args.limit_share)
+    proc, endpoint = start_server()
+    rows = []
+    try:
+        where("s3://bench").fs.mkdir("bench")
+        url = "s3://bench/packed"
+        place = where(url)
+        for path in sorted(local.iterdir()):
+            place.upload(path, path.name)
+        for ranks, workers in ((1, 0), (2, 0), (2, 2)):
+            cache = caches / f"{ranks}x{workers}"
+            _recorder(endpoint, "reset-recording")
+            _recorder(endpoint, "start-recording")
+            start = time.perf_counter()
+            fork = multiprocessing.get_context("fork")
+            procs = [fork.Process(target=_plan_rank, args=(r, ranks, workers, url, str(cache), limit, args.epochs))
+                     for r in range(ranks)]
+            for p in procs:
+                p.start()
+            for p in procs:
+                p.join()
+            wall = time.perf_counter() - start
+            _recorder(endpoint, "stop-recording")
+            if any(p.exitcode for p in procs):
+                raise SystemExit(f"{ranks} x {max(workers, 1)}: a rank failed (exit codes {[p.exitcode for p in procs]})")
+            gets = _recorded_gets(endpoint, "bench/packed")
+            stream = ShardStream(url, cache_dir=cache, cache_limit=limit, rank=0, world_size=ranks, read_rows=BATCH)
+            plan, _, _ = stream.machine_plan(0, ranks, 0, max(workers, 1))
+            sizes = {i.sha256: entry_cost(i.bytes) for i in infos}
+            room = stream.dataset.shards.cache.shard_room or limit  # type: ignore[union-attr]
+            rates = []
+            for lags in ([0] * len(plan.uses), [BATCH * (r % 2) for r in range(len(plan.uses))]):
+                trace = trace_of(plan.uses, lags)
+                rates.append([replay(trace, plan.uses, sizes, room, p, plan.window).hit_rate  # type: ignore[arg-type]
+                              for p in ("plan", "optimal", "lru")])
+            rows.append((f"{ranks} x {max(workers, 1)}", gets / len(infos) / args.epochs, wall, plan.smallest_room(),
+                         room // max(sizes.values()), rates))
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+        shutil.rmtree(caches, ignore_errors=True)
+        if args.out is None:
+            shutil.rmtree(work, ignore_errors=True)
+    print(f"\n{n:,} samples, {len(infos)} pixel shards of {args.size}x{args.size}, {set_bytes / 1e6:,.1f} MB in the "
+          f"cache; limit {limit / 1e6:,.1f} MB ({args.limit_share:.0%}); {args.epochs} epochs; batch {BATCH}; "
+          f"S3 = moto on {endpoint}\n")
+    header = ["readers (ranks x workers)", "GETs / shard / epoch", "wall (s)", "shards the plan needs at once",
+              "shards the limit holds", "hit rate in step: plan / optimal / LRU", "one read behind: plan / optimal / LRU"]
+    print("| " + " | ".join(header) + " |")
+    print("|" + "|".join("---" if i == 0 else "---:" for i in range(len(header))) + "|")
+    for name, per, wall, need, holds, rates in rows:
+        cells = [" / ".join(f"{r:.3f}" for r in rate) for rate in rates]
+        print(f"| {name} | {per:.2f} | {wall:.1f} | {need} | {holds} | {cells[0]} | {cells[1]} |")
 
 
 if __name__ == "__main__":

@@ -321,9 +321,6 @@ def buffer_shuffle_array(items: np.ndarray, buffer_size: int, rng: np.random.Gen
     return items[out]
 
 
-# The old name of buffer_shuffle_array, not public: shards/read/stream.py imports it until its next edit.
-buffer_shuffled = buffer_shuffle_array
-
 
 def _buffer_size(value: object, where: str) -> int:
     """``value`` as a buffer size (a positive integer); ConfigError naming ``where`` otherwise."""

@@ -104,6 +104,18 @@ def test_bench_remote_measures_the_client_cpu_per_gb(tmp_path: Path) -> None:
     assert not any(caches.iterdir())
 
 
+def test_bench_remote_plan_reports_gets_and_hit_rates(tmp_path: Path) -> None:
+    pytest.importorskip("s3fs", reason="bench_remote needs s3fs: pip install 'stoker[test]'")
+    pytest.importorskip("moto.server", reason="bench_remote needs moto's server: pip install 'moto[server]'")
+    caches = tmp_path / "caches"
+    out = _run("bench_remote.py", "--plan", "--n", "160", "--shard-samples", "20", "--size", "16", "--epochs", "1",
+               "--limit-share", "0.5", "--out", str(tmp_path / "r"), "--cache-dir", str(caches), cwd=tmp_path)
+    for readers in ("| 1 x 1 |", "| 2 x 1 |", "| 2 x 2 |"):
+        assert readers in out
+    assert "GETs / shard / epoch" in out and "plan / optimal / LRU" in out
+    assert not any(caches.iterdir())  # the run's own folder in it is removed
+
+
 def test_gpu_check_runs_its_parts_and_says_what_happened(tmp_path: Path) -> None:
     # On a machine without a GPU the GPU parts say so and the script still finishes: a lent GPU's
     # minutes must not be spent finding a broken script.

@@ -217,7 +217,7 @@ class Loader:
         if self._iterable and self.backend == "thread":
             if not self._elastic:
                 raise ConfigError(f"backend='thread' reads a {type(self.dataset).__name__} only if it deals its order a "
-                                  "batch at a time (a Pipe with one shard(), a ShardStream whose cache holds its split); "
+                                  "batch at a time (a Pipe with one shard(), a ShardStream); "
                                   "use backend='process'")
             return  # read on threads of this process, one per worker slot (see __iter__)
         if whole and self.backend == "process" and num_workers == 0 and not self._pin:

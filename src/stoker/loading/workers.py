@@ -24,9 +24,8 @@ The worker count is a speed setting only: for every reader (map-style, a ``Pipe`
 ``shard()``, a ``ShardStream``) the batches a rank sees are the same for any worker count
 and either backend, and a mid-epoch checkpoint resumes under another count (the "Batches"
 rule of :mod:`stoker.order`), so this default may differ from one machine to the next
-without changing a run. The one exception, said where it applies, is a ``ShardStream``
-over a remote split larger than its cache limit (its workers must read the same shards at
-once): it is not ``elastic`` and keeps rule 2.
+without changing a run. (An iterable that splits itself between workers, a ``Pipe``
+without ``shard()``, is not ``elastic`` and keeps rule 2.)
 
 ``make_loader``, ``stoker train`` (``data.workers`` left out) and ``stoker inspect``
 all take this rule; set ``num_workers`` / ``--workers`` to choose, and ``STOKER_CORES``

@@ -20,11 +20,19 @@ the others wait for it and then read the same copy.
 With a size limit (``limit=``, ``--cache-limit``, ``STOKER_CACHE_LIMIT``) the disk the
 folder takes stays within it: every file counts by its blocks, a download in progress
 by the whole shard it will be (reserved before its first byte, and only with that much
-free on the disk), and the least recently used shards that no reader holds are evicted
-to make room. A reader holds a shard (a shared lock) for as long as it is memory-mapped,
-so a shard still being read is never deleted (its space would stay in use, uncounted).
-Partial downloads of processes that are gone are removed. A claimed size (the object's
-size, a Content-Length) larger than the manifest's is refused before the first byte.
+free on the disk), and shards that no reader holds are evicted to make room. Which go
+first (:mod:`stoker.shards.cache.policy`): while a stream reads through the cache, its
+readers on this machine share one plan (:mod:`stoker.shards.cache.readers`), and the
+shard whose next use in that plan is furthest ahead goes first (a shard no reader uses
+again before all others); without a plan (map-style, random reads), the least recently
+used. A stream's readers download a shard only once the slowest of them is within the
+plan's window of it, so under a limit of at least the plan's smallest room each shard
+is downloaded at most once per epoch per machine, and no reader waits on a timeout for
+room (a reader ahead waits for the slower ones to move on). A reader holds a shard (a
+shared lock) for as long as it is memory-mapped, so a shard still being read is never
+deleted (its space would stay in use, uncounted). Partial downloads of processes that
+are gone are removed. A claimed size (the object's size, a Content-Length) larger than
+the manifest's is refused before the first byte.
 
 The cache folder is ``cache_dir=``, else the ``STOKER_CACHE`` environment variable, else
 ``$XDG_CACHE_HOME/stoker`` (``~/.cache/stoker``).
@@ -61,7 +69,8 @@ from stoker.shards.cache.entries import (
     write_stamp,
 )
 from stoker.shards.cache.folder import default_cache_dir  # its own module: the manifest cache needs it too
-from stoker.shards.cache.readers import spared
+from stoker.shards.cache.policy import eviction_order
+from stoker.shards.cache.readers import next_uses
 
 if TYPE_CHECKING:
     from stoker.shards.format.manifest import ShardInfo
@@ -72,9 +81,6 @@ log = logging.getLogger("stoker")
 _said_over_limit: set[str] = set()  # cache folders said to be over their limit while offline (once each)
 _said_lock = threading.Lock()
 _CHUNK = 4 << 20
-# How long a reader waits for room that shards other readers of the machine still need take
-# (stoker.shards.cache.readers) before it evicts them anyway: readers in step move on within it.
-SPARE_WAIT_S = 15.0
 SAY_WAIT_S = 5.0  # a wait for room longer than this is said (once per process)
 _UNLIMITED_SWEEP_S = 60.0  # how often a cache without a limit removes the partial downloads of dead processes
 _UNITS = {"": 1, "b": 1, "k": 2**10, "kb": 2**10, "kib": 2**10, "m": 2**20, "mb": 2**20, "mib": 2**20,
@@ -148,8 +154,6 @@ class ShardCache:
         self.lock_timeout_s = lock_timeout_s
         self.downloads = 0
         self.downloaded_bytes = 0
-        self.spare_wait_s = SPARE_WAIT_S
-        self._spare_off = False  # set once a wait for the shards other readers need ran out
         self._said_wait = False
         self._count_lock = threading.Lock()
         self._swept_at: float | None = None  # a cache without a limit: when this object last swept (_reserve_unlimited)
@@ -385,15 +389,14 @@ class ShardCache:
             with _Exclusive(self.root / "cache.lock", self.lock_timeout_s, "the cache's size count"):
                 used = self.sweep()
                 if self.limit is not None and used + need > self.limit:
-                    used -= self._make_room(used + need - self.limit, where, time.monotonic() - start)
+                    used -= self._make_room(used + need - self.limit)
                 if self.limit is None or used + need <= self.limit:
                     tmp = self._new_partial(info, tmp_folder)
                     waited_s = time.monotonic() - start
                     if waited_s > SAY_WAIT_S and not self._said_wait:
                         self._said_wait = True
                         log.warning("%s: waited %.0f s for room in the cache %s while other readers of this machine "
-                                    "still needed the shards it holds (limit %s bytes)", where, waited_s, self.root,
-                                    f"{self.limit:,}")
+                                    "held the shards in it (limit %s bytes)", where, waited_s, self.root, f"{self.limit:,}")
                     return tmp
             if not wait:
                 return None
@@ -406,31 +409,9 @@ class ShardCache:
             time.sleep(pause)
             pause = min(pause * 2, 0.2)
 
-    def _make_room(self, wanted: int, where: str, waited_s: float) -> int:
-        """Evict to free ``wanted`` bytes (the caller holds ``cache.lock``), sparing what readers need soon; bytes freed.
-
-        Shards that a reader of this machine needs soon (:func:`~stoker.shards.cache.readers.spared`)
-        are spared, so a reader ahead waits for the slower ones rather than evicting what
-        they are about to read. After :attr:`spare_wait_s` of waiting, this process
-        stops sparing them (said once): they are evicted and will be downloaded again.
-        """
-        if self._spare_off:
-            return self._evict_locked(wanted)
-        freed = self._evict_locked(wanted, spared(self.root))
-        if freed >= wanted or waited_s < self.spare_wait_s:
-            return freed
-        more = self._evict_locked(wanted - freed)
-        if not more:  # what fills it is held, not spared: waiting is all there is
-            return freed
-        self._spare_off = True
-        log.warning(
-            "%s: waited %.0f s for room in the cache %s that shards other readers of this machine still need take; "
-            "this reader no longer waits for them, so they may be downloaded again: the readers are further apart "
-            "than the cache limit of %s bytes holds (a rank or worker much slower than the others, or fewer readers "
-            "than LOCAL_WORLD_SIZE x workers); a larger --cache-limit (STOKER_CACHE_LIMIT) avoids it",
-            where, waited_s, self.root, f"{self.limit:,}",
-        )
-        return freed + more
+    def _make_room(self, wanted: int) -> int:
+        """Evict to free ``wanted`` bytes (the caller holds ``cache.lock``), in the plan's order (see the module docs); bytes freed."""
+        return self._evict_locked(wanted, next_uses(self.root))
 
     def _reserve_unlimited(self, info: ShardInfo) -> Path:
         """:meth:`_reserve` for a cache without a limit: there is no size count, so no ``cache.lock`` and no sweep per download.
@@ -503,8 +484,8 @@ class ShardCache:
         with _Exclusive(self._folder(self.root) / "cache.lock", self.lock_timeout_s, "the cache's size count"):
             return self.sweep()
 
-    def _entries(self) -> list[tuple[float, int, Path]]:
-        """(last used, disk bytes, path) of every shard in the cache, least recently used first."""
+    def _entries(self) -> list[tuple[str, float, int, Path]]:
+        """(SHA-256, last used, disk bytes, path) of every shard in the cache."""
         found = []
         for path in (self.root / "sha256").glob("*/*.arrow"):
             try:
@@ -517,26 +498,30 @@ class ShardCache:
                 used, cost = side.st_mtime, cost + allocated(side)
             except FileNotFoundError:
                 used = st.st_mtime
-            found.append((used, cost, path))
-        return sorted(found)
+            found.append((path.stem, used, cost, path))
+        return found
 
     def evict(self) -> int:
-        """Delete least recently used shards no reader holds until the cache is within its limit; bytes freed."""
+        """Delete shards no reader holds, in the plan's order (see the module docs), until the cache is within its limit; bytes freed."""
         if self.limit is None or not self.root.is_dir():
             return 0
         with _Exclusive(self.root / "cache.lock", self.lock_timeout_s, "cache eviction"):
             over = self.sweep() - self.limit
-            return self._evict_locked(over) if over > 0 else 0
+            return self._make_room(over) if over > 0 else 0
 
-    def _evict_locked(self, wanted: int, spare: set[str] | frozenset[str] = frozenset()) -> int:
-        """Free at least ``wanted`` bytes if shards no reader holds (and none in ``spare``) allow; the caller holds ``cache.lock``."""
+    def _evict_locked(self, wanted: int, next_use: dict[str, tuple[int, int]] | None) -> int:
+        """Free at least ``wanted`` bytes if shards no reader holds allow, in :func:`eviction_order`; the caller holds ``cache.lock``.
+
+        ``next_use``: each shard's next use in the machine's plan (None: no plan, least recently used first).
+        """
+        found = self._entries()
+        entries = {sha: (cost, path) for sha, _, cost, path in found}
         freed = 0
-        for _, cost, path in self._entries():
+        for sha in eviction_order(((sha, used) for sha, used, _, _ in found), next_use):
             if freed >= wanted:
                 break
-            if path.stem in spare:
-                continue
-            fd = flock(self._lock_path(path.stem, "use"), fcntl.LOCK_EX, 0, "cache eviction")
+            cost, path = entries[sha]
+            fd = flock(self._lock_path(sha, "use"), fcntl.LOCK_EX, 0, "cache eviction")
             if fd is None:
                 continue  # a reader holds it
             try:

@@ -8,14 +8,14 @@ fetch ahead, what to pin in the cache until it is read, and when to let go.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import TYPE_CHECKING
 
 import numpy as np
 
 from stoker.shards.cache.entries import entry_cost
-from stoker.shards.cache.readers import PassReader
+from stoker.shards.cache.readers import PlanReader
 
 if TYPE_CHECKING:
     from stoker.shards.read.reader import ShardSet
@@ -27,7 +27,8 @@ FETCH_THREADS = 4  # downloads at once while a split the cache holds whole is re
 
 
 def read_ahead(
-    shards: ShardSet, rows: np.ndarray, read_rows: int, ahead: int, *, readers: int = 1, tag: str | None = None
+    shards: ShardSet, rows: np.ndarray, read_rows: int, ahead: int, *,
+    plan: PlanReader | None = None, times: Sequence[int] | np.ndarray | None = None,
 ) -> Iterator[np.ndarray]:
     """Cut ``rows`` into reads of ``read_rows``; for a remote set, fetch the next shards while one is read.
 
@@ -46,13 +47,14 @@ def read_ahead(
     room that another waits for; the least recently used shards are evicted first, so
     those about to be read stay.
 
-    Several readers on one machine (workers, the ranks of a host) are not in step, so
-    under such a limit a shard one of them is done with could be evicted before a slower
-    one reads it. So each reader of the pass ``tag`` (one epoch of one stream; ``readers``
-    of them on this machine) records the shards it reads now and the next ones its plan
-    fetches (:class:`~stoker.shards.cache.readers.PassReader`), and the cache spares them:
-    a reader ahead waits for the others to move on, and each shard is downloaded once per
-    epoch and machine (see :meth:`ShardCache._make_room` for a reader left far behind).
+    Several readers on one machine (workers, the ranks of a host) are not in step, so under
+    such a limit they read by the machine's plan (``plan``, this reader's place in it, and
+    ``times``, the time of each of its reads): each read records its time first, and a
+    shard not in the cache is downloaded (by the read or ahead of it) only once the plan
+    admits it (:meth:`~stoker.shards.cache.readers.PlanReader.wait_admitted`), and once the
+    read is taken the reader records one row past it (its shards no longer count as needed by it): a reader
+    ahead waits for the slower ones to move on, and each shard is downloaded once per
+    epoch and machine when the limit holds the plan's smallest room.
     """
     starts = range(0, len(rows), read_rows)
     # A local set, or a warm epoch of a split the cache holds whole (every shard open): nothing to
@@ -66,14 +68,7 @@ def read_ahead(
     first_read, last_read = _read_span(shard_of, read_rows)
     tight = shards.tight
     sequence = list(first_read)  # shards in the order they are first needed
-    room = 0  # shards the limit holds: what this reader records as needed at a time
-    record = None
-    if tight:  # fetch ahead only into the room this reader's own reads leave
-        room = shard_room(shards)
-        ahead = min(ahead, _room_ahead(shards, first_read, last_read, room))
-        if tag is not None and shards.cache is not None:
-            first = [shards.infos[s].sha256 for s in sequence[:room]]
-            record = PassReader(shards.cache.root, tag, readers, first)
+    record = plan if tight and times is not None else None
     if not tight and all(shards.is_open(s) for s in sequence):  # a warm epoch: nothing to fetch or let go
         for start in starts:
             yield rows[start : start + read_rows]
@@ -91,31 +86,29 @@ def read_ahead(
         # No limit, so no room to wait for: a shard is opened (mapped and checked) on the thread that fetched it,
         # rather than by the read that first needs it, one shard after another while the fetches wait.
         pin = lambda s: shards.file(s) is not None  # noqa: E731
-    carried: set[int] = set()  # shards this reader has begun and not finished
-    begun = 0  # shards of ``sequence`` begun
+    cache = shards.cache
     try:
         for read, start in enumerate(starts):
-            if record is not None:  # what it needs next: the shards it carries on, then the next it begins
-                upcoming = sequence[begun : begun + max(0, room - len(carried))]
-                record.need(shards.infos[s].sha256 for s in [*carried, *upcoming])
-                while begun < len(sequence) and first_read[sequence[begun]] <= read:
-                    carried.add(sequence[begun])
-                    begun += 1
+            here = np.unique(shard_of[start : start + read_rows]).tolist()
+            if record is not None and cache is not None:  # where this reader is; then its turn for what it downloads
+                record.at(int(times[read]))  # type: ignore[index]
+                # every shard of the read, cached or not: one cached now may be evicted before the read opens it
+                record.wait_admitted([shards.infos[s].sha256 for s in here])
             while pool is not None and submitted < len(sequence):
                 s = sequence[submitted]
                 waiting = sum(1 for t in pending if first_read[t] > read)
-                if first_read[s] > read and waiting >= ahead:
+                if first_read[s] > read and (waiting >= ahead or (record is not None and not record.admitted(shards.infos[s].sha256))):
                     break
                 pending[s] = pool.submit(pin, s)
                 submitted += 1
-            here = np.unique(shard_of[start : start + read_rows]).tolist()
             for s in here:
                 if s in pending:
                     pending.pop(s).result()  # pinned, or no room yet: then the read fetches it
             yield rows[start : start + read_rows]
             for s in ends.get(read, ()) if tight else ():  # a split the cache holds whole stays open
                 shards.release(s, done=True)
-                carried.discard(s)
+            if record is not None:  # the read is taken: its shards are no longer needed by it (next_uses)
+                record.at(int(times[read]) + 1)  # type: ignore[index]
     finally:
         if record is not None:
             record.close()
@@ -167,26 +160,3 @@ def shard_room(shards: ShardSet) -> int:
     if cache is None or cache.shard_room is None or not shards.infos:
         return 0
     return cache.shard_room // max(entry_cost(info.bytes) for info in shards.infos)
-
-
-def _room_ahead(shards: ShardSet, first_read: dict[int, int], last_read: dict[int, int], room: int) -> int:
-    """Shards a reader of a split larger than its cache fetches ahead: what its limit holds beyond those it reads at once.
-
-    Once per reader, a warning when its reads alone need more shards at once than the
-    limit holds, with the smallest limit that fetches each shard once.
-    """
-    cache = shards.cache
-    if cache is None or cache.limit is None or cache.shard_room is None or not first_read:
-        return 0
-    peak = _peak_of_spans(first_read, last_read)
-    largest = max(entry_cost(info.bytes) for info in shards.infos)
-    if peak > room and not getattr(shards, "_warned_keep", False):
-        shards._warned_keep = True  # type: ignore[attr-defined]
-        log.warning(
-            "%s: the cache limit of %s bytes holds %d shards, but this reader's order needs %d at once (the "
-            "shuffle buffer and the shards merged at once spread each shard's rows): shards evicted before their "
-            "last read are fetched again; the smallest limit that fetches each shard once per reader is %s bytes "
-            "(--cache-limit, STOKER_CACHE_LIMIT), or use a smaller shuffle_buffer",
-            shards.root, f"{cache.limit:,}", room, peak, f"{peak * largest + cache.limit - cache.shard_room:,}",
-        )
-    return max(0, room - peak)

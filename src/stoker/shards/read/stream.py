@@ -14,7 +14,7 @@ held about one shard.)
 
 That sequence is split by the rule of :mod:`stoker.order`: rank ``r`` of ``R`` takes
 every ``R``-th row (so the ranks' shares differ by at most one sample) and shuffles its
-share through a buffer of ``shuffle_buffer`` rows (:func:`stoker.order.buffer_shuffle`,
+share through a buffer of ``shuffle_buffer`` rows (:func:`stoker.order.buffer_shuffle_array`,
 drawn from ``(BUFFER, rank, 0)`` of the epoch): that is the rank's order, the same
 whatever reads it. The rank deals it to its workers a batch at a time (``block_rows``,
 the loader's batch size: :meth:`ShardStream.split_by_batch`): batch ``b`` of the rank is
@@ -23,22 +23,17 @@ count or the backend, and a mid-epoch position resumes under another worker coun
 Every sample is read exactly once per epoch; nothing is trimmed. Each worker reads
 across the whole epoch, in step with the others.
 
-One exception: a remote split larger than its cache limit is read as before the batch
-split, so that its workers read the same shards at once (with a batch each, they would
-read different ones, and the limit would force shards out before others' last reads):
-each worker takes blocks of :data:`BLOCK_ROWS` rows (fewer when a group of shards would
-not give every worker a block) of the rank's share, through a buffer of its own (drawn
-from ``(BUFFER, rank, worker)``). Its batches then depend on the worker count, and the
-loader says so (it keeps that count for a resume, and refuses the thread backend). Its reads stay within one group of files
-at a time (good for a page cache, or a disk larger than memory): for a set at a URL,
-each shard of the group is a file in the local cache, fetched ahead while the one
-before is read and let go after its last read (:mod:`stoker.shards.read.fetch_ahead`). When
-the split is larger than the cache's ``cache_limit``, ``shards_at_once`` and
-``fetch_ahead`` are lowered to fit (:func:`cache_plan`), and a reader holds no shard
-between its reads. Several readers on one machine (workers, ranks of the host) are not
-in step, so each records the shards it reads now and next, and the cache evicts none of
-those (:mod:`stoker.shards.cache.readers`): a reader ahead waits for the slower ones, and
-each shard is downloaded once per epoch and machine.
+For a set at a URL, each shard is a file in the local cache, fetched ahead while the one
+before is read (:mod:`stoker.shards.read.fetch_ahead`). When the split is larger than the
+cache's ``cache_limit``, ``shards_at_once`` and ``fetch_ahead`` are lowered to fit
+(:func:`cache_plan`), each shard is let go after its part of a read, and the readers of
+the machine (the workers of its ranks) read by one plan: every reader computes which
+shards every local reader reads when (:meth:`ShardStream.machine_plan`), records where it
+is, and downloads a shard only once the slowest reader is within the plan's window of it;
+the cache evicts the shard whose next use in that plan is furthest ahead
+(:mod:`stoker.shards.cache.readers`, :mod:`stoker.shards.cache.policy`). So with a limit of
+at least the plan's smallest room (said once at the start when it is below) each shard is
+downloaded at most once per epoch per machine, and the batches stay those of any worker count.
 
 ``len(stream)`` is what this rank reads per epoch, all its workers together, as for
 every stoker reader. How well a stream's batches are mixed, as a DataLoader with
@@ -66,16 +61,15 @@ from stoker.loading.contract import (
     SupportsLoaderDefaults,
     SupportsOrderPlan,
 )
-from stoker.loading.placement import distributed_placement, local_ranks, worker_placement
+from stoker.loading.placement import distributed_placement, local_rank, local_ranks, worker_placement
 from stoker.loading.skips import OnError, Skipped
-from stoker.order import BUFFER, INTERLEAVE, buffer_shuffled, check_placement, epoch_rng, permutation, share, share_size
+from stoker.order import BUFFER, INTERLEAVE, buffer_shuffle_array, check_placement, epoch_rng, permutation, share, share_size
 from stoker.shards.cache.entries import entry_cost
-from stoker.shards.cache.readers import pass_tag
+from stoker.shards.cache.readers import MachinePlan, PlanReader, pass_tag
 from stoker.shards.read.dataset import ShardDataset, collate_shard_batch
 from stoker.shards.read.fetch_ahead import disk_peak, read_ahead, shard_room
 
 __all__ = [
-    "BLOCK_ROWS",
     "READ_ROWS",
     "REMOTE_SHARDS_AT_ONCE",
     "SHARDS_AT_ONCE",
@@ -88,7 +82,6 @@ __all__ = [
 
 log = logging.getLogger("stoker")
 READ_ROWS = 256  # rows a read gathers (and a worker takes at a time) when neither the caller nor a loader said
-BLOCK_ROWS = 64  # rows a worker takes at a time from a split larger than its cache (not split by batch)
 # Shards whose rows are merged into one stretch of the epoch: a batch mixes about this many
 # shards' classes. A local file open at once costs an address range and shorter runs per read
 # (read_rows / shards_at_once rows of each file); a remote one costs a cached file on disk and
@@ -96,6 +89,15 @@ BLOCK_ROWS = 64  # rows a worker takes at a time from a split larger than its ca
 SHARDS_AT_ONCE = 32
 REMOTE_SHARDS_AT_ONCE = 8
 
+
+
+def _local_rank_list(rank: int, world_size: int) -> list[int]:
+    """The ranks on this machine: torchrun's ``LOCAL_RANK``/``LOCAL_WORLD_SIZE`` place them; without them, every rank."""
+    count = min(local_ranks(unknown=world_size), world_size)
+    here = local_rank(unknown=-1)
+    first = rank - here if 0 <= here <= rank else rank - rank % count
+    first = max(0, min(first, world_size - count))
+    return list(range(first, first + count)) if first <= rank < first + count else [rank]
 
 
 def shard_groups(shard_order: np.ndarray, shards_at_once: int) -> list[np.ndarray]:
@@ -144,7 +146,6 @@ def stream_order(
     num_workers: int,
     block_rows: int = READ_ROWS,
     shards_at_once: int = SHARDS_AT_ONCE,
-    by_batch: bool = True,
 ) -> np.ndarray:
     """The sample indices one (rank, worker) reads in one epoch, in the order it reads them.
 
@@ -162,10 +163,6 @@ def stream_order(
             batch size, so that each batch is read whole by one worker.
         shards_at_once: shards whose rows are merged into one stretch of the epoch
             (1: one shard after the other).
-        by_batch: deal the rank's order (one buffer per rank) in blocks of ``block_rows``;
-            False: the split of a stream larger than its cache (see the module docs): each
-            worker takes blocks of at most ``block_rows`` of the rank's share, fewer where
-            a group of shards would not give every worker one, through its own buffer.
 
     Returns:
         ``int64`` sample indices (into the split, as :class:`ShardDataset` numbers them).
@@ -190,17 +187,9 @@ def stream_order(
         sequence = _merged(groups, sizes, starts, epoch_rng(seed, epoch, INTERLEAVE))
     else:
         sequence = np.arange(int(starts[-1]), dtype=np.int64)
-    if not by_batch:
-        # Each group must give every worker a block, or a worker would miss that group's shards.
-        groups = groups if shuffle else [np.arange(len(sizes))[k : k + 1] for k in range(len(sizes))]
-        totals = np.asarray([int(sizes[g].sum()) for g in groups], dtype=np.int64)
-        smallest = int(totals[totals > 0].min()) if (totals > 0).any() else 1
-        block = max(1, min(block_rows, smallest // (world_size * num_workers)))
-        mine = share(sequence, rank, world_size, worker, num_workers, block=block)
-        return buffer_shuffled(mine, shuffle_buffer, epoch_rng(seed, epoch, BUFFER, rank, worker)) if shuffle else mine
     mine = share(sequence, rank, world_size)
     if shuffle:  # the rank's buffer: drawn as the one worker of a rank always drew it
-        mine = buffer_shuffled(mine, shuffle_buffer, epoch_rng(seed, epoch, BUFFER, rank, 0))
+        mine = buffer_shuffle_array(mine, shuffle_buffer, epoch_rng(seed, epoch, BUFFER, rank, 0))
     return share(mine, 0, 1, worker, num_workers, block=block_rows)
 
 
@@ -342,10 +331,11 @@ class ShardStream(
         self.seed = seed
         self._read_rows = read_rows  # None: the first loader's batch size (take_batch_size)
         self._block: int | None = None  # rows dealt to a worker at a time: the loader's batch size (split_by_batch)
-        self._by_batch = not shards.tight  # a split larger than its cache: its workers read the same shards at once
+        self._plans: dict[tuple[int, ...], tuple[MachinePlan, int, list[np.ndarray]]] = {}  # machine_plan's, by epoch and placement
         self._placement = (rank, world_size) if rank is not None and world_size is not None else None
         self._epoch = torch.zeros((), dtype=torch.int64).share_memory_()
         self._said_buffer = False
+        self._said_room = False
 
     @property
     def epoch(self) -> int:
@@ -363,29 +353,22 @@ class ShardStream(
 
     @property
     def block_rows(self) -> int:
-        """Rows of the rank's order dealt to one worker at a time: the loader's batch size, else :attr:`read_rows`
-        (:data:`BLOCK_ROWS` at most for a split larger than its cache, see the module docs)."""
-        if not self._by_batch:
-            return BLOCK_ROWS
+        """Rows of the rank's order dealt to one worker at a time: the loader's batch size, else :attr:`read_rows`."""
         return self._block if self._block is not None else self.read_rows
 
     @property
     def elastic(self) -> bool:
-        """True unless the split is remote and larger than its cache limit: its batches then follow no
-        worker count (:meth:`split_by_batch`), so defaults and the adaptation may change it."""
-        return self._by_batch
+        """True: its batches follow no worker count (:meth:`split_by_batch`), so defaults and the adaptation may change it."""
+        return True
 
     def split_by_batch(self, batch_size: int) -> bool:
         """Deal the rank's order to the workers a batch of ``batch_size`` rows at a time (stoker's loader calls it).
 
         Returns:
-            True: its batches are then the same for any worker count; False for a remote
-            split larger than its cache limit, read as the module docs say (its batches
-            depend on the worker count).
+            True: its batches are then the same for any worker count.
         """
-        if self._by_batch:
-            self._block = int(batch_size)
-        return self._by_batch
+        self._block = int(batch_size)
+        return True
 
     def order(self, rank: int = 0, world_size: int = 1, worker: int = 0, num_workers: int = 1) -> np.ndarray:
         """The sample indices a (rank, worker) reads this epoch, in order (see :func:`stream_order`).
@@ -395,13 +378,10 @@ class ShardStream(
         (:func:`~stoker.shards.read.fetch_ahead.disk_peak`): halved until it fits, and said
         once. The rank's order decides it, so every worker count reads the same.
         """
-        if not self._by_batch:  # a split larger than its cache: each worker's own blocks and buffer
-            return self._reader_order(rank, world_size, worker, num_workers)
         return share(self._reader_order(rank, world_size), 0, 1, worker, num_workers, block=self.block_rows)
 
-    def _reader_order(self, rank: int, world_size: int, worker: int = 0, num_workers: int = 1) -> np.ndarray:
-        """The order of the rank (worker 0 of 1), or of one worker of a stream not split by batch, its buffer
-        lowered to fit a tight cache."""
+    def _reader_order(self, rank: int, world_size: int) -> np.ndarray:
+        """The order of the rank (worker 0 of 1), its buffer lowered to fit a tight cache."""
         shards = self.dataset.shards
         buffer = self.shuffle_buffer
         while True:
@@ -413,11 +393,10 @@ class ShardStream(
                 shuffle_buffer=buffer,
                 rank=rank,
                 world_size=world_size,
-                worker=worker,
-                num_workers=num_workers,
+                worker=0,
+                num_workers=1,
                 block_rows=self.block_rows,
                 shards_at_once=self.shards_at_once,
-                by_batch=self._by_batch,
             )
             if not (self.shuffle and shards.tight) or buffer == 1:
                 break
@@ -427,9 +406,9 @@ class ShardStream(
             if not self._said_buffer:
                 self._said_buffer = True
                 log.warning(
-                    "%s: the shuffle buffer of %d rows is lowered for this reader (rank %d, worker %d) until its reads "
-                    "need at most the %d shards the cache limit holds at once (with %d rows they need %d); a larger "
-                    "--cache-limit keeps the buffer", shards.root, self.shuffle_buffer, rank, worker, room, buffer, peak,
+                    "%s: the shuffle buffer of %d rows is lowered for rank %d until its reads need at most the %d "
+                    "shards the cache limit holds at once (with %d rows they need %d); a larger --cache-limit keeps "
+                    "the buffer", shards.root, self.shuffle_buffer, rank, room, buffer, peak,
                 )
             buffer //= 2
         return rows
@@ -483,7 +462,7 @@ class ShardStream(
         return self._read(rows, first, start - first)
 
     def _read(self, rows: np.ndarray, first: int, drop: int) -> Iterator[tuple[Any, int] | Skipped]:
-        for chunk in self._reads(rows[first:]):  # first is a multiple of the read size: the same reads
+        for chunk in self._reads(rows, first):  # first is a multiple of the read size: the same reads
             batch = self.dataset.__getitems__(chunk)
             items: list[Any] = [*batch.skipped, *batch]
             yield from items[drop:] if drop else items
@@ -521,7 +500,7 @@ class ShardStream(
             raise ConfigError(f"batches_from: reads of {self.read_rows} rows cannot give batches of {batch_size} "
                               f"from item {start}; read item by item (iter_from)")
         rows = self.order(*self.placement())
-        for chunk in self._reads(rows[start:]):
+        for chunk in self._reads(rows, start):
             yield len(chunk), collate_shard_batch(self.dataset.__getitems__(chunk))
 
     def _read_size(self) -> int:
@@ -530,20 +509,89 @@ class ShardStream(
         Item by item, a read's bad-sample markers come first; a read inside one block
         (one batch) keeps every sample in its batch whatever the worker count.
         """
-        if not self._by_batch or self.block_rows % self.read_rows == 0:
+        if self.block_rows % self.read_rows == 0:
             return self.read_rows
         return self.block_rows
 
-    def _reads(self, rows: np.ndarray) -> Iterator[np.ndarray]:
-        """``rows`` cut into reads (:meth:`_read_size`); a remote set's next shards are fetched ahead meanwhile."""
-        _, world_size, _, num_workers = self.placement()
-        readers = num_workers * local_ranks(unknown=world_size)  # without torchrun's count, every rank may be here
+    def _reads(self, rows: np.ndarray, first: int) -> Iterator[np.ndarray]:
+        """``rows[first:]`` cut into reads (:meth:`_read_size`); a remote set's next shards are fetched ahead meanwhile.
+
+        A split larger than its cache reads by the machine's plan (:meth:`machine_plan`).
+        """
         shards = self.dataset.shards
-        tag = pass_tag(  # what fixes this epoch's order: every reader of it on this machine names it alike
-            shards.root, shards.split, [info.sha256 for info in shards.infos], self.seed, self.epoch, world_size,
-            num_workers, sorted(self.order_plan().items()),
+        size = self._read_size()
+        if shards.remote is None or shards.cache is None or not shards.tight or not len(rows):
+            return read_ahead(shards, rows[first:], size, self.fetch_ahead)
+        rank, world_size, worker, num_workers = self.placement()
+        plan, me, times = self.machine_plan(rank, world_size, worker, num_workers)
+        tag = pass_tag(  # what fixes the stream's orders: every reader of it on this machine names it alike
+            shards.root, shards.split, [info.sha256 for info in shards.infos], self.seed, world_size,
+            num_workers, self.block_rows, size, sorted(self.order_plan().items()),
         )
-        return read_ahead(shards, rows, self._read_size(), self.fetch_ahead, readers=readers, tag=tag)
+        record = PlanReader(shards.cache.root, tag, self.epoch, me, plan)
+        # Said by the machine's first reader, once per run: a DataLoader worker is new each epoch, its rank's process is not.
+        run = os.getppid() if torch.utils.data.get_worker_info() is not None else os.getpid()
+        if me == 0 and not self._said_room and record.first_time(f"room-{run}"):
+            self._say_room()
+        return read_ahead(shards, rows[first:], size, self.fetch_ahead, plan=record, times=times[me][first // size :])
+
+    def machine_plan(
+        self, rank: int, world_size: int, worker: int, num_workers: int
+    ) -> tuple[MachinePlan, int, list[np.ndarray]]:
+        """The plan of this epoch's readers on this machine: ``(plan, this reader's number, each reader's read times)``.
+
+        The machine's readers are its ranks (``LOCAL_RANK``/``LOCAL_WORLD_SIZE`` under
+        torchrun; without them every rank counts as local) times ``num_workers``; reader
+        ``n`` is local rank ``n // num_workers``, worker ``n % num_workers``. A read's time
+        is the place of its first row in its rank's order (the ranks read the same stretch
+        of the epoch at once). The window is the widest whose shards fit in the limit
+        (:meth:`MachinePlan.window_for`).
+        """
+        size = self._read_size()
+        key = (self.epoch, rank, world_size, num_workers, size, self.block_rows)
+        if key not in self._plans:
+            shards = self.dataset.shards
+            ranks = _local_rank_list(rank, world_size)
+            uses: list[dict[str, list[int]]] = []
+            times: list[np.ndarray] = []
+            shas = [info.sha256 for info in shards.infos]
+            for r in ranks:
+                order = self._reader_order(r, world_size)
+                shard_of = shards.locate(order)[0] if len(order) else np.zeros(0, dtype=np.int64)
+                places = np.arange(len(order), dtype=np.int64)
+                for w in range(num_workers):
+                    mine = share(places, 0, 1, w, num_workers, block=self.block_rows)
+                    read = np.arange(len(mine), dtype=np.int64) // size
+                    at = mine[::size]
+                    pairs = np.unique(read * len(shas) + shard_of[mine])  # (read, shard), by read then shard
+                    plan: dict[str, list[int]] = {}
+                    for r_, s_ in zip((pairs // len(shas)).tolist(), (pairs % len(shas)).tolist(), strict=True):
+                        plan.setdefault(shas[s_], []).append(int(at[r_]))
+                    uses.append(plan)
+                    times.append(at)
+            room = shard_room(shards)
+            machine, need = MachinePlan.window_for(tuple(uses), room)
+            self._plans = {key: (machine, need, times)}  # one epoch's at a time
+        machine, need, times = self._plans[key]
+        me = _local_rank_list(rank, world_size).index(rank) * num_workers + worker
+        return machine, me, times
+
+    def _say_room(self) -> None:
+        """Once, when the limit holds fewer shards than the machine's plan needs at once: the smallest limit that does."""
+        shards = self.dataset.shards
+        cache = shards.cache
+        need = self._plans[next(iter(self._plans))][1]
+        room = shard_room(shards)
+        self._said_room = True
+        if cache is None or cache.limit is None or cache.shard_room is None or need <= room:
+            return
+        largest = max(entry_cost(info.bytes) for info in shards.infos)
+        log.warning(
+            "%s: the cache limit of %s bytes holds %d shards, but the readers of this machine need %d at once: some "
+            "shards are downloaded more than once per epoch; the smallest limit that downloads each once per epoch "
+            "per machine is %s bytes (--cache-limit, STOKER_CACHE_LIMIT), or use a smaller shuffle_buffer",
+            shards.root, f"{cache.limit:,}", room, need, f"{need * largest + cache.limit - cache.shard_room:,}",
+        )
 
     def __len__(self) -> int:
         """Samples this rank reads per epoch (all its workers together), as for every stoker reader."""
