@@ -63,7 +63,16 @@ from stoker.loading.contract import (
 )
 from stoker.loading.placement import distributed_placement, local_rank, local_ranks, worker_placement
 from stoker.loading.skips import OnError, Skipped
-from stoker.order import BUFFER, INTERLEAVE, buffer_shuffle_array, check_placement, epoch_rng, permutation, share, share_size
+from stoker.order import (
+    BUFFER,
+    INTERLEAVE,
+    buffer_shuffle_array,
+    check_placement,
+    epoch_rng,
+    permutation,
+    share,
+    share_size,
+)
 from stoker.shards.cache.entries import entry_cost
 from stoker.shards.cache.readers import MachinePlan, PlanReader, pass_tag
 from stoker.shards.read.dataset import ShardDataset, collate_shard_batch
