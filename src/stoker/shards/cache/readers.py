@@ -1,38 +1,25 @@
 """One reading plan per machine: every stream reader's shard uses for the epoch, and where each reader is.
 
-Several readers share a machine's cache (DataLoader workers, the ranks of a host). A
-stream's order is a function of the seed, the epoch, the rank count and the batch size
-(:mod:`stoker.order`), so every reader computes, without talking, which shards every
-local reader reads at which *time* (the place of the read's first row in its rank's order:
-ranks read the same stretch of the epoch at the same time). That is the machine's plan
-(:class:`MachinePlan`), the same in every reader; what they share is progress: each reader
-records the time of the read it is at (:class:`PlanReader`). From the plan and the
-positions:
+A stream's order depends only on the seed, the epoch, the rank count and the batch size
+(:mod:`stoker.order`), so every reader of a machine (DataLoader workers, the ranks of a
+host) computes, without talking, which shards every local reader reads at which *time*
+(the place of the read's first row in its rank's order). That is the machine's plan
+(:class:`MachinePlan`), the same in every reader; what they share is where each one is
+(:class:`PlanReader`). From the plan and the positions:
 
-- **admission**: a reader downloads a shard only once its first use on the machine is at
-  most :attr:`MachinePlan.window` rows after the slowest reader's position
-  (:meth:`PlanReader.wait_admitted`); a reader ahead waits for the slower ones to move
-  (it waits on their progress, not on a timeout). Then the cache holds at most the shards
-  whose use spans the slowest reader's position, plus the window's: with a limit of at
-  least :meth:`MachinePlan.smallest_room` shards, no shard is evicted before its last use,
-  so each is downloaded at most once per epoch per machine.
-- **eviction**: each cached shard's next use on the machine (:func:`next_uses`) orders
-  eviction (:func:`stoker.shards.cache.policy.eviction_order`): a shard no reader uses
-  again first, then the one needed furthest ahead.
+- **admission**: a reader downloads a shard only once its first use is at most
+  :attr:`MachinePlan.window` rows after the slowest reader's position
+  (:meth:`PlanReader.wait_admitted`); a reader ahead waits on the others' progress, not on
+  a timeout. With a limit of at least :meth:`MachinePlan.smallest_room` shards, each shard
+  is then downloaded at most once per epoch per machine.
+- **eviction**: each cached shard's next use (:func:`next_uses`) orders eviction
+  (:func:`stoker.shards.cache.policy.eviction_order`).
 
-Readers of the plan that have not come yet (a rank or worker a moment late, the next
-epoch's workers) count as being at the epoch's start until :data:`ARRIVAL_S` after the
-plan (or their last epoch) began. The records live in shared memory (``/dev/shm``; else the
-temporary folder), under a folder named after the user and the cache folder, so they
-take nothing of the cache's disk limit. That folder must be the user's own and closed to
-others (``0o700``): one planted by another user is not used (said once), and then the
-readers plan alone::
-
-    <registry>/<stream tag>/plan-<epoch>.json   {"uses": [{"ab12...": [0, 16, ...], ...}, ...], "window": 64}
-    <registry>/<stream tag>/reader-<n>.json     {"pid": 123, "epoch": 0, "at": 48}; {"pid": 123, "epoch": 0, "done": true}
-
-A record of a live reader of a process that is gone is ignored, and a plan that no reader
-reads any more is removed.
+A reader that has not come yet counts as being at the epoch's start until :data:`ARRIVAL_S`
+after the plan (or its last epoch) began. The records live in a folder (``0o700``) in
+``/dev/shm`` (else the temporary folder), outside the cache's limit; a folder that is not
+the user's alone is not used (said once): the readers then plan alone. The object-store
+guide (``docs/guides/remote.md``, "One reading plan per machine") shows the records.
 """
 
 from __future__ import annotations

@@ -1,41 +1,23 @@
 """The verified local cache of remote shards: download once, check SHA-256, share, evict by size.
 
-A shard of a remote shard set (``s3://bucket/packed``) is read from a local copy. The
-copy is made once per machine and checked before a byte of it is used:
+A shard of a remote shard set (``s3://bucket/packed``) is read from a local copy, made
+once per machine and checked before a byte of it is used:
 
-1. the shard is downloaded to a temporary file, hashed on the way in;
+1. the shard is downloaded to a temporary file, hashed on the way in (a claimed size
+   larger than the manifest's is refused before the first byte);
 2. its size and SHA-256 are compared with the manifest's; a mismatch is retried, then
    refused with :class:`~stoker.errors.ShardError` (a damaged object is never read);
 3. only then is it renamed into place, under its SHA-256: ``<cache>/sha256/ab/ab12....arrow``.
 
-So a file in the cache under its final name was complete and verified, and two shard
-sets (or two versions of one) that share a shard share its copy. It is checked again on
-every use (:meth:`ShardCache.hold`): its size and a stamp recorded when it was verified
-(size, mtime, ctime, inode; one ``stat``), and the full SHA-256 when the stamp does not
-match; a bad copy is removed, said so once in the log, and fetched again
-(:mod:`stoker.shards.cache.entries`). Processes on one machine (DataLoader workers, DDP
-ranks) share the cache through lock files per shard (``fcntl.flock``): one downloads,
-the others wait for it and then read the same copy.
-
-With a size limit (``limit=``, ``--cache-limit``, ``STOKER_CACHE_LIMIT``) the disk the
-folder takes stays within it: every file counts by its blocks, a download in progress
-by the whole shard it will be (reserved before its first byte, and only with that much
-free on the disk), and shards that no reader holds are evicted to make room. Which go
-first (:mod:`stoker.shards.cache.policy`): while a stream reads through the cache, its
-readers on this machine share one plan (:mod:`stoker.shards.cache.readers`), and the
-shard whose next use in that plan is furthest ahead goes first (a shard no reader uses
-again before all others); without a plan (map-style, random reads), the least recently
-used. A stream's readers download a shard only once the slowest of them is within the
-plan's window of it, so under a limit of at least the plan's smallest room each shard
-is downloaded at most once per epoch per machine, and no reader waits on a timeout for
-room (a reader ahead waits for the slower ones to move on). A reader holds a shard (a
-shared lock) for as long as it is memory-mapped, so a shard still being read is never
-deleted (its space would stay in use, uncounted). Partial downloads of processes that
-are gone are removed. A claimed size (the object's size, a Content-Length) larger than
-the manifest's is refused before the first byte.
-
-The cache folder is ``cache_dir=``, else the ``STOKER_CACHE`` environment variable, else
-``$XDG_CACHE_HOME/stoker`` (``~/.cache/stoker``).
+A copy is checked again on every use (:meth:`ShardCache.hold`, :mod:`stoker.shards.cache.entries`);
+a bad one is fetched again. The processes of a machine share the cache through a lock
+file per shard: one downloads, the others wait and read the same copy. With a size limit
+the folder's disk use, downloads in progress and open shards included, stays within it:
+shards no reader holds are evicted in the order of :mod:`stoker.shards.cache.policy`
+(by the machine's reading plan, :mod:`stoker.shards.cache.readers`, else least recently used).
+The folder is ``cache_dir=``, else ``$STOKER_CACHE``, else ``$XDG_CACHE_HOME/stoker``
+(``~/.cache/stoker``). The object-store guide (``docs/guides/remote.md``, "Inside the
+cache") says how each promise is kept.
 """
 
 from __future__ import annotations
@@ -112,19 +94,16 @@ class ShardCache:
 
     Args:
         cache_dir: the folder (default: :func:`default_cache_dir`).
-        limit: the most disk bytes the cache folder takes (``"50GB"`` or an int), downloads
-            in progress and shards still open included; ``None``: no limit. Default:
-            ``$STOKER_CACHE_LIMIT``, else none. It must hold what the readers of the
-            machine keep at once (a stream: a few shards, see
-            :func:`stoker.shards.read.stream.shards_at_once_for`).
+        limit: the most disk bytes the folder takes (``"50GB"`` or an int), downloads and
+            open shards included; default ``$STOKER_CACHE_LIMIT``, else none. It must hold
+            what the machine's readers keep at once (:func:`stoker.shards.read.stream.cache_plan`).
         retries: downloads tried again after a corrupt or cut one (not after a
             :class:`~stoker.errors.NetworkError`: the network layer has retried that already).
         lock_timeout_s: how long to wait for another process's download of a shard, or
             for the room to download one (other readers letting go of theirs).
 
     Attributes:
-        downloads: shards this object downloaded (for tests and reports).
-        downloaded_bytes: their bytes.
+        downloads, downloaded_bytes: the shards this object downloaded, and their bytes.
 
     Example:
         >>> from stoker.fs import where
