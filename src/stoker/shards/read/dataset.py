@@ -141,46 +141,29 @@ def collate_shard_batch(samples: Any) -> Batch:
 class ShardDataset(Dataset, MapReader, SupportsEpoch, SupportsCollate, SupportsLoaderDefaults, SupportsShuffleBlocks):
     """A map-style torch Dataset over one split of a shard set made by ``stoker pack``.
 
-    Give it to :func:`stoker.make_loader` (or any torch DataLoader): the sampler shuffles
-    exactly over the whole split, and the loader fetches a batch with one call to
-    :meth:`__getitems__`, which gathers the batch's rows straight from the memory-mapped
-    shards into the batch tensor. Pixel shards decode nothing; encoded shards decode,
-    crop and (when the set has an image size) resize each image.
-
-    Opening is cheap and safe: it checks the manifest (strictly, with its checksum) and
-    every shard's size, and runs no code from the files (there is no pickle).
+    Under :func:`stoker.make_loader` (or any torch DataLoader) the sampler shuffles exactly
+    over the whole split, and :meth:`__getitems__` gathers a batch's rows straight from the
+    memory-mapped shards (pixel shards decode nothing; encoded ones decode, crop and resize).
+    Opening checks the manifest (with its checksum) and every shard's size, and runs no code.
 
     Args:
-        root: the folder ``stoker pack`` wrote.
-        split: which split to read (``"train"``, ``"valid"``, ...).
-        transform: applied to each uint8 CHW image tensor (per sample). Leave it out
-            for the fastest path and transform whole batches on the device instead.
-        on_error: ``"raise"`` (default) or ``"skip"`` samples that fail to decode
-            (skips are counted by stoker's loader and reported after the epoch).
-        cache_dir, cache_limit, storage_options: for a shard set at a URL
-            (``s3://bucket/packed``): the local cache its shards are downloaded to and
-            verified in, its size limit (``"50GB"``), and the fsspec filesystem's options
-            (see :class:`~stoker.shards.read.reader.ShardSet`).
-        decoder: how encoded images are decoded when the set has an image size and there
-            is no transform. ``"auto"`` (default): JPEGs decoded into reused buffers,
-            cropped, and resized a batch at a time (:mod:`stoker.decode.jpeg`), to the same
-            pixels as the full path; where ``decode_device`` is an available CUDA device and
-            the set is mostly JPEG, the first batch is decoded both ways and the faster keeps
-            decoding (said once in the log, :attr:`decode_choice`, ``run.json``'s ``"decode"``);
-            ``"full"``: every image by the full path (the reference); ``"nvjpeg"``: whole
-            batches decoded, cropped and resized on ``decode_device`` (:mod:`stoker.decode.device`),
-            batches come back there (falls back to the CPU
-            image by image, and for every image without CUDA). Pixel shards ignore it.
-        decode_device: the CUDA device of ``decoder="nvjpeg"`` and of ``"auto"``'s GPU trial.
+        root, split: the folder ``stoker pack`` wrote (or its URL), and which split to read.
+        transform: applied to each uint8 CHW image (per sample); leave it out for the fastest path.
+        on_error: ``"raise"`` (default) or ``"skip"`` samples that fail to decode (counted by the loader).
+        cache_dir, cache_limit, storage_options: for a set at a URL: the verified local cache,
+            its size limit (``"50GB"``) and the fsspec options (:class:`~stoker.shards.read.reader.ShardSet`).
+        decoder, decode_device: how encoded images are decoded: ``"auto"`` (default), ``"full"``
+            (the reference) or ``"nvjpeg"`` on ``decode_device`` (``docs/guides/shards.md``, "Storage modes").
 
     Raises:
         ShardError: the manifest or a shard is missing, edited, truncated or grown.
         ConfigError: the set has no such split.
 
     Example:
-        >>> train = ShardDataset("packed", split="train")  # doctest: +SKIP
-        >>> loader = make_loader(train, batch_size=256, num_workers=0)  # doctest: +SKIP
-        >>> images, labels = next(iter(loader))  # uint8 [256, 3, 112, 112], int64 [256]  # doctest: +SKIP
+        >>> from stoker import make_loader
+        >>> images, labels = next(iter(make_loader(ShardDataset("packed", split="train"), batch_size=8)))
+        >>> images.shape, images.dtype, labels.dtype
+        (torch.Size([8, 3, 32, 32]), torch.uint8, torch.int64)
     """
 
     def __init__(
@@ -276,27 +259,23 @@ class ShardDataset(Dataset, MapReader, SupportsEpoch, SupportsCollate, SupportsL
 
     @property
     def loader_defaults(self) -> dict[str, Any]:
-        """The loader settings that measured fastest for this storage mode (``benchmarks/bench_shards.py``).
+        """The loader settings that measured fastest for this storage mode (``docs/benchmarks.md``).
 
-        Pixel shards are read fastest in the training process itself (``num_workers=0``):
-        a batch is one numpy fancy index over the memory-mapped files
-        (:meth:`ShardSet.gather_pixels`, on a second copying thread while a core is idle:
-        :attr:`ShardSet.gather_threads`), and shipping it from a
-        worker process costs several times more than reading it. Encoded shards use one
-        loader worker per core (up to 4), of the kind that measured faster for what they
-        hold (``benchmarks/bench_decode.py``, 2 cores): JPEGs on threads (libjpeg-turbo and
-        the resize release the GIL, and a batch made in a thread is not copied again
-        between processes: 1.13x worker processes), PNGs too where libspng decodes them
-        (:func:`stoker.decode.image.png_decoder`; it releases the GIL: threads 1.12x worker
-        processes, ``python benchmarks/bench_png_guard.py --loader 3000``), and the other
-        formats (and PNGs under Pillow, whose Python around each decode holds the GIL:
-        threads were 0.92x) on worker processes. What they hold is read from the first
-        rows (:meth:`decodes_on_threads`). With a per-sample ``transform``, which holds
-        the GIL, worker processes.
-        ``decoder="nvjpeg"`` decodes on the GPU from one loader thread.
+        Pixel shards are read in the training process itself (``num_workers=0``): a batch is
+        one numpy fancy index over the memory-mapped files (:meth:`ShardSet.gather_pixels`),
+        and shipping it from a worker process costs more than reading it. Encoded shards use
+        one loader worker per core (up to 4): threads where the decoder releases the GIL
+        (JPEGs, and PNGs under libspng: :func:`stoker.decode.image.png_decoder`; judged from
+        the first rows, :meth:`decodes_on_threads`), else worker processes, as with a
+        per-sample ``transform`` (it holds the GIL). ``decoder="nvjpeg"`` decodes on the GPU
+        from one loader thread.
 
         Example:
-            >>> loader = make_loader(ds, batch_size=256, **ds.loader_defaults)  # doctest: +SKIP
+            >>> from stoker import make_loader
+            >>> ds = ShardDataset("packed", split="train")
+            >>> ds.loader_defaults  # a pixel shard set
+            {'backend': 'process', 'num_workers': 0}
+            >>> loader = make_loader(ds, batch_size=8, **ds.loader_defaults)
         """
         if self.store == "pixels":
             return {"backend": "process", "num_workers": 0}

@@ -1,44 +1,23 @@
 """``ShardStream``: an iterable torch Dataset over a shard set — several shards read at once, then a buffer.
 
-Each epoch, the shards of the split are put in a seeded random order
-(:func:`stoker.order.permutation` of the shards) and cut into groups of at most
-``shards_at_once`` consecutive shards, as equal as they can be: :data:`SHARDS_AT_ONCE`
-(32) for a local set, :data:`REMOTE_SHARDS_AT_ONCE` (8) for a set at a URL, or fewer
-when the cache holds fewer. The rows of a group are merged at random (drawn from
-``(INTERLEAVE,)`` of the epoch; each shard's rows keep their stored order, so each file
-is still read in runs), and the groups laid end to end. Every stretch of that sequence
-holds rows of a whole group of shards, so a batch mixes the classes of about
-``shards_at_once`` shards however the pack was cut. (One shard at a time, a class-sorted
-pack cut into shards of one class gave batches of about one class whenever the buffer
-held about one shard.)
-
-That sequence is split by the rule of :mod:`stoker.order`: rank ``r`` of ``R`` takes
-every ``R``-th row (so the ranks' shares differ by at most one sample) and shuffles its
-share through a buffer of ``shuffle_buffer`` rows (:func:`stoker.order.buffer_shuffle_array`,
-drawn from ``(BUFFER, rank, 0)`` of the epoch): that is the rank's order, the same
-whatever reads it. The rank deals it to its workers a batch at a time (``block_rows``,
-the loader's batch size: :meth:`ShardStream.split_by_batch`): batch ``b`` of the rank is
-read whole by worker ``b % N``, so the batches a rank sees do not depend on the worker
-count or the backend, and a mid-epoch position resumes under another worker count.
-Every sample is read exactly once per epoch; nothing is trimmed. Each worker reads
-across the whole epoch, in step with the others.
+Each epoch, the shards of the split are put in a seeded random order and cut into groups
+of at most ``shards_at_once`` consecutive shards (:data:`SHARDS_AT_ONCE` for a local set,
+:data:`REMOTE_SHARDS_AT_ONCE` for a set at a URL, fewer when the cache holds fewer). The
+rows of a group are merged at random, each shard's rows in their stored order, so a file
+is read in runs and a batch mixes the classes of a whole group of shards, however the
+pack was cut. That sequence is split by the rule of :mod:`stoker.order`: rank ``r`` of
+``R`` takes every ``R``-th row, shuffles its share through a buffer of ``shuffle_buffer``
+rows, and deals it to its workers a batch at a time (:meth:`ShardStream.split_by_batch`),
+so a rank's batches do not depend on the worker count or the backend. Every sample is
+read exactly once per epoch; nothing is trimmed (:func:`stream_order` is the rule).
 
 For a set at a URL, each shard is a file in the local cache, fetched ahead while the one
-before is read (:mod:`stoker.shards.read.fetch_ahead`). When the split is larger than the
-cache's ``cache_limit``, ``shards_at_once`` and ``fetch_ahead`` are lowered to fit
-(:func:`cache_plan`), each shard is let go after its part of a read, and the readers of
-the machine (the workers of its ranks) read by one plan: every reader computes which
-shards every local reader reads when (:meth:`ShardStream.machine_plan`), records where it
-is, and downloads a shard only once the slowest reader is within the plan's window of it;
-the cache evicts the shard whose next use in that plan is furthest ahead
-(:mod:`stoker.shards.cache.readers`, :mod:`stoker.shards.cache.policy`). So with a limit of
-at least the plan's smallest room (said once at the start when it is below) each shard is
-downloaded at most once per epoch per machine, and the batches stay those of any worker count.
-
-``len(stream)`` is what this rank reads per epoch, all its workers together, as for
-every stoker reader. How well a stream's batches are mixed, as a DataLoader with
-workers delivers them on each rank, and what setting would fix a poor mix, is measured
-by :func:`stoker.shards.check.quality.check_stream` (training runs it before the first epoch).
+before is read (:mod:`stoker.shards.read.fetch_ahead`). When the split is larger than
+``cache_limit``, ``shards_at_once`` and ``fetch_ahead`` are lowered to fit (:func:`cache_plan`)
+and the machine's readers read by one plan (:meth:`ShardStream.machine_plan`,
+:mod:`stoker.shards.cache.readers`). ``len(stream)`` is what this rank reads per epoch,
+all its workers together. The guides say more: ``docs/guides/loading.md`` ("The order of
+an epoch, exactly") and ``docs/guides/remote.md`` ("One reading plan per machine").
 """
 
 from __future__ import annotations
@@ -158,23 +137,18 @@ def stream_order(
 ) -> np.ndarray:
     """The sample indices one (rank, worker) reads in one epoch, in the order it reads them.
 
-    The rank's order (its share of the epoch, through its buffer) does not depend on the
+    The indices are ``int64``, into the split as :class:`ShardDataset` numbers them. The
+    rank's order (its share of the epoch, through its buffer) does not depend on the
     workers; worker ``w`` of ``N`` reads its blocks ``w, w + N, ...`` of ``block_rows`` rows.
 
     Args:
         shard_sizes: samples in each shard of the split, in manifest order.
         seed, epoch: fix the shard order, the merge of each group and the buffer's draws.
-        shuffle: shuffle the shard order, merge groups of shards and run the buffer;
-            False reads in stored order.
+        shuffle: shuffle shards, merge groups and run the buffer; False: stored order.
         shuffle_buffer: rows in the rank's shuffle buffer.
         rank, world_size, worker, num_workers: which part of the epoch to read.
-        block_rows: rows of the rank's order dealt to one worker at a time: the loader's
-            batch size, so that each batch is read whole by one worker.
-        shards_at_once: shards whose rows are merged into one stretch of the epoch
-            (1: one shard after the other).
-
-    Returns:
-        ``int64`` sample indices (into the split, as :class:`ShardDataset` numbers them).
+        block_rows: rows dealt to one worker at a time (the loader's batch size).
+        shards_at_once: shards merged into one stretch of the epoch (1: one after the other).
 
     Example:
         >>> order = [stream_order([3, 3], seed=0, epoch=0, shuffle=True, shuffle_buffer=4, rank=0,
@@ -260,40 +234,28 @@ class ShardStream(
 ):
     """An iterable torch Dataset over one split of a shard set: every sample once per epoch.
 
-    Use it where an iterable data set is wanted (streaming-style training, several
-    ranks); for an exact global shuffle use the map-style :class:`ShardDataset`. Under
-    ``torch.distributed`` ranks each rank takes its own share of the epoch, and deals it to
-    its workers a batch at a time, so its batches do not depend on the worker count (see
-    the module docs). Under torch's own DataLoader, give ``read_rows`` its ``batch_size``. The epoch number (from :meth:`set_epoch`, which
+    For an exact global shuffle use the map-style :class:`ShardDataset`. Each rank deals its
+    share of the epoch to its workers a batch at a time (see the module docs); under torch's
+    own DataLoader, give ``read_rows`` its ``batch_size``. The epoch (:meth:`set_epoch`, which
     stoker's loader calls) lives in shared memory, so persistent workers follow it.
 
     Args:
-        root: the folder ``stoker pack`` wrote.
-        split: which split to read.
-        transform: applied to each uint8 CHW image tensor.
-        shuffle: shuffle shard order and rows each epoch (default True).
-        shuffle_buffer: rows in each reader's shuffle buffer.
-        seed: base seed of the shuffle.
-        rank, world_size: this process's place among ranks; default: from
-            ``torch.distributed`` when it is initialised, else one rank.
-        on_error: ``"raise"`` or ``"skip"`` samples that fail to decode.
-        read_rows: rows gathered per read (one call per this many samples); default: the
-            batch size of the first stoker loader made over it (:meth:`take_batch_size`), so
-            each read is a batch handed over whole, and :data:`READ_ROWS` until then.
-        cache_dir, cache_limit, storage_options: for a shard set at a URL: the verified
-            local cache, its size limit and the filesystem's options (see :class:`ShardDataset`).
-        fetch_ahead: shards of a remote set downloaded ahead of the one being read.
-        shards_at_once: shards whose rows are merged into one stretch of the epoch;
-            default :data:`SHARDS_AT_ONCE` (32) for a local set,
-            :data:`REMOTE_SHARDS_AT_ONCE` (8) for a URL. Fewer when the split has fewer,
-            or when a remote set's ``cache_limit`` holds fewer (see
-            :func:`shards_at_once_for`); the attribute ``shards_at_once`` is the number used.
-            The epoch's order depends on it: to read a local copy and its URL in the same
-            order (and resume one from the other), give both the same value.
+        root, split: the folder ``stoker pack`` wrote, and which split to read.
+        transform, on_error: applied to each uint8 CHW image; ``"raise"`` or ``"skip"`` what fails to decode.
+        shuffle, shuffle_buffer, seed: shuffle shards and rows each epoch (default True),
+            through a buffer of this many rows per reader, from this base seed.
+        rank, world_size: this process's place among ranks; default from ``torch.distributed``.
+        read_rows: rows per read; default the first stoker loader's batch size (:meth:`take_batch_size`).
+        cache_dir, cache_limit, storage_options, fetch_ahead: for a set at a URL (see
+            :class:`ShardDataset`), and the shards downloaded ahead of the one being read.
+        shards_at_once: shards merged into one stretch of the epoch (the attribute: the number
+            used); the order depends on it, so give a local copy and its URL the same value.
 
     Example:
-        >>> stream = ShardStream("packed", split="train", shuffle_buffer=10_000)  # doctest: +SKIP
-        >>> loader = make_loader(stream, batch_size=256, num_workers=2)  # doctest: +SKIP
+        >>> from stoker import make_loader
+        >>> stream = ShardStream("packed", split="train", shuffle_buffer=16)
+        >>> sum(len(labels) for _, labels in make_loader(stream, batch_size=8, num_workers=0)) == len(stream)
+        True
     """
 
     def __init__(
