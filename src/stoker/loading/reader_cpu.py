@@ -118,7 +118,7 @@ def plan_readers(enabled: bool | None = None, *, accelerator: bool = True, cores
         cpu_count: the machine's CPUs (``None``: ``os.cpu_count()``).
 
     Example:
-        >>> plan_readers(cores=16, ranks=1, affinity=set(range(16)), cpu_count=16).cpus[:2]  # doctest: +SKIP
+        >>> plan_readers(cores=16, ranks=1, affinity=set(range(16)), cpu_count=16).cpus[:2]
         (2, 3)
     """
     if enabled is False:
