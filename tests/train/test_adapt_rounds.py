@@ -109,16 +109,16 @@ def test_a_clear_winner_is_timed_again_against_the_start_and_kept(folders: Path)
 @pytest.mark.filterwarnings(MORE_PROCESSES_THAN_CORES)
 def test_a_search_its_budget_cut_short_goes_on_in_a_later_epoch(folders: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Loader-bound with more readers left to time: adapt acts on it at the epoch's end instead of advising."""
-    monkeypatch.setattr(adapt_module, "BUDGET_SHARE", 0.05)  # 1,000 batches: 50 a round, six trials
+    monkeypatch.setattr(adapt_module, "BUDGET_SHARE", 0.1)  # 1,000 batches: 100 a round (a trial's warm-up grows with its readers)
     lines: list[str] = []
     adapter = _adapter(folders, workers=1, device="meta", cores=64, batches=1000, lines=lines, backend="thread")
     times = _fed_by_readers(per_reader_s=0.64, step_s=0.01)
-    _feed(adapter, times, 120)
+    _feed(adapter, times, 200)
     first = adapter.record()
     assert first["readers_timed"][:5] == [1, 2, 4, 8, 16] and 64 not in first["readers_timed"]
     assert "it goes on in a later epoch" in first["reason"] and Setting(**first["chosen"]).workers >= 16
     adapter.epoch_end(0.8)
-    _feed(adapter, times, 200)
+    _feed(adapter, times, 300)
     record = adapter.record()
     assert record["continues"] == 1 and record["readers_timed"][:len(first["readers_timed"])] == first["readers_timed"]
     assert any("the search for the reader count goes on" in line for line in lines)

@@ -79,7 +79,7 @@ if TYPE_CHECKING:
 __all__ = ["Adapter", "Setting", "Trial", "make_adapter"]
 
 SETTLE_BATCHES = 8  # the run's first batches are slow whatever the setting (starting workers, cold caches): not timed
-WARM_BATCHES = 2  # after a change (or a pass's start) the workers start and fill their queue: not timed
+WARM_BATCHES = 2  # after a pass's start (or a change, at least) the readers fill their queue: not timed
 MIN_BATCHES = 6  # timed batches of a trial, at least...
 MIN_SECONDS = 0.1  # ...and at least this long, so a fast step is not timed on a few milliseconds
 MAX_BATCHES = 24  # ...but never more
@@ -124,8 +124,9 @@ class Setting:
 class Trial:
     """What one setting measured: timed batches, their seconds (arrival to arrival) and the wait inside.
 
-    ``spent_s`` adds the warm-up batches (and the change itself): what the trial cost the
-    run. A trial ``stopped`` early (much slower than the best before it) cannot win.
+    ``spent_s`` adds the ``warm`` batches (the change itself and the new readers' start):
+    what the trial cost the run. A trial ``stopped`` early (much slower than the best
+    before it) cannot win.
     """
 
     setting: Setting
@@ -133,6 +134,7 @@ class Trial:
     seconds: float = 0.0
     wait_s: float = 0.0
     spent_s: float = 0.0
+    warm: int = 0
     stopped: bool = False
 
     @property
@@ -150,7 +152,15 @@ class Trial:
         rate = self.seconds / self.batches if self.batches else None
         return {**asdict(self.setting), "label": self.setting.label(), "batches": self.batches,
                 "ms_per_batch": round(rate * 1e3, 3) if rate is not None else None,
-                "wait_share": round(self.wait_share, 4), "spent_s": round(self.spent_s, 4), "stopped_early": self.stopped}
+                "wait_share": round(self.wait_share, 4), "spent_s": round(self.spent_s, 4), "warm_batches": self.warm,
+                "stopped_early": self.stopped}
+
+    def start_cost_s(self) -> float:
+        """What the change and the new readers' start cost beyond the trial's own pace: its warm batches' seconds less
+        as many batches at its timed rate (0 for a trial that changed nothing or timed nothing)."""
+        if not self.batches or not self.warm:
+            return 0.0
+        return max(0.0, self.spent_s - self.seconds - self.warm * self.seconds / self.batches)
 
 
 class Adapter:
@@ -204,6 +214,9 @@ class Adapter:
         self._budget_batches = 0  # batches a round may spend on trials
         self._batches_total = 0  # training batches of the run
         self._settle = SETTLE_BATCHES
+        self._warm_left = 0  # batches until the readers a change started have all delivered their first batches
+        self._spent_total_s = 0.0  # what every round's changes cost the run (the way back to the keeper included)
+        self._allowed_total_s = float("inf")  # what they may cost over the run (set by the first round)
         self._short_s: float | None = None  # the projected seconds of a run too short to adapt
         self._idle_wait: float | None = None  # the data-wait share of a round's first trial, when under MARGIN
         self._first_wait = 0.0  # the data-wait share of the round's first trial
@@ -212,6 +225,8 @@ class Adapter:
         self._round_batches = 0  # batches the last round took
         self.given = self._setting_now() if isinstance(loader, Loader) else None
         self.chosen = self.given
+        if self.given is not None:  # the given readers start with the run: until they all delivered, nothing is timed
+            self._settle = max(SETTLE_BATCHES, warm_batches(self.given))
         self.reason = self._refusal(loader, batches)
         self.active = not self.reason
         if self.active:
@@ -338,10 +353,12 @@ class Adapter:
     def _trial_done(self) -> None:
         round_trials = self.trials[self._round_start:]
         trial = round_trials[-1]
-        spent = sum(t.batches + WARM_BATCHES for t in round_trials)
+        spent = sum(t.batches + t.warm for t in round_trials)
         # The round's first trial runs the setting in force: what the run would cost as it is, changes none.
         run_s = round_trials[0].seconds / max(round_trials[0].batches, 1) * self._batches_total
-        changes_s = sum(t.spent_s for t in round_trials[1:])
+        # What the round's changes cost, and what going back to the setting it would keep would cost on top.
+        keeper = self._keeper()
+        changes_s = sum(t.spent_s for t in round_trials[1:]) + self._start_cost_s(keeper[1] if keeper else None)
         searching = STAGES[self._stage] == "readers"
         if searching and self.search is not None and trial.batches:
             readers = _readers(trial.setting)
@@ -355,15 +372,23 @@ class Adapter:
                 self._queue, self._stage, self._short_s = [], len(STAGES) - 1, run_s
                 self._finish()
                 return
-        # What a round's changes may cost: a share of the run, more when the step waits longer (more to win).
+        # What a round's changes may cost: a share of the run, more when the step waits longer (more to win); the
+        # run's rounds together (later epochs' and re-checks' too) may cost what its first round was allowed.
         allowed_s = max(TIME_SHARE, WAIT_SPEND * self._first_wait) * run_s
-        if spent >= self._budget_batches or changes_s >= allowed_s:  # keep the best so far
+        if self._round_start == 0:
+            self._allowed_total_s = allowed_s
+        allowed_s = min(allowed_s, self._allowed_total_s - self._spent_total_s)
+        proposed = self.search.next() if searching and self.search is not None else None
+        # The next trial: its batches at the fastest pace timed, and its readers' start.
+        best_s = min((t.s_per_batch for t in round_trials if t.batches and not t.stopped), default=0.0)
+        next_s = (proposed is not None) * (best_s * (MIN_BATCHES + WARM_BATCHES)
+                                           + self._start_cost_s(self._with_readers(proposed) if proposed is not None else None))
+        if spent >= self._budget_batches or changes_s + next_s >= allowed_s:  # keep the best so far
             self._unfinished = self._unfinished or (searching and self.search is not None and not self.search.done())
             self._queue, self._stage = [], len(STAGES) - 1
             self._finish()
             return
         if searching and self.search is not None:
-            proposed = self.search.next()
             if proposed is not None and self._stage_trials < self._budget:
                 self._queue = [self._with_readers(proposed)]
             else:
@@ -386,9 +411,12 @@ class Adapter:
         if self.chosen != self._setting_now():
             self._change = self.chosen
         timed = [t for t in self.trials[self._round_start:] if t.batches]
+        self._spent_total_s += sum(t.spent_s for t in self.trials[self._round_start + 1:])
+        if self._change is not None:
+            self._spent_total_s += self._start_cost_s(self._change)
         waits = [t for t in timed if t.setting == self.chosen]
         self._baseline = sum(t.wait_s for t in waits) / max(sum(t.seconds for t in waits), 1e-9)
-        self._round_batches = sum(t.batches + WARM_BATCHES for t in timed)
+        self._round_batches = sum(t.batches + t.warm for t in timed)
         self._recent = []
         if self._short_s is not None:
             self.reason = (f"the run takes about {self._short_s:.0f} s as it is (under {MIN_RUN_S:.0f} s): trying other "
@@ -429,7 +457,8 @@ class Adapter:
         if not self.active or self._trial is not None or self._short_s is not None:
             return  # a round under way goes on by itself
         left = self._batches_total - self._seen
-        searching_pays = left >= CONTINUE_FACTOR * max(self._round_batches, WARM_BATCHES + MIN_BATCHES)
+        searching_pays = (left >= CONTINUE_FACTOR * max(self._round_batches, WARM_BATCHES + MIN_BATCHES)
+                          and self._spent_total_s < self._allowed_total_s)
         bound = wait_share > self.loader_bound_share
         if (self.search is not None and not self.search.done() and (self._unfinished or bound) and searching_pays
                 and self.continues < MAX_CONTINUES):
@@ -459,6 +488,18 @@ class Adapter:
         if (setting.backend, setting.workers, setting.prefetch) != (loader.backend, loader.num_workers, loader.prefetch_factor):
             loader.reconfigure(num_workers=setting.workers, backend=setting.backend, prefetch_factor=setting.prefetch)  # type: ignore[arg-type]
         self.switches += 1
+        self._warm_left = warm_batches(setting)
+
+    def _start_cost_s(self, setting: Setting | None) -> float:
+        """What changing to ``setting`` would cost beyond its pace (0 when it is in force): its readers times the start
+        cost a reader had in this round's changes so far (the one that started the most readers)."""
+        if setting is None or setting == self._setting_now():
+            return 0.0
+        started = [t for t in self.trials[self._round_start:] if t.warm and t.batches and _readers(t.setting) > 0]
+        if not started:
+            return 0.0
+        per_reader = max(t.start_cost_s() / _readers(t.setting) for t in started)
+        return per_reader * _readers(setting)
 
     def _observe(self, seconds: float, wait_s: float, warm: bool = False) -> None:
         """One batch: its seconds from the batch before's arrival, of which ``wait_s`` waiting for it; a ``warm``
@@ -467,9 +508,13 @@ class Adapter:
         if self._settle > 0:  # the run's first batches: workers starting, caches cold, for every setting alike
             self._settle -= 1
             return
+        if self._warm_left > 0:  # the readers a change started are still starting (and taking the CPU)
+            self._warm_left -= 1
+            warm = True
         trial = self._trial
         if trial is not None:
             trial.spent_s += seconds
+            trial.warm += warm
             if not warm:
                 trial.batches += 1
                 trial.seconds += seconds
@@ -482,7 +527,8 @@ class Adapter:
             return
         if warm:
             return
-        if not self.active or not self._recheck or self.rechecks >= MAX_RECHECKS or self._batches_total - self._seen < 8 * self._round_batches:
+        if (not self.active or not self._recheck or self.rechecks >= MAX_RECHECKS
+                or self._batches_total - self._seen < 8 * self._round_batches or self._spent_total_s >= self._allowed_total_s):
             return
         self._recent.append((seconds, wait_s))
         window = RECHECK_BATCHES
@@ -565,6 +611,13 @@ class _AdaptedPass:
                 yield batch
         finally:
             cast(Any, stream).close()  # the Loader's pass is a generator
+
+
+def warm_batches(setting: Setting) -> int:
+    """Batches after a change to ``setting`` until its readers have all started and delivered a queue's worth: every
+    reader's ``prefetch`` batches (worker processes take long to start where cores are few, and starting they take
+    the training process's CPU), ``WARM_BATCHES`` at least."""
+    return max(WARM_BATCHES, _readers(setting) * setting.prefetch)
 
 
 def _readers(setting: Setting) -> int:
