@@ -42,7 +42,6 @@ from stoker.bench.methods import METHODS
 from stoker.errors import ConfigError, MissingFileError
 from stoker.fs import local_path
 from stoker.loading.backends import BACKENDS
-from stoker.loading.workers import FALLBACK_WORKERS
 
 __all__ = ["LOADER_KEYS", "LoaderSettings", "check_tuned_for", "describe_loader", "load_data_table", "load_settings",
            "save_settings"]
@@ -61,7 +60,9 @@ class LoaderSettings:
     ``img_per_s`` only record the measurement.
 
     Attributes:
-        workers: loader workers (processes or threads); 0 loads in the main process.
+        workers: loader workers (processes or threads); 0 loads in the main process;
+            ``None`` (the default) leaves them to :func:`stoker.make_loader`'s rule, this
+            rank's share of the machine (:mod:`stoker.loading.workers`), and writes no key.
         backend: ``"process"`` (DataLoader workers) or ``"thread"`` (a thread pool).
         prefetch_factor: batches each worker loads ahead.
         method: the storage the settings were measured on: a name of
@@ -73,7 +74,7 @@ class LoaderSettings:
             batch size is warned: workers and prefetch depth follow the batch).
     """
 
-    workers: int = FALLBACK_WORKERS  # make_loader's default for data without measured settings
+    workers: int | None = None  # make_loader's rule: the machine's share (a stream split by worker: its fallback)
     backend: str = "process"
     prefetch_factor: int = 2
     method: str = field(default="files", compare=False)
@@ -88,26 +89,30 @@ class LoaderSettings:
             raise ConfigError(f"loader settings: {problem}")
 
     def loader_kwargs(self) -> dict[str, Any]:
-        """The keyword arguments of :func:`stoker.make_loader` these settings fix.
+        """The keyword arguments of :func:`stoker.make_loader` these settings fix (no ``num_workers`` when the
+        workers are left to the machine's share).
 
         Example:
             >>> LoaderSettings(workers=3).loader_kwargs()
             {'num_workers': 3, 'backend': 'process', 'prefetch_factor': 2}
+            >>> LoaderSettings(backend="thread").loader_kwargs()
+            {'backend': 'thread', 'prefetch_factor': 2}
         """
-        return {"num_workers": self.workers, "backend": self.backend, "prefetch_factor": self.prefetch_factor}
+        workers = {} if self.workers is None else {"num_workers": self.workers}
+        return {**workers, "backend": self.backend, "prefetch_factor": self.prefetch_factor}
 
     def replace(self, **changes: Any) -> LoaderSettings:
         """A copy with some fields changed (and checked)."""
         return replace(self, **changes)
 
     def data_table(self) -> dict[str, Any]:
-        """The ``[data]`` keys of a training config these settings set.
+        """The ``[data]`` keys of a training config these settings set (workers left to the machine: no key).
 
         Example:
             >>> LoaderSettings(workers=4, backend="thread").data_table()
             {'workers': 4, 'backend': 'thread', 'prefetch_factor': 2}
         """
-        return {key: getattr(self, key) for key in LOADER_KEYS}
+        return {key: getattr(self, key) for key in LOADER_KEYS if getattr(self, key) is not None}
 
     def to_toml(self, comment: str = "") -> str:
         """A TOML ``[data]`` table, with ``comment`` lines and the measurement on top."""
@@ -154,9 +159,11 @@ class LoaderSettings:
         return settings
 
 
-def describe_loader(workers: int, backend: str, prefetch_factor: int) -> str:
+def describe_loader(workers: int | None, backend: str, prefetch_factor: int) -> str:
     """``"2 process workers, prefetch 4"``; with no workers, ``"no workers (loads in the training process)"``:
-    the prefetch depth and backend only apply to workers."""
+    the prefetch depth and backend only apply to workers; ``None``: the machine's share."""
+    if workers is None:
+        return f"the machine's share of {backend} workers, prefetch {prefetch_factor}"
     if workers == 0:
         return "no workers (loads in the training process)"
     return f"{workers} {backend} worker{'' if workers == 1 else 's'}, prefetch {prefetch_factor}"
@@ -205,6 +212,8 @@ def _problem(values: Mapping[str, Any], key_prefix: str = "") -> str | None:
         return f"{key_prefix}backend must be one of {', '.join(BACKENDS)}; got {backend!r}"
     for name, minimum in (("workers", 0), ("prefetch_factor", 1)):
         value = values[name]
+        if value is None and name == "workers":  # left to the machine's share
+            continue
         if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
             return f"{key_prefix}{name} must be a whole number >= {minimum}; got {value!r}"
     if backend not in METHODS[method].backends:

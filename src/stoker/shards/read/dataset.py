@@ -15,7 +15,6 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset, default_collate, get_worker_info
 
-from stoker.cores import usable_cores
 from stoker.decode.device import Ready, device_decoder
 from stoker.decode.image import is_png, png_decoder
 from stoker.decode.jpeg import decode_batch_on_device, decode_jpeg_resized, decode_jpegs_into, is_jpeg
@@ -24,6 +23,7 @@ from stoker.fs import PathOrURL
 from stoker.loading.collate import Batch, collate
 from stoker.loading.contract import MapReader, SupportsCollate, SupportsEpoch, SupportsLoaderDefaults
 from stoker.loading.skips import OnError, Skipped
+from stoker.loading.workers import machine_workers
 from stoker.shards.format.manifest import Manifest
 from stoker.shards.read.reader import ShardSet
 
@@ -158,8 +158,8 @@ class ShardDataset(Dataset, MapReader, SupportsEpoch, SupportsCollate, SupportsL
             is no transform. ``"auto"`` (default): JPEGs decoded into reused buffers,
             cropped, and resized a batch at a time (:mod:`stoker.decode.jpeg`), to the same
             pixels as the full path; where ``decode_device`` is an available CUDA device and
-            the set is mostly JPEG, the first batch is decoded both ways and the faster keeps
-            decoding (said once in the log, :attr:`decode_choice`, ``run.json``'s ``"decode"``);
+            the set is mostly JPEG and the loader's batches go to a CUDA device (a run on the CPU decodes
+            on the CPU), the first batch is decoded both ways and the faster keeps decoding (said once in the log, :attr:`decode_choice`, ``run.json``'s ``"decode"``);
             ``"full"``: every image by the full path (the reference); ``"nvjpeg"``: whole
             batches decoded, cropped and resized on ``decode_device`` (:mod:`stoker.decode.device`),
             batches come back there (falls back to the CPU
@@ -205,6 +205,7 @@ class ShardDataset(Dataset, MapReader, SupportsEpoch, SupportsCollate, SupportsL
         self._mostly_jpeg: bool | None = None  # what the shards hold (mostly_jpeg), once known
         self._mostly_spng: bool | None = None  # mostly JPEG or PNG, with libspng for the PNGs (decodes_on_threads)
         self._choice: dict[str, Any] | None = None  # decoder="auto" on a CUDA device: what it measured and chose
+        self._read_for: torch.device | None = None  # where the batches go (make_loader says), None: not said
 
     # -- what the set holds ---------------------------------------------------------
     @property
@@ -274,8 +275,9 @@ class ShardDataset(Dataset, MapReader, SupportsEpoch, SupportsCollate, SupportsL
         a batch is one numpy fancy index over the memory-mapped files
         (:meth:`ShardSet.gather_pixels`, on a second copying thread while a core is idle:
         :attr:`ShardSet.gather_threads`), and shipping it from a
-        worker process costs several times more than reading it. Encoded shards use one
-        loader worker per core (up to 4), of the kind that measured faster for what they
+        worker process costs several times more than reading it. Encoded shards name only
+        the kind of loader worker; how many is the machine's share (this rank's cores less
+        what training needs, :mod:`stoker.loading.workers`), of the kind that measured faster for what they
         hold (``benchmarks/bench_decode.py``, 2 cores): JPEGs on threads (libjpeg-turbo and
         the resize release the GIL, and a batch made in a thread is not copied again
         between processes: 1.13x worker processes), PNGs too where libspng decodes them
@@ -294,10 +296,9 @@ class ShardDataset(Dataset, MapReader, SupportsEpoch, SupportsCollate, SupportsL
             return {"backend": "process", "num_workers": 0}
         if self.decoder == "nvjpeg":
             return {"backend": "thread", "num_workers": 1}
-        cores = usable_cores()
         # A per-sample Python transform holds the GIL: then worker processes, as before.
         backend = "thread" if self.transform is None and self.decodes_on_threads() else "process"
-        return {"backend": backend, "num_workers": min(4, cores)}
+        return {"backend": backend}  # the workers: the machine's share (make_loader's rule)
 
     @property
     def decode_choice(self) -> dict[str, Any] | None:
@@ -309,12 +310,21 @@ class ShardDataset(Dataset, MapReader, SupportsEpoch, SupportsCollate, SupportsL
         """
         return self._choice
 
+    def read_for(self, device: torch.device) -> None:
+        """Where the batches of the loader being made go (:func:`~stoker.make_loader` says): ``decoder="auto"``
+        decodes on the GPU only for batches that go to a CUDA device (a run that trains on the CPU decodes on the CPU,
+        never on the GPU and back)."""
+        self._read_for = torch.device(device)
+
     def _on_gpu(self, blobs: list[np.ndarray], boxes: list[Any], size: tuple[int, int]) -> bool:
         """``decoder="auto"``: whether this batch decodes on the GPU (measured on the first batch, once).
 
-        Only in the process that trains: a DataLoader worker process never starts CUDA.
+        Only in the process that trains: a DataLoader worker process never starts CUDA; and only for batches that
+        go to a CUDA device (:meth:`read_for`).
         """
         if self.decoder != "auto" or get_worker_info() is not None:
+            return False
+        if self._read_for is not None and self._read_for.type != "cuda":
             return False
         if self._choice is None:
             device = torch.device(self.decode_device)
@@ -356,7 +366,7 @@ class ShardDataset(Dataset, MapReader, SupportsEpoch, SupportsCollate, SupportsL
             log.warning("decoder='auto' decodes %s on the CPU: %s", self.root, reason)
             return {"decoder": "cpu", "gpu_img_per_s": None, "cpu_img_per_s": None, "cpu_threads": None,
                     "engine": None, "device": str(device), "batch": len(blobs), "reason": reason}
-        threads = min(4, usable_cores())  # the CPU path's loader threads (loader_defaults)
+        threads = max(1, machine_workers(accelerator=True, backend="thread"))  # the CPU path's loader threads
         n = max(len(blobs), 1)
         gpu_rate, cpu_rate = n / max(gpu_s, 1e-9), n / max(cpu_s, 1e-9) * threads
         chosen = "gpu" if gpu_rate >= cpu_rate else "cpu"
