@@ -18,7 +18,7 @@ __all__ = [
     "check_scenario_values",
 ]
 
-Amp = Literal["off", "bf16", "fp16"]  # AMP_MODES, the values of run.amp
+Amp = Literal["auto", "off", "bf16", "fp16"]  # AMP_MODES, the values of run.amp
 
 IMAGENET_MEAN: tuple[float, float, float] = (0.485, 0.456, 0.406)
 IMAGENET_STD: tuple[float, float, float] = (0.229, 0.224, 0.225)
@@ -118,7 +118,8 @@ class Scenario:
             ``best.pt`` and no patience).
         epochs: total number of epochs (a resumed run continues up to this number).
         device: ``"auto"`` (CUDA when available, else the CPU), ``"cpu"``, ``"cuda:1"``...
-        amp: ``"off"``, ``"bf16"`` or ``"fp16"`` (fp16 uses a GradScaler).
+        amp: ``"off"``, ``"bf16"`` or ``"fp16"`` (fp16 uses a GradScaler); ``"auto"``: bf16 on a
+            CUDA device that supports it, else off (``stoker train``'s default, and ``stoker bench``'s step).
         log_dir: the run folder is ``log_dir/name``.
         name: the run's name (default: the time it started, ``YYYYmmdd-HHMMSS``).
         tags: free labels kept in ``run.json`` to group runs later, e.g. ``{"category": "shards"}``.

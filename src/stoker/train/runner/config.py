@@ -91,7 +91,7 @@ __all__ = [
     "parse_config",
 ]
 
-AMP_MODES: tuple[str, ...] = ("off", "bf16", "fp16")
+AMP_MODES: tuple[str, ...] = ("auto", "off", "bf16", "fp16")
 OPTIMIZERS: tuple[str, ...] = ("sgd", "adam", "adamw")
 SCHEDULERS: tuple[str, ...] = ("none", "cosine", "step", "onecycle")
 BACKENDS: tuple[str, ...] = ("auto", *LOADER_BACKENDS)
@@ -155,7 +155,8 @@ class RunConfig:
 
     epochs: int = config_key(whole(1), 10, doc="total epochs")
     device: str = config_key(device_name, "auto", doc="auto (CUDA when available), cpu, cuda, cuda:N")
-    amp: str = config_key(choice(*AMP_MODES), "off", doc="mixed precision: off | bf16 | fp16")
+    amp: str = config_key(choice(*AMP_MODES), "auto",
+                          doc="mixed precision: auto (bf16 on a CUDA device that supports it, else off) | off | bf16 | fp16")
     compile: bool = config_key(as_bool, False, doc="torch.compile the model")
     channels_last: bool | None = config_key(
         optional(as_bool), None,
