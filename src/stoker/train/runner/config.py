@@ -21,7 +21,7 @@
 
     [run]
     epochs = 30
-    amp = "bf16"                  # off | bf16 | fp16
+    amp = "bf16"                  # auto | off | bf16 | fp16
     log_dir = "runs"
     name = "resnet18-shards"
     tags = { category = "shards" }
