@@ -43,11 +43,13 @@ from stoker.errors import ConfigError, MissingFileError
 from stoker.fs import local_path
 from stoker.loading.backends import BACKENDS
 
-__all__ = ["LOADER_KEYS", "LoaderSettings", "check_tuned_for", "describe_loader", "load_data_table", "load_settings",
-           "save_settings"]
+__all__ = ["DECODERS", "GPU_DECODERS", "LOADER_KEYS", "LoaderSettings", "check_decoder_here", "check_tuned_for",
+           "describe_loader", "load_data_table", "load_settings", "save_settings"]
 
 # The keys of a training config's [data] table that these settings write and read.
-LOADER_KEYS: tuple[str, ...] = ("workers", "backend", "prefetch_factor")
+LOADER_KEYS: tuple[str, ...] = ("workers", "backend", "prefetch_factor", "decoder")
+DECODERS: tuple[str, ...] = ("auto", "full", "nvjpeg")  # ShardDataset's decoder= (stoker.shards.read.dataset.DECODERS)
+GPU_DECODERS: tuple[str, ...] = ("nvjpeg",)  # the ones that need a CUDA device
 
 _MEASURED_RE = re.compile(r"^# measured: ([0-9.,]+) img/s reading (\S+)\s*$", re.MULTILINE)
 
@@ -72,6 +74,9 @@ class LoaderSettings:
         layout: that data's layout (``"class_folders"``, ``"split_folders"``...), if known.
         batch_size: the batch size they were measured at, if known (a run at another
             batch size is warned: workers and prefetch depth follow the batch).
+        decoder: how encoded shards decode (``"nvjpeg"``: on the GPU, where ``stoker tune``
+            found the GPU decode fastest); ``None`` (the default): the data set's own
+            (``"auto"``), and no key is written.
     """
 
     workers: int | None = None  # make_loader's rule: the machine's share (a stream split by worker: its fallback)
@@ -82,6 +87,7 @@ class LoaderSettings:
     data: str | None = field(default=None, compare=False)
     layout: str | None = field(default=None, compare=False)
     batch_size: int | None = field(default=None, compare=False)
+    decoder: str | None = None
 
     def __post_init__(self) -> None:
         problem = _problem({f.name: getattr(self, f.name) for f in fields(self)})
@@ -216,6 +222,9 @@ def _problem(values: Mapping[str, Any], key_prefix: str = "") -> str | None:
             continue
         if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
             return f"{key_prefix}{name} must be a whole number >= {minimum}; got {value!r}"
+    decoder = values.get("decoder")
+    if decoder is not None and decoder not in DECODERS:
+        return f"{key_prefix}decoder must be one of {', '.join(DECODERS)}; got {decoder!r}"
     if backend not in METHODS[method].backends:
         return f"{method} runs on backend {' or '.join(repr(b) for b in METHODS[method].backends)} only; got {backend!r}"
     return None
@@ -257,10 +266,13 @@ def load_settings(path: str | os.PathLike[str]) -> LoaderSettings:
 
     Raises:
         MissingFileError: no such file.
-        ConfigError: not TOML, no ``[data]`` table, or a bad value (naming the file and the key).
+        ConfigError: not TOML, no ``[data]`` table, or a bad value (naming the file and the key); a GPU
+            decoder where torch sees no CUDA device (:func:`check_decoder_here`).
     """
     path = Path(path)
-    return LoaderSettings.from_toml(_read(path), where=str(path))
+    settings = LoaderSettings.from_toml(_read(path), where=str(path))
+    check_decoder_here(settings, str(path))
+    return settings
 
 
 def load_data_table(path: str | os.PathLike[str]) -> dict[str, Any]:
@@ -271,7 +283,8 @@ def load_data_table(path: str | os.PathLike[str]) -> dict[str, Any]:
 
     Raises:
         MissingFileError: no such file.
-        ConfigError: not TOML, no ``[data]`` table, or a bad loader value (naming the file and the key).
+        ConfigError: not TOML, no ``[data]`` table, or a bad loader value (naming the file and the key); a GPU
+            decoder where torch sees no CUDA device.
 
     Example:
         >>> load_data_table("loader.toml")  # doctest: +SKIP
@@ -279,8 +292,24 @@ def load_data_table(path: str | os.PathLike[str]) -> dict[str, Any]:
     """
     path = Path(path)
     table = _data_table(_read(path), str(path))
-    LoaderSettings.from_table(table, str(path))
+    check_decoder_here(LoaderSettings.from_table(table, str(path)), str(path))
     return table
+
+
+def check_decoder_here(settings: LoaderSettings, where: str) -> None:
+    """Refuse settings that decode on the GPU where torch sees no CUDA device (one line: what, where, what to do).
+
+    Raises:
+        ConfigError: ``decoder = "nvjpeg"`` (``stoker tune`` found the GPU decode fastest there) and no CUDA here.
+    """
+    if settings.decoder not in GPU_DECODERS:
+        return
+    from stoker.bench.methods import cuda_available
+
+    if not cuda_available():
+        raise ConfigError(f"{where}: decoder = {settings.decoder!r} decodes on the GPU (stoker tune found it fastest on "
+                          f"a CUDA machine), and torch sees no CUDA device here; re-tune on this machine (`stoker tune "
+                          f"{settings.data or 'DATA'} --out {where}`) or delete the decoder line")
 
 
 def _storage_of(path: Path) -> tuple[str, list[str]] | None:
@@ -357,7 +386,8 @@ def check_tuned_for(
         if found is None:
             continue
         storage, sources = found
-        if storage != settings.method:
+        same_shards = METHODS[storage].store is not None and METHODS[settings.method].store == METHODS[storage].store
+        if storage != settings.method and not same_shards:  # the GPU decode of encoded shards reads shards-encoded
             store = METHODS[storage].store
             source = sources[0] if store is not None and sources else str(path)
             raise ConfigError(

@@ -267,6 +267,21 @@ class ShardDataset(Dataset, MapReader, SupportsEpoch, SupportsCollate, SupportsL
         view._rows = rows if self._rows is None else self._rows[rows]
         return view
 
+    def with_decoder(self, decoder: Decoder) -> ShardDataset:
+        """This data set read with another ``decoder`` (what a ``stoker tune`` file recorded), the rest as it is.
+
+        Raises:
+            ConfigError: not one of :data:`DECODERS`.
+        """
+        if decoder not in DECODERS:
+            raise ConfigError(f"decoder must be one of {', '.join(DECODERS)}, got {decoder!r}")
+        view = copy.copy(self)
+        view.decoder, view._choice = decoder, None
+        if (decoder != "full") != self.shards.reduced_jpeg:  # the shard set's own switch: on a copy of it
+            view.shards = copy.copy(self.shards)
+            view.shards.reduced_jpeg = decoder != "full"
+        return view
+
     @property
     def loader_defaults(self) -> dict[str, Any]:
         """The loader settings that measured fastest for this storage mode (``benchmarks/bench_shards.py``).

@@ -96,6 +96,7 @@ OPTIMIZERS: tuple[str, ...] = ("sgd", "adam", "adamw")
 SCHEDULERS: tuple[str, ...] = ("none", "cosine", "step", "onecycle")
 BACKENDS: tuple[str, ...] = ("auto", *LOADER_BACKENDS)
 ON_ERROR: tuple[str, ...] = ("raise", "skip")
+DECODERS: tuple[str, ...] = ("auto", "full", "nvjpeg")  # ShardDataset's decoder= (stoker.shards.read.dataset.DECODERS)
 
 
 # --- the four tables: every key's type, default, check, help and flag, said once ------------
@@ -122,6 +123,11 @@ class DataConfig:
     prefetch_factor: int = config_key(whole(1), 2, doc="batches each worker loads ahead")
     backend: str = config_key(choice(*BACKENDS), "auto", doc="auto | process | thread (auto: what suits the data)")
     on_error: str = config_key(choice(*ON_ERROR), "raise", doc="raise | skip (skip: bad samples are counted, not fatal)")
+    decoder: str = config_key(
+        choice(*DECODERS), "auto",
+        doc="how encoded shards decode: auto (the GPU where it measured faster on the first batch) | full | nvjpeg "
+            "(on the GPU; what `stoker tune` records when the GPU was fastest)",
+    )
     label_order: str = config_key(
         choice("auto", "sorted"), "auto", doc="auto: numeric class folder names are labels | sorted: names numbered in order"
     )
