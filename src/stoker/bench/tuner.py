@@ -167,7 +167,7 @@ class _Search:
             lambda: method.build(self.data, settings),
             self.expected,
             method=settings.method,
-            workers=settings.workers,
+            workers=settings.workers or 0,  # a trial's settings always name their workers
             backend=settings.backend,
             epochs=_EPOCHS_PER_TRIAL,
             max_seconds=self.trial_s,
@@ -361,7 +361,7 @@ def search_settings(
         # 2. backend
         leader = state.best()
         if leader is not None:
-            w = leader.settings.workers
+            w = leader.settings.workers or 0  # a trial's settings always name their workers
             top = max_workers if max_workers is not None else 2 * max(w, 1)
             others = [b for b in METHODS[leader.settings.method].backends if b != leader.settings.backend]
             for other in others:
@@ -369,7 +369,7 @@ def search_settings(
                     state.measure(leader.settings.replace(backend=other, workers=workers), "backend")
         # 3. prefetch depth
         leader = state.best()
-        if leader is not None and leader.settings.workers > 0:
+        if leader is not None and (leader.settings.workers or 0) > 0:
             for depth in (1, 4):
                 state.measure(leader.settings.replace(prefetch_factor=depth), "prefetch")
     finally:

@@ -73,8 +73,10 @@ def build_data(cfg: DataConfig, seed: int = 0) -> TrainData:
             raise ConfigError(f"data.decoder = {cfg.decoder!r} decodes shard sets of encoded images, and the train data "
                               f"({data.describe()}) is not one; leave data.decoder out (or pack the data with "
                               "`stoker pack DATA OUT --store encoded`)")
-        train, valid, test = (ds.with_decoder(cfg.decoder) if isinstance(ds, ShardDataset) else ds  # type: ignore[arg-type]
-                              for ds in (train, valid, test))
+        decoder: Any = cfg.decoder  # one of DECODERS (the config's choice)
+        train = train.with_decoder(decoder)
+        valid = valid.with_decoder(decoder) if isinstance(valid, ShardDataset) else valid
+        test = test.with_decoder(decoder) if isinstance(test, ShardDataset) else test
     return TrainData(train, valid, data.num_classes, data.describe(), test)
 
 
