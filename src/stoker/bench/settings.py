@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from stoker import _tomllib as tomllib
-from stoker.bench.methods import METHODS
+from stoker.bench.methods import METHODS, cuda_available
 from stoker.errors import ConfigError, MissingFileError
 from stoker.fs import local_path
 from stoker.loading.backends import BACKENDS
@@ -304,8 +304,6 @@ def check_decoder_here(settings: LoaderSettings, where: str) -> None:
     """
     if settings.decoder not in GPU_DECODERS:
         return
-    from stoker.bench.methods import cuda_available
-
     if not cuda_available():
         raise ConfigError(f"{where}: decoder = {settings.decoder!r} decodes on the GPU (stoker tune found it fastest on "
                           f"a CUDA machine), and torch sees no CUDA device here; re-tune on this machine (`stoker tune "
