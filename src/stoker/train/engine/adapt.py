@@ -46,12 +46,19 @@ What it may change, and why that changes no result:
 
 How it keeps the cost down (the trials train on real batches; what they cost is the
 time a slower setting and a change of workers take): the run's first batches are not
-timed (every setting is slow there); a trial times a few batches after a short warm-up;
+timed (every setting is slow there, the given readers starting); after a change, a trial
+is timed only once the readers it started have each delivered their prefetch depth
+(worker processes take long to start where cores are few, and starting they take the
+training process's CPU: timed earlier, a trial measures their start, not their pace);
 one that has already taken twice what the best one took stops; another setting replaces
-the one in force only when each of its trials was at least 10 % faster (the margin). A
-step that hardly waits for data gains nothing from more readers or a deeper prefetch:
-then only fewer readers are timed. A run too short for two trials tries none, nor does
-one the first trial projects under 20 s, and ``run.json`` says why.
+the one in force only when each of its trials was at least 10 % faster (the margin). What
+the readers' start costs counts in the budget, as does the change back to the setting a
+round keeps, and all rounds of a run (later epochs', re-checks') together stay within
+what its first round was allowed; a trial that would pass it is not started. A step that
+hardly waits for data gains nothing from more readers or a deeper prefetch: then fewer
+readers and the other backend are timed (worker processes compete with the training
+process for the cores; threads share its own). A run too short for two trials tries
+none, nor does one the first trial projects under 20 s, and ``run.json`` says why.
 
 Where it does not help: on a machine whose load swings by more than the settings
 differ, a handful of batches cannot tell them apart; the margin then keeps the given
@@ -304,7 +311,7 @@ class Adapter:
             contenders = [setting for _, setting in self._contenders()[:1]]
             top = [start, *contenders] if contenders else []
             return sorted(top, key=lambda setting: setting != self._setting_now())  # the one in force first
-        if stage in ("backend", "prefetch") and self._idle_wait is not None:  # hardly any wait: nothing to hide
+        if stage == "prefetch" and self._idle_wait is not None:  # hardly any wait: nothing to hide
             return []
         if stage == "backend":
             other = "thread" if best.backend == "process" else "process"
@@ -366,7 +373,7 @@ class Adapter:
             self.search.add(readers, trial.seconds / trial.batches, trial.wait_share)  # a stopped one: its pace so far
         if len(round_trials) == 1:
             self._first_wait = trial.wait_share
-            if trial.wait_share < MARGIN:  # hardly waits: the search tries fewer readers only
+            if trial.wait_share < MARGIN:  # hardly waits: the search tries fewer readers (and the backend stage, no prefetch)
                 self._idle_wait = trial.wait_share
             if run_s < MIN_RUN_S:
                 self._queue, self._stage, self._short_s = [], len(STAGES) - 1, run_s
@@ -429,7 +436,7 @@ class Adapter:
         start_s = next((sec for sec, setting in ranked if setting == start), None)
         if self._idle_wait is not None:
             first = (f"the step hardly waited for data ({self._idle_wait:.0%}) with {start.label()}, so only fewer "
-                     "readers were timed (they leave the training process more CPU)")
+                     "readers and the other backend were timed (they may leave the training process more CPU)")
         else:
             first = f"the step waited {self._first_wait:.0%} for data with {start.label()}"
         counts = f"; timed {self.search.tried()} readers" if self.search is not None and len(self.search.order) > 1 else ""
