@@ -73,3 +73,23 @@ def test_the_readers_start_counts_in_what_a_run_may_spend_on_trials(folders: Pat
     allowed_s = 0.25 * (0.08 - 0.01) / 0.08 * run_s  # a quarter of what the data wait costs the run
     assert record["switches"] <= 3 and spent_s <= allowed_s
     assert record["continues"] == 0 and record["rechecks"] == 0
+
+
+def test_worker_processes_are_first_compared_with_threads_and_the_search_goes_on_with_the_faster(folders: Path) -> None:
+    """Worker processes that take the training process's CPU (a slow step that hardly waits): the same count on threads,
+    a cheap change, is timed before any other count, and the search steps the count of the faster backend."""
+    adapter = _adapter(folders, workers=8, batches=100_000)
+
+    def times(setting: Setting) -> tuple[float, float]:
+        return (0.05, 0.001) if setting.backend == "process" and setting.workers else (0.01, 0.001)
+
+    for _ in range(400):
+        change, adapter._change = adapter._change, None
+        if change is not None:
+            adapter._apply(change)
+        adapter._observe(*times(adapter._setting_now()))
+    record = adapter.record()
+    tried = [(t["backend"], t["workers"]) for t in record["trials"]]
+    assert tried[:2] == [("process", 8), ("thread", 8)]
+    assert all(backend == "thread" for backend, workers in tried[2:] if workers != 8)  # other counts: on threads
+    assert Setting(**record["chosen"]).backend == "thread" and record["in_force"] == record["chosen"]

@@ -78,7 +78,7 @@ from stoker.cores import usable_cores
 from stoker.loading import Loader
 from stoker.loading.placement import local_ranks
 from stoker.loading.workers import batches_follow_workers
-from stoker.train.engine.search import ReaderSearch
+from stoker.train.engine.search import ReaderSearch, Reading
 
 if TYPE_CHECKING:
     from stoker.train.engine.run import Run
@@ -209,6 +209,8 @@ class Adapter:
         self._unfinished = False  # the last round ended on its budget with the search not over
         self._bound_said = False  # the loader-bound finding is said once
         self._by_readers: dict[int, Setting] = {}  # reader count -> the setting that reads with it
+        self._base: Setting | None = None  # the setting the reader search changes the count of (its backend)
+        self._backend_first: Setting | None = None  # the start's count on threads, timed before the search moves
         self._queue: list[Setting] = []
         self._stage = 0  # index in STAGES of the stage under way
         self._stage_trials = 0  # trials of the stage under way
@@ -266,7 +268,7 @@ class Adapter:
         """The setting that reads with ``readers`` workers or threads (0: in the training process), the rest as in force."""
         if readers in self._by_readers:
             return self._by_readers[readers]
-        now = self._setting_now()
+        now = self._base or self._setting_now()
         return replace(now, backend="process", workers=0) if readers == 0 else replace(now, workers=readers)
 
     def _ranked(self) -> list[tuple[float, Setting]]:
@@ -314,8 +316,9 @@ class Adapter:
         if stage == "prefetch" and self._idle_wait is not None:  # hardly any wait: nothing to hide
             return []
         if stage == "backend":
-            other = "thread" if best.backend == "process" else "process"
-            return [best, replace(best, backend=other)] if best.workers > 0 else []
+            other = replace(best, backend="thread" if best.backend == "process" else "process")
+            timed = any(t.setting == other for t in self.trials[self._round_start:])  # before the search moved
+            return [best, other] if best.workers > 0 and not timed else []
         if stage == "prefetch":
             given = self.given.prefetch if self.given is not None else best.prefetch
             depths = sorted({given, 2 * given} - {best.prefetch})
@@ -335,6 +338,10 @@ class Adapter:
             self._by_readers = {}
         self._by_readers.setdefault(_readers(now), now)
         self._stage, self._stage_trials, self._idle_wait, self._unfinished = 0, 0, None, False
+        self._base = self._by_readers[_readers(now)]
+        # Worker processes first get the same count on threads: a cheap change (threads start at once, processes take
+        # seconds where cores are few), and the one that decides which backend the search steps the count of.
+        self._backend_first = replace(now, backend="thread") if fresh and now.backend == "process" and now.workers else None
         self._queue = [now]
         self._next_trial()
 
@@ -371,6 +378,13 @@ class Adapter:
             readers = _readers(trial.setting)
             self._by_readers.setdefault(readers, trial.setting)
             self.search.add(readers, trial.seconds / trial.batches, trial.wait_share)  # a stopped one: its pace so far
+            if trial.setting == self._backend_first and len(round_trials) == 2:  # the start's count on threads
+                self._backend_first = None
+                start = round_trials[0]
+                faster = trial.s_per_batch <= (1 - MARGIN) * start.s_per_batch
+                won = trial if faster else start  # the search goes on from the faster backend's reading
+                self.search.readings[readers] = Reading(won.seconds / max(won.batches, 1), won.wait_share)
+                self._by_readers[readers] = self._base = won.setting
         if len(round_trials) == 1:
             self._first_wait = trial.wait_share
             if trial.wait_share < MARGIN:  # hardly waits: the search tries fewer readers (and the backend stage, no prefetch)
@@ -386,17 +400,20 @@ class Adapter:
             self._allowed_total_s = allowed_s
         allowed_s = min(allowed_s, self._allowed_total_s - self._spent_total_s)
         proposed = self.search.next() if searching and self.search is not None else None
+        backend_first = self._backend_first if searching and len(round_trials) == 1 else None
+        upcoming = backend_first or (self._with_readers(proposed) if proposed is not None else None)
         # The next trial: its batches at the fastest pace timed, and its readers' start.
         best_s = min((t.s_per_batch for t in round_trials if t.batches and not t.stopped), default=0.0)
-        next_s = (proposed is not None) * (best_s * (MIN_BATCHES + WARM_BATCHES)
-                                           + self._start_cost_s(self._with_readers(proposed) if proposed is not None else None))
+        next_s = (upcoming is not None) * (best_s * (MIN_BATCHES + WARM_BATCHES) + self._start_cost_s(upcoming))
         if spent >= self._budget_batches or changes_s + next_s >= allowed_s:  # keep the best so far
             self._unfinished = self._unfinished or (searching and self.search is not None and not self.search.done())
             self._queue, self._stage = [], len(STAGES) - 1
             self._finish()
             return
         if searching and self.search is not None:
-            if proposed is not None and self._stage_trials < self._budget:
+            if backend_first is not None:
+                self._queue = [backend_first]
+            elif proposed is not None and self._stage_trials < self._budget:
                 self._queue = [self._with_readers(proposed)]
             else:
                 self._unfinished = proposed is not None
