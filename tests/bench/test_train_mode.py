@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 import torch
 from click.testing import CliRunner
 
@@ -127,3 +128,22 @@ def test_the_bench_command_takes_the_steps_precision_format_and_optimizer(tiny_r
                               "optimizer": "sgd"}
     assert report["recommendation"].startswith("Recommendation: the step takes ")
     assert "| no loading |" in result.output
+
+
+def test_the_bench_step_takes_stoker_trains_default_precision(monkeypatch: pytest.MonkeyPatch) -> None:
+    """One rule: `stoker train`'s default amp ("auto") and the bench's step agree on every device (bf16 on a CUDA
+    device that supports it, off on the CPU, where the goldens stay fp32)."""
+    from stoker.bench.step import default_amp
+    from stoker.train.engine.run import resolve_amp
+    from stoker.train.runner.config import RunConfig
+
+    assert RunConfig().amp == "auto"
+    cpu = torch.device("cpu")
+    assert resolve_amp(RunConfig().amp, cpu) == default_amp(cpu) == "off"
+    assert make_train_step("small_cnn", 4, cpu, amp="auto", optimizer="sgd")[1].amp == "off"
+    cuda = torch.device("cuda")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    for supported, amp in ((True, "bf16"), (False, "off")):  # a GPU without bf16 (before Ampere): off, as the run
+        monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda supported=supported: supported)
+        assert resolve_amp(RunConfig().amp, cuda) == default_amp(cuda) == amp
+    assert resolve_amp("fp16", cuda) == "fp16"

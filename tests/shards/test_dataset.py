@@ -103,7 +103,7 @@ def test_loader_defaults_follow_the_storage_mode(packed: Callable[..., Path]) ->
     pixels = ShardDataset(packed(store="pixels", size=(8, 8), shard_samples=7, valid=0.25))
     assert pixels.loader_defaults == {"backend": "process", "num_workers": 0}
     encoded = ShardDataset(packed(store="encoded", shard_samples=7))
-    assert encoded.loader_defaults["num_workers"] >= 1
+    assert "num_workers" not in encoded.loader_defaults  # the machine's share (stoker.loading.workers)
     images, _ = next(iter(make_loader(pixels, batch_size=4, device="cpu", **pixels.loader_defaults)))
     assert images.shape == (4, 3, 8, 8)
 

@@ -366,7 +366,7 @@ def test_encoded_shards_of_mostly_png_default_to_worker_processes_under_pillow(
     pack(tmp_path / "src", tmp_path / "shards", store="encoded", size=(16, 16), progress=False, workers=0)
     ds = ShardDataset(tmp_path / "shards")
     assert ds.mostly_jpeg() == (backend == "thread")
-    assert ds.loader_defaults["backend"] == backend and ds.loader_defaults["num_workers"] >= 1
+    assert ds.loader_defaults == {"backend": backend}  # the workers: the machine's share
     assert ds.subset([0, 1]).loader_defaults == ds.loader_defaults
     images, _ = next(iter(make_loader(ds, batch_size=8, device="cpu", persistent_workers=False)))
     assert images.shape == (8, 3, 16, 16)

@@ -73,7 +73,7 @@ def test_bad_config_key_is_an_error_naming_it(tmp_path: Path, folders: Path) -> 
     assert isinstance(result.exception, ConfigError)
     assert "unknown key run.epoch (did you mean epochs?)" in str(result.exception)
     result = CliRunner().invoke(train, [str(_config(tmp_path, folders)), "--set", "run.epochs=3", "--amp", "fp32"])
-    assert "run.amp must be one of off, bf16, fp16" in str(result.exception)
+    assert "run.amp must be one of auto, off, bf16, fp16" in str(result.exception)
 
 
 def test_keys_lists_every_table() -> None:

@@ -62,7 +62,7 @@ tags = { category = "shards", gpu = 1 }
     [
         ("[optim]\nlrr = 0.1", r"unknown key optim\.lrr \(did you mean lr\?\); \[optim\] takes: name, lr,"),
         ("[optim]\nname = 'rmsprop'", r"optim\.name must be one of sgd, adam, adamw; got 'rmsprop'"),
-        ("[run]\namp = 'fp8'", r"run\.amp must be one of off, bf16, fp16"),
+        ("[run]\namp = 'fp8'", r"run\.amp must be one of auto, off, bf16, fp16"),
         ("[run]\nepochs = 0", r"run\.epochs must be a whole number >= 1, got 0"),
         ("[run]\nepochs = 2.5", r"run\.epochs must be a whole number"),
         ("[optim]\nlr = 'fast'", r"optim\.lr must be a number"),
@@ -220,7 +220,7 @@ def test_scenario_takes_what_a_config_takes() -> None:
     assert scenario.tags == {"gpu": "1"} and scenario.loader_bound_share == 1.0  # cleaned as in a config
     assert scenario.device == torch.device("cpu") and scenario.log_dir == Path("runs")  # richer Python types kept
     assert set(SCENARIO_KEYS) <= {f.name for f in fields(RunConfig)} & {f.name for f in fields(Scenario)}  # same names
-    for bad, message in (({"amp": "fp8"}, "amp must be one of off, bf16, fp16"), ({"device": "gpu0"}, "device must be auto"),
+    for bad, message in (({"amp": "fp8"}, "amp must be one of auto, off, bf16, fp16"), ({"device": "gpu0"}, "device must be auto"),
                          ({"loader_bound_share": 1.5}, r"loader_bound_share must be a number in \[0\.0, 1\.0\]"),
                          ({"compile": 1}, "compile must be true or false"), ({"name": ""}, "name must be non-empty text")):
         with pytest.raises(ConfigError, match=rf"^Scenario: {message}"):
@@ -230,7 +230,7 @@ def test_scenario_takes_what_a_config_takes() -> None:
 def test_a_bad_flag_value_with_a_config_file_names_the_flag(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     path = _write(tmp_path, "[run]\nepochs = 2\n")
     for args, message in (
-        (["--amp", "fp32"], "--amp: run.amp must be one of off, bf16, fp16; got 'fp32'"),
+        (["--amp", "fp32"], "--amp: run.amp must be one of auto, off, bf16, fp16; got 'fp32'"),
         (["--lr", "fast"], "--lr: optim.lr must be a number in (0.0, inf], got text 'fast'"),
         (["--image-size", "4"], "--image-size: data.image_size must be a size in pixels"),
         (["--tag", "nokey"], "--tag 'nokey': expected KEY=VALUE"),

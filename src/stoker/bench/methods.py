@@ -131,7 +131,9 @@ class Method:
         tunable: ``stoker tune`` considers it (its settings are ones ``stoker train``
             can use).
         needs_cuda: runs only where a CUDA device is available; left out of the
-            default methods elsewhere.
+            default methods elsewhere (``stoker tune`` says it skipped it, and why).
+        decoder: the :class:`~stoker.shards.ShardDataset` decoder it reads with, where not
+            ``"auto"`` (``stoker tune`` records it with the settings, ``stoker train`` reads with it).
     """
 
     name: str
@@ -142,6 +144,7 @@ class Method:
     shuffle: Shuffle = "sampler"
     tunable: bool = True
     needs_cuda: bool = False
+    decoder: str | None = None
 
     def __post_init__(self) -> None:
         where = f"method {self.name!r}"
@@ -260,9 +263,10 @@ register_method(Method("files", "decode", build_files))
 register_method(Method("pipe", "decode", build_pipe, backends=("process",), shuffle="buffer", tunable=False))
 register_method(Method("shards-encoded", "decode", partial(build_shards, "encoded"), store="encoded", shuffle="pack"))
 register_method(Method("shards-pixels", "pixels", partial(build_shards, "pixels"), store="pixels", shuffle="pack"))
-# Not tuned: a training run's decoder="auto" measures the GPU against the CPU path itself (ShardDataset).
+# Tuned on a CUDA device: the tune file then says decoder = "nvjpeg", and a run reads with it (decoder="auto" would
+# measure the GPU against the CPU path on its first batch instead).
 register_method(Method("shards-encoded-gpu", "decode", partial(build_shards, "encoded", decoder="nvjpeg"),
-                       backends=("thread",), store="encoded", shuffle="pack", tunable=False, needs_cuda=True))
+                       backends=("thread",), store="encoded", shuffle="pack", needs_cuda=True, decoder="nvjpeg"))
 
 def resolve_methods(methods: Iterable[str | Method] | None = None) -> list[Method]:
     """Registered methods by name (all of them for ``None``), and :class:`Method` objects as they are.

@@ -38,17 +38,18 @@ from pathlib import Path
 from typing import Any
 
 from stoker import _tomllib as tomllib
-from stoker.bench.methods import METHODS
+from stoker.bench.methods import METHODS, cuda_available
 from stoker.errors import ConfigError, MissingFileError
 from stoker.fs import local_path
 from stoker.loading.backends import BACKENDS
-from stoker.loading.workers import FALLBACK_WORKERS
 
-__all__ = ["LOADER_KEYS", "LoaderSettings", "check_tuned_for", "describe_loader", "load_data_table", "load_settings",
-           "save_settings"]
+__all__ = ["DECODERS", "GPU_DECODERS", "LOADER_KEYS", "LoaderSettings", "check_decoder_here", "check_tuned_for",
+           "describe_loader", "load_data_table", "load_settings", "save_settings"]
 
 # The keys of a training config's [data] table that these settings write and read.
-LOADER_KEYS: tuple[str, ...] = ("workers", "backend", "prefetch_factor")
+LOADER_KEYS: tuple[str, ...] = ("workers", "backend", "prefetch_factor", "decoder")
+DECODERS: tuple[str, ...] = ("auto", "full", "nvjpeg")  # ShardDataset's decoder= (stoker.shards.read.dataset.DECODERS)
+GPU_DECODERS: tuple[str, ...] = ("nvjpeg",)  # the ones that need a CUDA device
 
 _MEASURED_RE = re.compile(r"^# measured: ([0-9.,]+) img/s reading (\S+)\s*$", re.MULTILINE)
 
@@ -61,7 +62,9 @@ class LoaderSettings:
     ``img_per_s`` only record the measurement.
 
     Attributes:
-        workers: loader workers (processes or threads); 0 loads in the main process.
+        workers: loader workers (processes or threads); 0 loads in the main process;
+            ``None`` (the default) leaves them to :func:`stoker.make_loader`'s rule, this
+            rank's share of the machine (:mod:`stoker.loading.workers`), and writes no key.
         backend: ``"process"`` (DataLoader workers) or ``"thread"`` (a thread pool).
         prefetch_factor: batches each worker loads ahead.
         method: the storage the settings were measured on: a name of
@@ -71,9 +74,12 @@ class LoaderSettings:
         layout: that data's layout (``"class_folders"``, ``"split_folders"``...), if known.
         batch_size: the batch size they were measured at, if known (a run at another
             batch size is warned: workers and prefetch depth follow the batch).
+        decoder: how encoded shards decode (``"nvjpeg"``: on the GPU, where ``stoker tune``
+            found the GPU decode fastest); ``None`` (the default): the data set's own
+            (``"auto"``), and no key is written.
     """
 
-    workers: int = FALLBACK_WORKERS  # make_loader's default for data without measured settings
+    workers: int | None = None  # make_loader's rule: the machine's share (a stream split by worker: its fallback)
     backend: str = "process"
     prefetch_factor: int = 2
     method: str = field(default="files", compare=False)
@@ -81,6 +87,7 @@ class LoaderSettings:
     data: str | None = field(default=None, compare=False)
     layout: str | None = field(default=None, compare=False)
     batch_size: int | None = field(default=None, compare=False)
+    decoder: str | None = None
 
     def __post_init__(self) -> None:
         problem = _problem({f.name: getattr(self, f.name) for f in fields(self)})
@@ -88,26 +95,30 @@ class LoaderSettings:
             raise ConfigError(f"loader settings: {problem}")
 
     def loader_kwargs(self) -> dict[str, Any]:
-        """The keyword arguments of :func:`stoker.make_loader` these settings fix.
+        """The keyword arguments of :func:`stoker.make_loader` these settings fix (no ``num_workers`` when the
+        workers are left to the machine's share).
 
         Example:
             >>> LoaderSettings(workers=3).loader_kwargs()
             {'num_workers': 3, 'backend': 'process', 'prefetch_factor': 2}
+            >>> LoaderSettings(backend="thread").loader_kwargs()
+            {'backend': 'thread', 'prefetch_factor': 2}
         """
-        return {"num_workers": self.workers, "backend": self.backend, "prefetch_factor": self.prefetch_factor}
+        workers = {} if self.workers is None else {"num_workers": self.workers}
+        return {**workers, "backend": self.backend, "prefetch_factor": self.prefetch_factor}
 
     def replace(self, **changes: Any) -> LoaderSettings:
         """A copy with some fields changed (and checked)."""
         return replace(self, **changes)
 
     def data_table(self) -> dict[str, Any]:
-        """The ``[data]`` keys of a training config these settings set.
+        """The ``[data]`` keys of a training config these settings set (workers left to the machine: no key).
 
         Example:
             >>> LoaderSettings(workers=4, backend="thread").data_table()
             {'workers': 4, 'backend': 'thread', 'prefetch_factor': 2}
         """
-        return {key: getattr(self, key) for key in LOADER_KEYS}
+        return {key: getattr(self, key) for key in LOADER_KEYS if getattr(self, key) is not None}
 
     def to_toml(self, comment: str = "") -> str:
         """A TOML ``[data]`` table, with ``comment`` lines and the measurement on top."""
@@ -154,9 +165,11 @@ class LoaderSettings:
         return settings
 
 
-def describe_loader(workers: int, backend: str, prefetch_factor: int) -> str:
+def describe_loader(workers: int | None, backend: str, prefetch_factor: int) -> str:
     """``"2 process workers, prefetch 4"``; with no workers, ``"no workers (loads in the training process)"``:
-    the prefetch depth and backend only apply to workers."""
+    the prefetch depth and backend only apply to workers; ``None``: the machine's share."""
+    if workers is None:
+        return f"the machine's share of {backend} workers, prefetch {prefetch_factor}"
     if workers == 0:
         return "no workers (loads in the training process)"
     return f"{workers} {backend} worker{'' if workers == 1 else 's'}, prefetch {prefetch_factor}"
@@ -205,8 +218,13 @@ def _problem(values: Mapping[str, Any], key_prefix: str = "") -> str | None:
         return f"{key_prefix}backend must be one of {', '.join(BACKENDS)}; got {backend!r}"
     for name, minimum in (("workers", 0), ("prefetch_factor", 1)):
         value = values[name]
+        if value is None and name == "workers":  # left to the machine's share
+            continue
         if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
             return f"{key_prefix}{name} must be a whole number >= {minimum}; got {value!r}"
+    decoder = values.get("decoder")
+    if decoder is not None and decoder not in DECODERS:
+        return f"{key_prefix}decoder must be one of {', '.join(DECODERS)}; got {decoder!r}"
     if backend not in METHODS[method].backends:
         return f"{method} runs on backend {' or '.join(repr(b) for b in METHODS[method].backends)} only; got {backend!r}"
     return None
@@ -248,10 +266,13 @@ def load_settings(path: str | os.PathLike[str]) -> LoaderSettings:
 
     Raises:
         MissingFileError: no such file.
-        ConfigError: not TOML, no ``[data]`` table, or a bad value (naming the file and the key).
+        ConfigError: not TOML, no ``[data]`` table, or a bad value (naming the file and the key); a GPU
+            decoder where torch sees no CUDA device (:func:`check_decoder_here`).
     """
     path = Path(path)
-    return LoaderSettings.from_toml(_read(path), where=str(path))
+    settings = LoaderSettings.from_toml(_read(path), where=str(path))
+    check_decoder_here(settings, str(path))
+    return settings
 
 
 def load_data_table(path: str | os.PathLike[str]) -> dict[str, Any]:
@@ -262,7 +283,8 @@ def load_data_table(path: str | os.PathLike[str]) -> dict[str, Any]:
 
     Raises:
         MissingFileError: no such file.
-        ConfigError: not TOML, no ``[data]`` table, or a bad loader value (naming the file and the key).
+        ConfigError: not TOML, no ``[data]`` table, or a bad loader value (naming the file and the key); a GPU
+            decoder where torch sees no CUDA device.
 
     Example:
         >>> load_data_table("loader.toml")  # doctest: +SKIP
@@ -270,8 +292,22 @@ def load_data_table(path: str | os.PathLike[str]) -> dict[str, Any]:
     """
     path = Path(path)
     table = _data_table(_read(path), str(path))
-    LoaderSettings.from_table(table, str(path))
+    check_decoder_here(LoaderSettings.from_table(table, str(path)), str(path))
     return table
+
+
+def check_decoder_here(settings: LoaderSettings, where: str) -> None:
+    """Refuse settings that decode on the GPU where torch sees no CUDA device (one line: what, where, what to do).
+
+    Raises:
+        ConfigError: ``decoder = "nvjpeg"`` (``stoker tune`` found the GPU decode fastest there) and no CUDA here.
+    """
+    if settings.decoder not in GPU_DECODERS:
+        return
+    if not cuda_available():
+        raise ConfigError(f"{where}: decoder = {settings.decoder!r} decodes on the GPU (stoker tune found it fastest on "
+                          f"a CUDA machine), and torch sees no CUDA device here; re-tune on this machine (`stoker tune "
+                          f"{settings.data or 'DATA'} --out {where}`) or delete the decoder line")
 
 
 def _storage_of(path: Path) -> tuple[str, list[str]] | None:
@@ -348,7 +384,8 @@ def check_tuned_for(
         if found is None:
             continue
         storage, sources = found
-        if storage != settings.method:
+        same_shards = METHODS[storage].store is not None and METHODS[settings.method].store == METHODS[storage].store
+        if storage != settings.method and not same_shards:  # the GPU decode of encoded shards reads shards-encoded
             store = METHODS[storage].store
             source = sources[0] if store is not None and sources else str(path)
             raise ConfigError(

@@ -31,8 +31,11 @@ _WARM_UP_STEPS = 2  # cuDNN's kernel search and the first allocations are not th
 
 
 def default_amp(device: torch.device) -> str:
-    """The precision a bench step uses when none is given: ``"bf16"`` on CUDA, ``"off"`` elsewhere."""
-    return "bf16" if device.type == "cuda" else "off"
+    """The precision a bench step uses when none is given: ``stoker train``'s default (``amp = "auto"``: bf16 on a
+    CUDA device that supports it, ``"off"`` elsewhere), so the bench times the step the run will do."""
+    from stoker.train.engine.run import resolve_amp
+
+    return resolve_amp("auto", device)
 
 
 @dataclass(frozen=True)
@@ -94,7 +97,7 @@ def make_train_step(model_name: str, num_classes: int, device: torch.device, *, 
     from stoker.train.runner.from_config import build_optimizer
     from stoker.train.runner.models import build_model
 
-    amp = default_amp(device) if amp is None else amp
+    amp = default_amp(device) if amp in (None, "auto") else amp
     if amp not in AMP_DTYPES:
         raise ConfigError(f"--amp must be one of {', '.join(AMP_DTYPES)}; got {amp!r}")
     if device.type == "cuda":

@@ -5,7 +5,10 @@ disk and the cores. The tuner does not guess; it times short runs on a sample of
 data, one knob at a time (coordinate search), and keeps what was fastest:
 
 1. **storage and workers**: for each storage (files, encoded shards, pixel shards),
-   workers 0, 1, 2, 4, ... until one more doubling gains less than 5 %;
+   workers 0, 1, 2, 4, ... until one more doubling gains less than 5 %; on a CUDA
+   device also encoded shards decoded on the GPU (``shards-encoded-gpu``: 1 and 2
+   loader threads), whose win is recorded as ``decoder = "nvjpeg"`` (elsewhere it is
+   skipped, and the result says why);
 2. **backend**: threads instead of processes for the best so far;
 3. **prefetch depth**: 1 and 4 batches per worker next to the default 2.
 
@@ -38,7 +41,7 @@ import numpy as np
 from stoker.bench.advice import looks_gray, pack_command
 from stoker.bench.benchmark import _settle_size, open_data, pack_for_bench
 from stoker.bench.limits import Limits, evict_from_page_cache, measure_limits, measure_sequential_reads
-from stoker.bench.methods import METHODS, BenchData, method_names
+from stoker.bench.methods import METHODS, BenchData, cuda_available, method_names
 from stoker.bench.runner import Expected, MethodResult, run_method
 from stoker.bench.settings import LoaderSettings, describe_loader
 from stoker.bench.shard_data import fetch_all, measure_shard_limits, open_shard_set
@@ -56,6 +59,7 @@ _MIN_TRIAL_S = 1.0
 _MAX_TRIAL_S = 15.0
 _PLANNED_TRIALS = 14  # about how many trials a full search runs; sets each trial's length
 _EPOCHS_PER_TRIAL = 1000  # trials stop on time, long before this many passes over the sample
+_GPU_DECODE_THREADS = (1, 2)  # loader threads a GPU decode is tried with (it decodes whole batches on the device)
 
 Echo = Callable[[str], None]
 
@@ -161,7 +165,7 @@ class _Search:
             lambda: method.build(self.data, settings),
             self.expected,
             method=settings.method,
-            workers=settings.workers,
+            workers=settings.workers or 0,  # a trial's settings always name their workers
             backend=settings.backend,
             epochs=_EPOCHS_PER_TRIAL,
             max_seconds=self.trial_s,
@@ -192,11 +196,30 @@ def _worker_candidates(cores: int, max_workers: int | None) -> list[int]:
     return out
 
 
+def _with_gpu_storages(storages: Sequence[str], asked: Sequence[str], device: str | None) -> tuple[list[str], list[str]]:
+    """``storages`` with the GPU methods of their shard stores added where this machine runs them (all of them when
+    ``asked`` is the default list; those named in it otherwise), and the lines saying which were skipped and why."""
+    out, skipped = [s for s in storages if not METHODS[s].needs_cuda], []
+    default = tuple(asked) == DEFAULT_STORAGES
+    stores = {METHODS[s].store for s in out if METHODS[s].store is not None}
+    for name in method_names(tunable=True, cuda=True):
+        method = METHODS[name]
+        if not method.needs_cuda or not (name in asked or (default and method.store in stores)):
+            continue
+        on_cuda = device in (None, "auto") or str(device).startswith("cuda")
+        if on_cuda and cuda_available():
+            out.append(name)
+        else:
+            why = "torch sees no CUDA device here" if on_cuda else f"batches go to {device}, not a CUDA device"
+            skipped.append(f"{name}: decodes on the GPU, and {why}")
+    return out, skipped
+
+
 def _shard_storages(store: str, storages: Sequence[str], root: str) -> list[str]:
     """The storage a shard set of ``store`` is tuned on: its own (the default storages), or a ConfigError."""
     own = next(name for name in method_names(tunable=True) if METHODS[name].store == store)
-    if tuple(storages) == DEFAULT_STORAGES or own in storages:
-        return [own]
+    if tuple(storages) == DEFAULT_STORAGES or any(METHODS[s].store == store for s in storages):
+        return [own]  # and its GPU decode where asked and CUDA runs it (_with_gpu_storages)
     raise ConfigError(
         f"{root}: is a shard set of {store} shards, so only {own} can be tuned on it (asked: {', '.join(storages)}); "
         f"pass --storages {own}, or tune the folder it was packed from to compare every storage"
@@ -267,10 +290,11 @@ def search_settings(
     say = echo or (lambda line: None)
     if budget_s < 3 * _MIN_TRIAL_S:
         raise ConfigError(f"tune: a budget of {budget_s:g} s is too short; give at least {3 * _MIN_TRIAL_S:g} s (e.g. --budget 60s)")
-    tunable = method_names(tunable=True)
+    tunable = method_names(tunable=True, cuda=True)
     unknown = [s for s in storages if s not in tunable]
     if unknown or not storages:
         raise ConfigError(f"tune: storages must be among {', '.join(tunable)}, got {list(storages)!r}")
+    asked = list(storages)
     shard_set = open_shard_set(data) if not isinstance(data, FileDataset) else None
     limit_s = min(1.0, budget_s / 30)
     trial_s = float(np.clip(budget_s * 0.85 / _PLANNED_TRIALS, _MIN_TRIAL_S, _MAX_TRIAL_S))
@@ -299,8 +323,10 @@ def search_settings(
         read = [str(shard_set.shards.local_path(k)) for k in range(len(shard_set.shards.infos))]  # fetched: local
     say(f"tuning the loader for {description}: {limits.summary()}")
 
+    storages, gpu_skipped = _with_gpu_storages(storages, asked, device)
     state = _Search(bench_data, Expected.of(labels, num_classes), budget_s - (time.perf_counter() - start), trial_s,
                     read if cold else None, say)
+    state.skipped.extend(gpu_skipped)
     workdir = Path(tempfile.mkdtemp(prefix="stoker-tune-"))
     try:
         # 1. storage and workers
@@ -319,8 +345,11 @@ def search_settings(
                     disk, cached = measure_sequential_reads(shard_files, limit_s)
                     limits = replace(limits, sequential_read_bytes_per_s=disk, cached_sequential_read_bytes_per_s=cached)
             best_rate = 0.0
-            for w in _worker_candidates(limits.cores, max_workers):
-                trial = state.measure(LoaderSettings(method=storage, workers=w), "storage and workers")
+            method = METHODS[storage]
+            counts = _GPU_DECODE_THREADS if method.needs_cuda else _worker_candidates(limits.cores, max_workers)
+            for w in counts:
+                trial = state.measure(LoaderSettings(method=storage, workers=w, backend=method.backends[0],
+                                                     decoder=method.decoder), "storage and workers")
                 if trial is None or not trial.valid:
                     break
                 rate = trial.img_per_s or 0.0
@@ -330,7 +359,7 @@ def search_settings(
         # 2. backend
         leader = state.best()
         if leader is not None:
-            w = leader.settings.workers
+            w = leader.settings.workers or 0  # a trial's settings always name their workers
             top = max_workers if max_workers is not None else 2 * max(w, 1)
             others = [b for b in METHODS[leader.settings.method].backends if b != leader.settings.backend]
             for other in others:
@@ -338,7 +367,7 @@ def search_settings(
                     state.measure(leader.settings.replace(backend=other, workers=workers), "backend")
         # 3. prefetch depth
         leader = state.best()
-        if leader is not None and leader.settings.workers > 0:
+        if leader is not None and (leader.settings.workers or 0) > 0:
             for depth in (1, 4):
                 state.measure(leader.settings.replace(prefetch_factor=depth), "prefetch")
     finally:

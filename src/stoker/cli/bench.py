@@ -58,7 +58,7 @@ def parse_size(text: str | None) -> tuple[int, int] | None:
               help="load: batches only; train: a training step per batch, reporting the data-wait share.")
 @click.option("--model", default="resnet18", show_default=True, help="Model of --mode train (small_cnn or a torchvision classifier).")
 @click.option("--amp", type=click.Choice(AMP_MODES), default=None,
-              help="Precision of --mode train's step, as `stoker train --amp`. [default: bf16 on CUDA, off elsewhere]")
+              help="Precision of --mode train's step, as `stoker train --amp`. [default: auto, as stoker train: bf16 on a CUDA device that supports it, off elsewhere]")
 @click.option("--channels-last/--no-channels-last", "channels_last", default=None,
               help="Memory format of --mode train's step, as `stoker train`. [default: on for a convolutional model on "
                    "CUDA under AMP]")

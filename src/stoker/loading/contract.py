@@ -25,10 +25,13 @@ Example:
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from stoker.loading.skips import OnError
 from stoker.order import ShuffleBlocks, ShuffleScope
+
+if TYPE_CHECKING:
+    import torch
 
 __all__ = [
     "MapReader",
@@ -44,6 +47,7 @@ __all__ = [
     "SupportsOnError",
     "SupportsOrderPlan",
     "SupportsShuffleBlocks",
+    "SupportsReadFor",
 ]
 
 
@@ -180,6 +184,16 @@ class SupportsLoaderDefaults(Protocol):
     @property
     def loader_defaults(self) -> Mapping[str, Any]:
         """``make_loader`` keyword arguments (``num_workers``, ``backend``) used where the caller gave none."""
+        ...
+
+
+@runtime_checkable
+class SupportsReadFor(Protocol):
+    """A reader that decodes where the batches go: ``make_loader`` tells it the loader's device (a reader that may
+    decode on a GPU must not decode there for a run that trains on the CPU, then copy back)."""
+
+    def read_for(self, device: torch.device) -> None:
+        """The device the batches of the loader being made go to."""
         ...
 
 

@@ -31,6 +31,7 @@ from stoker.loading.contract import (
     SupportsGetItems,
     SupportsLoaderDefaults,
     SupportsOrderPlan,
+    SupportsReadFor,
 )
 from stoker.loading.position import FromWorker, Positioned, ResumeSampler, TagWorker, as_is, in_worker_order, iter_from
 from stoker.loading.reader_cpu import ReaderPlacement, plan_readers
@@ -718,6 +719,8 @@ def make_loader(
         rank, world_size = torch.distributed.get_rank(), torch.distributed.get_world_size()
         sampler = EpochSampler(dataset, rank, world_size, shuffle=shuffle, seed=seed, even=even, scope=shuffle_scope)
     resolved = resolve_device(device) if device is not None else torch.device("cpu")
+    if isinstance(dataset, SupportsReadFor):  # a reader that may decode on a GPU decodes where the batches go
+        dataset.read_for(resolved)
     return Loader(
         dataset,
         batch_size=batch_size,

@@ -15,7 +15,6 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset, default_collate, get_worker_info
 
-from stoker.cores import usable_cores
 from stoker.decode.device import Ready, device_decoder
 from stoker.decode.image import is_png, png_decoder
 from stoker.decode.jpeg import decode_batch_on_device, decode_jpeg_resized, decode_jpegs_into, is_jpeg
@@ -32,6 +31,7 @@ from stoker.loading.contract import (
 from stoker.loading.skips import OnError, Skipped
 from stoker.order import ShuffleBlocks, ShuffleScope
 from stoker.shards.cache.entries import entry_cost
+from stoker.loading.workers import machine_workers
 from stoker.shards.format.manifest import Manifest
 from stoker.shards.read.reader import ShardSet
 from stoker.types import Transform
@@ -153,7 +153,8 @@ class ShardDataset(Dataset, MapReader, SupportsEpoch, SupportsCollate, SupportsL
         cache_dir, cache_limit, storage_options: for a set at a URL: the verified local cache,
             its size limit (``"50GB"``) and the fsspec options (:class:`~stoker.shards.read.reader.ShardSet`).
         decoder, decode_device: how encoded images are decoded: ``"auto"`` (default), ``"full"``
-            (the reference) or ``"nvjpeg"`` on ``decode_device`` (``docs/guides/shards.md``, "Storage modes").
+            (the reference) or ``"nvjpeg"`` on ``decode_device``; ``"auto"`` tries the GPU only
+            when the loader's batches go to CUDA (``docs/guides/shards.md``, "Storage modes").
 
     Raises:
         ShardError: the manifest or a shard is missing, edited, truncated or grown.
@@ -196,6 +197,7 @@ class ShardDataset(Dataset, MapReader, SupportsEpoch, SupportsCollate, SupportsL
         self._mostly_spng: bool | None = None  # mostly JPEG or PNG, with libspng for the PNGs (decodes_on_threads)
         self._choice: dict[str, Any] | None = None  # decoder="auto" on a CUDA device: what it measured and chose
         self._said_blocks = False  # the block shuffle is said once (shuffle_blocks)
+        self._read_for: torch.device | None = None  # where the batches go (make_loader says), None: not said
 
     # -- what the set holds ---------------------------------------------------------
     @property
@@ -257,6 +259,21 @@ class ShardDataset(Dataset, MapReader, SupportsEpoch, SupportsCollate, SupportsL
         view._rows = rows if self._rows is None else self._rows[rows]
         return view
 
+    def with_decoder(self, decoder: Decoder) -> ShardDataset:
+        """This data set read with another ``decoder`` (what a ``stoker tune`` file recorded), the rest as it is.
+
+        Raises:
+            ConfigError: not one of :data:`DECODERS`.
+        """
+        if decoder not in DECODERS:
+            raise ConfigError(f"decoder must be one of {', '.join(DECODERS)}, got {decoder!r}")
+        view = copy.copy(self)
+        view.decoder, view._choice = decoder, None
+        if (decoder != "full") != self.shards.reduced_jpeg:  # the shard set's own switch: on a copy of it
+            view.shards = copy.copy(self.shards)
+            view.shards.reduced_jpeg = decoder != "full"
+        return view
+
     @property
     def loader_defaults(self) -> dict[str, Any]:
         """The loader settings that measured fastest for this storage mode (``docs/benchmarks.md``).
@@ -264,8 +281,8 @@ class ShardDataset(Dataset, MapReader, SupportsEpoch, SupportsCollate, SupportsL
         Pixel shards are read in the training process itself (``num_workers=0``): a batch is
         one numpy fancy index over the memory-mapped files (:meth:`ShardSet.gather_pixels`),
         and shipping it from a worker process costs more than reading it. Encoded shards use
-        one loader worker per core (up to 4): threads where the decoder releases the GIL
-        (JPEGs, and PNGs under libspng: :func:`stoker.decode.image.png_decoder`; judged from
+        the machine's share of loader workers (:mod:`stoker.loading.workers`): threads where
+        the decoder releases the GIL (JPEGs, and PNGs under libspng: :func:`stoker.decode.image.png_decoder`; judged from
         the first rows, :meth:`decodes_on_threads`), else worker processes, as with a
         per-sample ``transform`` (it holds the GIL). ``decoder="nvjpeg"`` decodes on the GPU
         from one loader thread.
@@ -281,10 +298,9 @@ class ShardDataset(Dataset, MapReader, SupportsEpoch, SupportsCollate, SupportsL
             return {"backend": "process", "num_workers": 0}
         if self.decoder == "nvjpeg":
             return {"backend": "thread", "num_workers": 1}
-        cores = usable_cores()
         # A per-sample Python transform holds the GIL: then worker processes, as before.
         backend = "thread" if self.transform is None and self.decodes_on_threads() else "process"
-        return {"backend": backend, "num_workers": min(4, cores)}
+        return {"backend": backend}  # the workers: the machine's share (make_loader's rule)
 
     @property
     def decode_choice(self) -> dict[str, Any] | None:
@@ -296,12 +312,21 @@ class ShardDataset(Dataset, MapReader, SupportsEpoch, SupportsCollate, SupportsL
         """
         return self._choice
 
+    def read_for(self, device: torch.device) -> None:
+        """Where the batches of the loader being made go (:func:`~stoker.make_loader` says): ``decoder="auto"``
+        decodes on the GPU only for batches that go to a CUDA device (a run that trains on the CPU decodes on the CPU,
+        never on the GPU and back)."""
+        self._read_for = torch.device(device)
+
     def _on_gpu(self, blobs: list[np.ndarray], boxes: list[Any], size: tuple[int, int]) -> bool:
         """``decoder="auto"``: whether this batch decodes on the GPU (measured on the first batch, once).
 
-        Only in the process that trains: a DataLoader worker process never starts CUDA.
+        Only in the process that trains: a DataLoader worker process never starts CUDA; and only for batches that
+        go to a CUDA device (:meth:`read_for`).
         """
         if self.decoder != "auto" or get_worker_info() is not None:
+            return False
+        if self._read_for is not None and self._read_for.type != "cuda":
             return False
         if self._choice is None:
             device = torch.device(self.decode_device)
@@ -343,7 +368,7 @@ class ShardDataset(Dataset, MapReader, SupportsEpoch, SupportsCollate, SupportsL
             log.warning("decoder='auto' decodes %s on the CPU: %s", self.root, reason)
             return {"decoder": "cpu", "gpu_img_per_s": None, "cpu_img_per_s": None, "cpu_threads": None,
                     "engine": None, "device": str(device), "batch": len(blobs), "reason": reason}
-        threads = min(4, usable_cores())  # the CPU path's loader threads (loader_defaults)
+        threads = max(1, machine_workers(accelerator=True, backend="thread"))  # the CPU path's loader threads
         n = max(len(blobs), 1)
         gpu_rate, cpu_rate = n / max(gpu_s, 1e-9), n / max(cpu_s, 1e-9) * threads
         chosen = "gpu" if gpu_rate >= cpu_rate else "cpu"

@@ -46,12 +46,19 @@ What it may change, and why that changes no result:
 
 How it keeps the cost down (the trials train on real batches; what they cost is the
 time a slower setting and a change of workers take): the run's first batches are not
-timed (every setting is slow there); a trial times a few batches after a short warm-up;
+timed (every setting is slow there, the given readers starting); after a change, a trial
+is timed only once the readers it started have each delivered their prefetch depth
+(worker processes take long to start where cores are few, and starting they take the
+training process's CPU: timed earlier, a trial measures their start, not their pace);
 one that has already taken twice what the best one took stops; another setting replaces
-the one in force only when each of its trials was at least 10 % faster (the margin). A
-step that hardly waits for data gains nothing from more readers or a deeper prefetch:
-then only fewer readers are timed. A run too short for two trials tries none, nor does
-one the first trial projects under 20 s, and ``run.json`` says why.
+the one in force only when each of its trials was at least 10 % faster (the margin). What
+the readers' start costs counts in the budget, as does the change back to the setting a
+round keeps, and all rounds of a run (later epochs', re-checks') together stay within
+what its first round was allowed; a trial that would pass it is not started. A step that
+hardly waits for data gains nothing from more readers or a deeper prefetch: then fewer
+readers and the other backend are timed (worker processes compete with the training
+process for the cores; threads share its own). A run too short for two trials tries
+none, nor does one the first trial projects under 20 s, and ``run.json`` says why.
 
 Where it does not help: on a machine whose load swings by more than the settings
 differ, a handful of batches cannot tell them apart; the margin then keeps the given
@@ -71,7 +78,7 @@ from stoker.cores import usable_cores
 from stoker.loading import Loader
 from stoker.loading.placement import local_ranks
 from stoker.loading.workers import batches_follow_workers
-from stoker.train.engine.search import ReaderSearch
+from stoker.train.engine.search import ReaderSearch, Reading
 
 if TYPE_CHECKING:
     from stoker.train.engine.run import Run
@@ -79,7 +86,7 @@ if TYPE_CHECKING:
 __all__ = ["Adapter", "Setting", "Trial", "make_adapter"]
 
 SETTLE_BATCHES = 8  # the run's first batches are slow whatever the setting (starting workers, cold caches): not timed
-WARM_BATCHES = 2  # after a change (or a pass's start) the workers start and fill their queue: not timed
+WARM_BATCHES = 2  # after a pass's start (or a change, at least) the readers fill their queue: not timed
 MIN_BATCHES = 6  # timed batches of a trial, at least...
 MIN_SECONDS = 0.1  # ...and at least this long, so a fast step is not timed on a few milliseconds
 MAX_BATCHES = 24  # ...but never more
@@ -124,8 +131,9 @@ class Setting:
 class Trial:
     """What one setting measured: timed batches, their seconds (arrival to arrival) and the wait inside.
 
-    ``spent_s`` adds the warm-up batches (and the change itself): what the trial cost the
-    run. A trial ``stopped`` early (much slower than the best before it) cannot win.
+    ``spent_s`` adds the ``warm`` batches (the change itself and the new readers' start):
+    what the trial cost the run. A trial ``stopped`` early (much slower than the best
+    before it) cannot win.
     """
 
     setting: Setting
@@ -133,6 +141,7 @@ class Trial:
     seconds: float = 0.0
     wait_s: float = 0.0
     spent_s: float = 0.0
+    warm: int = 0
     stopped: bool = False
 
     @property
@@ -150,7 +159,15 @@ class Trial:
         rate = self.seconds / self.batches if self.batches else None
         return {**asdict(self.setting), "label": self.setting.label(), "batches": self.batches,
                 "ms_per_batch": round(rate * 1e3, 3) if rate is not None else None,
-                "wait_share": round(self.wait_share, 4), "spent_s": round(self.spent_s, 4), "stopped_early": self.stopped}
+                "wait_share": round(self.wait_share, 4), "spent_s": round(self.spent_s, 4), "warm_batches": self.warm,
+                "stopped_early": self.stopped}
+
+    def start_cost_s(self) -> float:
+        """What the change and the new readers' start cost beyond the trial's own pace: its warm batches' seconds less
+        as many batches at its timed rate (0 for a trial that changed nothing or timed nothing)."""
+        if not self.batches or not self.warm:
+            return 0.0
+        return max(0.0, self.spent_s - self.seconds - self.warm * self.seconds / self.batches)
 
 
 class Adapter:
@@ -192,6 +209,8 @@ class Adapter:
         self._unfinished = False  # the last round ended on its budget with the search not over
         self._bound_said = False  # the loader-bound finding is said once
         self._by_readers: dict[int, Setting] = {}  # reader count -> the setting that reads with it
+        self._base: Setting | None = None  # the setting the reader search changes the count of (its backend)
+        self._backend_first: Setting | None = None  # the start's count on threads, timed before the search moves
         self._queue: list[Setting] = []
         self._stage = 0  # index in STAGES of the stage under way
         self._stage_trials = 0  # trials of the stage under way
@@ -204,6 +223,9 @@ class Adapter:
         self._budget_batches = 0  # batches a round may spend on trials
         self._batches_total = 0  # training batches of the run
         self._settle = SETTLE_BATCHES
+        self._warm_left = 0  # batches until the readers a change started have all delivered their first batches
+        self._spent_total_s = 0.0  # what every round's changes cost the run (the way back to the keeper included)
+        self._allowed_total_s = float("inf")  # what they may cost over the run (set by the first round)
         self._short_s: float | None = None  # the projected seconds of a run too short to adapt
         self._idle_wait: float | None = None  # the data-wait share of a round's first trial, when under MARGIN
         self._first_wait = 0.0  # the data-wait share of the round's first trial
@@ -212,6 +234,8 @@ class Adapter:
         self._round_batches = 0  # batches the last round took
         self.given = self._setting_now() if isinstance(loader, Loader) else None
         self.chosen = self.given
+        if self.given is not None:  # the given readers start with the run: until they all delivered, nothing is timed
+            self._settle = max(SETTLE_BATCHES, warm_batches(self.given))
         self.reason = self._refusal(loader, batches)
         self.active = not self.reason
         if self.active:
@@ -244,7 +268,7 @@ class Adapter:
         """The setting that reads with ``readers`` workers or threads (0: in the training process), the rest as in force."""
         if readers in self._by_readers:
             return self._by_readers[readers]
-        now = self._setting_now()
+        now = self._base or self._setting_now()
         return replace(now, backend="process", workers=0) if readers == 0 else replace(now, workers=readers)
 
     def _ranked(self) -> list[tuple[float, Setting]]:
@@ -289,11 +313,12 @@ class Adapter:
             contenders = [setting for _, setting in self._contenders()[:1]]
             top = [start, *contenders] if contenders else []
             return sorted(top, key=lambda setting: setting != self._setting_now())  # the one in force first
-        if stage in ("backend", "prefetch") and self._idle_wait is not None:  # hardly any wait: nothing to hide
+        if stage == "prefetch" and self._idle_wait is not None:  # hardly any wait: nothing to hide
             return []
         if stage == "backend":
-            other = "thread" if best.backend == "process" else "process"
-            return [best, replace(best, backend=other)] if best.workers > 0 else []
+            other = replace(best, backend="thread" if best.backend == "process" else "process")
+            timed = any(t.setting == other for t in self.trials[self._round_start:])  # before the search moved
+            return [best, other] if best.workers > 0 and not timed else []
         if stage == "prefetch":
             given = self.given.prefetch if self.given is not None else best.prefetch
             depths = sorted({given, 2 * given} - {best.prefetch})
@@ -313,6 +338,10 @@ class Adapter:
             self._by_readers = {}
         self._by_readers.setdefault(_readers(now), now)
         self._stage, self._stage_trials, self._idle_wait, self._unfinished = 0, 0, None, False
+        self._base = self._by_readers[_readers(now)]
+        # Worker processes first get the same count on threads: a cheap change (threads start at once, processes take
+        # seconds where cores are few), and the one that decides which backend the search steps the count of.
+        self._backend_first = replace(now, backend="thread") if fresh and now.backend == "process" and now.workers else None
         self._queue = [now]
         self._next_trial()
 
@@ -338,33 +367,53 @@ class Adapter:
     def _trial_done(self) -> None:
         round_trials = self.trials[self._round_start:]
         trial = round_trials[-1]
-        spent = sum(t.batches + WARM_BATCHES for t in round_trials)
+        spent = sum(t.batches + t.warm for t in round_trials)
         # The round's first trial runs the setting in force: what the run would cost as it is, changes none.
         run_s = round_trials[0].seconds / max(round_trials[0].batches, 1) * self._batches_total
-        changes_s = sum(t.spent_s for t in round_trials[1:])
+        # What the round's changes cost, and what going back to the setting it would keep would cost on top.
+        keeper = self._keeper()
+        changes_s = sum(t.spent_s for t in round_trials[1:]) + self._start_cost_s(keeper[1] if keeper else None)
         searching = STAGES[self._stage] == "readers"
         if searching and self.search is not None and trial.batches:
             readers = _readers(trial.setting)
             self._by_readers.setdefault(readers, trial.setting)
             self.search.add(readers, trial.seconds / trial.batches, trial.wait_share)  # a stopped one: its pace so far
+            if trial.setting == self._backend_first and len(round_trials) == 2:  # the start's count on threads
+                self._backend_first = None
+                start = round_trials[0]
+                faster = trial.s_per_batch <= (1 - MARGIN) * start.s_per_batch
+                won = trial if faster else start  # the search goes on from the faster backend's reading
+                self.search.readings[readers] = Reading(won.seconds / max(won.batches, 1), won.wait_share)
+                self._by_readers[readers] = self._base = won.setting
         if len(round_trials) == 1:
             self._first_wait = trial.wait_share
-            if trial.wait_share < MARGIN:  # hardly waits: the search tries fewer readers only
+            if trial.wait_share < MARGIN:  # hardly waits: the search tries fewer readers (and the backend stage, no prefetch)
                 self._idle_wait = trial.wait_share
             if run_s < MIN_RUN_S:
                 self._queue, self._stage, self._short_s = [], len(STAGES) - 1, run_s
                 self._finish()
                 return
-        # What a round's changes may cost: a share of the run, more when the step waits longer (more to win).
+        # What a round's changes may cost: a share of the run, more when the step waits longer (more to win); the
+        # run's rounds together (later epochs' and re-checks' too) may cost what its first round was allowed.
         allowed_s = max(TIME_SHARE, WAIT_SPEND * self._first_wait) * run_s
-        if spent >= self._budget_batches or changes_s >= allowed_s:  # keep the best so far
+        if self._round_start == 0:
+            self._allowed_total_s = allowed_s
+        allowed_s = min(allowed_s, self._allowed_total_s - self._spent_total_s)
+        proposed = self.search.next() if searching and self.search is not None else None
+        backend_first = self._backend_first if searching and len(round_trials) == 1 else None
+        upcoming = backend_first or (self._with_readers(proposed) if proposed is not None else None)
+        # The next trial: its batches at the fastest pace timed, and its readers' start.
+        best_s = min((t.s_per_batch for t in round_trials if t.batches and not t.stopped), default=0.0)
+        next_s = (upcoming is not None) * (best_s * (MIN_BATCHES + WARM_BATCHES) + self._start_cost_s(upcoming))
+        if spent >= self._budget_batches or changes_s + next_s >= allowed_s:  # keep the best so far
             self._unfinished = self._unfinished or (searching and self.search is not None and not self.search.done())
             self._queue, self._stage = [], len(STAGES) - 1
             self._finish()
             return
         if searching and self.search is not None:
-            proposed = self.search.next()
-            if proposed is not None and self._stage_trials < self._budget:
+            if backend_first is not None:
+                self._queue = [backend_first]
+            elif proposed is not None and self._stage_trials < self._budget:
                 self._queue = [self._with_readers(proposed)]
             else:
                 self._unfinished = proposed is not None
@@ -386,9 +435,12 @@ class Adapter:
         if self.chosen != self._setting_now():
             self._change = self.chosen
         timed = [t for t in self.trials[self._round_start:] if t.batches]
+        self._spent_total_s += sum(t.spent_s for t in self.trials[self._round_start + 1:])
+        if self._change is not None:
+            self._spent_total_s += self._start_cost_s(self._change)
         waits = [t for t in timed if t.setting == self.chosen]
         self._baseline = sum(t.wait_s for t in waits) / max(sum(t.seconds for t in waits), 1e-9)
-        self._round_batches = sum(t.batches + WARM_BATCHES for t in timed)
+        self._round_batches = sum(t.batches + t.warm for t in timed)
         self._recent = []
         if self._short_s is not None:
             self.reason = (f"the run takes about {self._short_s:.0f} s as it is (under {MIN_RUN_S:.0f} s): trying other "
@@ -401,7 +453,7 @@ class Adapter:
         start_s = next((sec for sec, setting in ranked if setting == start), None)
         if self._idle_wait is not None:
             first = (f"the step hardly waited for data ({self._idle_wait:.0%}) with {start.label()}, so only fewer "
-                     "readers were timed (they leave the training process more CPU)")
+                     "readers and the other backend were timed (they may leave the training process more CPU)")
         else:
             first = f"the step waited {self._first_wait:.0%} for data with {start.label()}"
         counts = f"; timed {self.search.tried()} readers" if self.search is not None and len(self.search.order) > 1 else ""
@@ -429,7 +481,8 @@ class Adapter:
         if not self.active or self._trial is not None or self._short_s is not None:
             return  # a round under way goes on by itself
         left = self._batches_total - self._seen
-        searching_pays = left >= CONTINUE_FACTOR * max(self._round_batches, WARM_BATCHES + MIN_BATCHES)
+        searching_pays = (left >= CONTINUE_FACTOR * max(self._round_batches, WARM_BATCHES + MIN_BATCHES)
+                          and self._spent_total_s < self._allowed_total_s)
         bound = wait_share > self.loader_bound_share
         if (self.search is not None and not self.search.done() and (self._unfinished or bound) and searching_pays
                 and self.continues < MAX_CONTINUES):
@@ -459,6 +512,18 @@ class Adapter:
         if (setting.backend, setting.workers, setting.prefetch) != (loader.backend, loader.num_workers, loader.prefetch_factor):
             loader.reconfigure(num_workers=setting.workers, backend=setting.backend, prefetch_factor=setting.prefetch)  # type: ignore[arg-type]
         self.switches += 1
+        self._warm_left = warm_batches(setting)
+
+    def _start_cost_s(self, setting: Setting | None) -> float:
+        """What changing to ``setting`` would cost beyond its pace (0 when it is in force): its readers times the start
+        cost a reader had in this round's changes so far (the one that started the most readers)."""
+        if setting is None or setting == self._setting_now():
+            return 0.0
+        started = [t for t in self.trials[self._round_start:] if t.warm and t.batches and _readers(t.setting) > 0]
+        if not started:
+            return 0.0
+        per_reader = max(t.start_cost_s() / _readers(t.setting) for t in started)
+        return per_reader * _readers(setting)
 
     def _observe(self, seconds: float, wait_s: float, warm: bool = False) -> None:
         """One batch: its seconds from the batch before's arrival, of which ``wait_s`` waiting for it; a ``warm``
@@ -467,9 +532,13 @@ class Adapter:
         if self._settle > 0:  # the run's first batches: workers starting, caches cold, for every setting alike
             self._settle -= 1
             return
+        if self._warm_left > 0:  # the readers a change started are still starting (and taking the CPU)
+            self._warm_left -= 1
+            warm = True
         trial = self._trial
         if trial is not None:
             trial.spent_s += seconds
+            trial.warm += warm
             if not warm:
                 trial.batches += 1
                 trial.seconds += seconds
@@ -482,7 +551,8 @@ class Adapter:
             return
         if warm:
             return
-        if not self.active or not self._recheck or self.rechecks >= MAX_RECHECKS or self._batches_total - self._seen < 8 * self._round_batches:
+        if (not self.active or not self._recheck or self.rechecks >= MAX_RECHECKS
+                or self._batches_total - self._seen < 8 * self._round_batches or self._spent_total_s >= self._allowed_total_s):
             return
         self._recent.append((seconds, wait_s))
         window = RECHECK_BATCHES
@@ -565,6 +635,13 @@ class _AdaptedPass:
                 yield batch
         finally:
             cast(Any, stream).close()  # the Loader's pass is a generator
+
+
+def warm_batches(setting: Setting) -> int:
+    """Batches after a change to ``setting`` until its readers have all started and delivered a queue's worth: every
+    reader's ``prefetch`` batches (worker processes take long to start where cores are few, and starting they take
+    the training process's CPU), ``WARM_BATCHES`` at least."""
+    return max(WARM_BATCHES, _readers(setting) * setting.prefetch)
 
 
 def _readers(setting: Setting) -> int:

@@ -136,7 +136,7 @@ def _start(run: Run, threads: ComputeThreads) -> dict[str, Any]:
         "versions": versions(),
         "model": type(model).__name__,
         "parameters": sum(p.numel() for p in model.parameters()),
-        "amp": s.amp,
+        "amp": run.amp,
         "compile": s.compile,
         "channels_last": run.layout.record(),
         "sync_every": run.sync_every,

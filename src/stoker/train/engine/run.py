@@ -36,9 +36,25 @@ from stoker.train.loggers import Logger
 if TYPE_CHECKING:
     from stoker.train.engine.adapt import Adapter
 
-__all__ = ["Run", "resume", "set_up", "wrap_model"]
+__all__ = ["Run", "resolve_amp", "resume", "set_up", "wrap_model"]
 
 AMP_DTYPES = {"off": None, "bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+def resolve_amp(amp: str, device: torch.device) -> str:
+    """The precision a run takes: ``"auto"`` is bf16 on a CUDA device that supports it, else off; others as given.
+
+    One rule for ``stoker train`` and ``stoker bench --mode train``'s step, so the bench times the step the run does.
+
+    Example:
+        >>> resolve_amp("auto", torch.device("cpu")), resolve_amp("fp16", torch.device("cpu"))
+        ('off', 'fp16')
+    """
+    if amp != "auto":
+        return amp
+    if device.type == "cuda" and torch.cuda.is_available() and torch.cuda.is_bf16_supported():
+        return "bf16"
+    return "off"
 
 Forward = Callable[[torch.Tensor], torch.Tensor]  # float [B, C, H, W] -> logits [B, classes]
 
@@ -54,6 +70,7 @@ class Run:
         name, run_dir: the run's name and folder.
         model: the model itself, on the device: what is saved (never a wrapper, so no ``module.`` prefix).
         preprocess: ``scenario.preprocess``, on the device.
+        amp: the precision in force (``"auto"`` resolved: :func:`resolve_amp`).
         amp_dtype: the autocast dtype, ``None`` with AMP off.
         layout: the memory format of the model and its input batches, and why (:mod:`stoker.train.engine.layout`).
         sync_every: batches between read-backs of the loss.
@@ -79,6 +96,7 @@ class Run:
     run_dir: Path
     model: nn.Module
     preprocess: Callable[[torch.Tensor], torch.Tensor] | None
+    amp: str
     amp_dtype: torch.dtype | None
     layout: Layout
     sync_every: int
@@ -171,6 +189,7 @@ def set_up(s: Scenario) -> Run:
             f"(stoker's make_loader); got a {type(s.train_loader).__name__}"
         )
     name, run_dir, holder = _prepare_run_dir(ranks, s)
+    amp = resolve_amp(s.amp, device)
     model = unwrap(s.model).to(device)
     layout = _layout(s, device, model)
     if layout.channels_last:
@@ -183,10 +202,11 @@ def set_up(s: Scenario) -> Run:
         run_dir=run_dir,
         model=model,
         preprocess=s.preprocess.to(device) if isinstance(s.preprocess, nn.Module) else s.preprocess,
-        amp_dtype=AMP_DTYPES[s.amp],
+        amp=amp,
+        amp_dtype=AMP_DTYPES[amp],
         layout=layout,
         sync_every=s.sync_every if s.sync_every is not None else (SYNC_EVERY_CUDA if device.type == "cuda" else 1),
-        scaler=torch.amp.GradScaler(device.type, enabled=s.amp == "fp16"),
+        scaler=torch.amp.GradScaler(device.type, enabled=amp == "fp16"),
         config=json.loads(json.dumps(dict(s.config), default=str)),  # plain types, for weights_only checkpoints
         resumable=resumable,
         history=History(run_dir=run_dir),
@@ -197,7 +217,7 @@ def set_up(s: Scenario) -> Run:
 
 def _layout(s: Scenario, device: torch.device, model: nn.Module) -> Layout:
     """The run's memory format; never a change under a DDP wrapper the caller made (its buckets keep the old strides)."""
-    layout = choose_layout(s.channels_last, device, s.amp, model)
+    layout = choose_layout(s.channels_last, device, resolve_amp(s.amp, device), model)
     if layout.channels_last and isinstance(s.model, nn.parallel.DistributedDataParallel):
         return Layout(False, "off: the model came wrapped in DistributedDataParallel, whose gradient buckets keep "
                              "the layout it was wrapped in; convert it to channels_last before wrapping it")

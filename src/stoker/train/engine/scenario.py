@@ -18,7 +18,7 @@ __all__ = [
     "check_scenario_values",
 ]
 
-Amp = Literal["off", "bf16", "fp16"]  # AMP_MODES, the values of run.amp
+Amp = Literal["auto", "off", "bf16", "fp16"]  # AMP_MODES, the values of run.amp
 
 IMAGENET_MEAN: tuple[float, float, float] = (0.485, 0.456, 0.406)
 IMAGENET_STD: tuple[float, float, float] = (0.229, 0.224, 0.225)
@@ -142,7 +142,7 @@ class Scenario:
     device: str | torch.device = "auto"
     """``"auto"`` (CUDA when available, else the CPU), ``"cpu"``, ``"cuda:1"``..."""
     amp: Amp = "off"
-    """``"off"``, ``"bf16"`` or ``"fp16"`` (fp16 uses a GradScaler)."""
+    """``"off"``, ``"bf16"``, ``"fp16"`` (with a GradScaler), or ``"auto"``: bf16 on a CUDA device that supports it."""
     log_dir: str | os.PathLike[str] = "runs"
     """The run folder is ``log_dir/name``."""
     name: str | None = None

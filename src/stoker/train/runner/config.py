@@ -12,7 +12,7 @@
     lr = 0.1
     [run]
     epochs = 30
-    amp = "bf16"                  # off | bf16 | fp16
+    amp = "bf16"                  # auto | off | bf16 | fp16
 
 Each key is said once, as a field of its table's dataclass, with its check, help and flag
 in its metadata (:func:`~stoker.train.runner.keys.config_key`): the checks of a file, of
@@ -74,11 +74,12 @@ __all__ = [
     "parse_config",
 ]
 
-AMP_MODES: tuple[str, ...] = ("off", "bf16", "fp16")
+AMP_MODES: tuple[str, ...] = ("auto", "off", "bf16", "fp16")
 OPTIMIZERS: tuple[str, ...] = ("sgd", "adam", "adamw")
 SCHEDULERS: tuple[str, ...] = ("none", "cosine", "step", "onecycle")
 BACKENDS: tuple[str, ...] = ("auto", *LOADER_BACKENDS)
 ON_ERROR: tuple[str, ...] = ("raise", "skip")
+DECODERS: tuple[str, ...] = ("auto", "full", "nvjpeg")  # ShardDataset's decoder= (stoker.shards.read.dataset.DECODERS)
 
 
 # --- the four tables: every key's type, default, check, help and flag, said once ------------
@@ -114,6 +115,11 @@ class DataConfig:
         doc="auto | split | blocks: what the training shuffle spans (blocks: blocks of shards a remote set's cache "
             "holds, each fetched once per epoch; auto: blocks when the set does not fit --cache-limit)",
     )
+    decoder: str = config_key(
+        choice(*DECODERS), "auto",
+        doc="how encoded shards decode: auto (the GPU where it measured faster on the first batch) | full | nvjpeg "
+            "(on the GPU; what `stoker tune` records when the GPU was fastest)",
+    )
     label_order: str = config_key(
         choice("auto", "sorted"), "auto", doc="auto: numeric class folder names are labels | sorted: names numbered in order"
     )
@@ -147,7 +153,8 @@ class RunConfig:
 
     epochs: int = config_key(whole(1), 10, doc="total epochs")
     device: str = config_key(device_name, "auto", doc="auto (CUDA when available), cpu, cuda, cuda:N")
-    amp: str = config_key(choice(*AMP_MODES), "off", doc="mixed precision: off | bf16 | fp16")
+    amp: str = config_key(choice(*AMP_MODES), "auto",
+                          doc="mixed precision: auto (bf16 on a CUDA device that supports it, else off) | off | bf16 | fp16")
     compile: bool = config_key(as_bool, False, doc="torch.compile the model")
     channels_last: bool | None = config_key(
         optional(as_bool), None,

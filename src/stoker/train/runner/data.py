@@ -66,7 +66,19 @@ def build_data(cfg: DataConfig, seed: int = 0) -> TrainData:
         label_order="sorted" if cfg.label_order == "sorted" else "auto",
     )
     test = data["test"] if "test" in data else None
-    return TrainData(data["train"], data["valid"], data.num_classes, data.describe(), test)
+    train, valid = data["train"], data["valid"]
+    if cfg.decoder != "auto":  # what a `stoker tune` file recorded (decoder = "nvjpeg"), or asked for
+        from stoker.shards.read.dataset import ShardDataset
+
+        if not isinstance(train, ShardDataset) or train.store != "encoded":
+            raise ConfigError(f"data.decoder = {cfg.decoder!r} decodes shard sets of encoded images, and the train data "
+                              f"({data.describe()}) is not one; leave data.decoder out (or pack the data with "
+                              "`stoker pack DATA OUT --store encoded`)")
+        decoder: Any = cfg.decoder  # one of DECODERS (the config's choice)
+        train = train.with_decoder(decoder)
+        valid = valid.with_decoder(decoder) if isinstance(valid, ShardDataset) else valid
+        test = test.with_decoder(decoder) if isinstance(test, ShardDataset) else test
+    return TrainData(train, valid, data.num_classes, data.describe(), test)
 
 
 def build_loaders(data: TrainData, cfg: DataConfig, device: torch.device, seed: int = 0) -> tuple[Loader, Loader]:

@@ -34,7 +34,7 @@ from stoker.train.engine.record import (
     resume_command,
     run_dir_of,
 )
-from stoker.train.engine.run import AMP_DTYPES
+from stoker.train.engine.run import AMP_DTYPES, resolve_amp
 from stoker.train.engine.scenario import SCENARIO_KEYS, Scenario
 from stoker.train.loggers import Logger, RunInfo
 from stoker.train.loggers.tensorboard import write_test_scalars
@@ -291,10 +291,11 @@ def _train(config: TrainConfig, callbacks: Sequence[Logger], echo: Echo | None, 
     url = staging.run_url(config.run.log_dir, run_dir.name)
     test = None
     if test_loader is not None:  # 4. The test split, once, with the best model.
+        amp = resolve_amp(config.run.amp, device)
         preprocess = scenario.preprocess.to(device) if isinstance(scenario.preprocess, nn.Module) else scenario.preprocess
         test = evaluate_test(model, test_loader, run_dir, ranks, device=device, preprocess=preprocess,
-                             amp_dtype=AMP_DTYPES[config.run.amp], loss_fn=loss_fn,
-                             memory_format=choose_layout(config.run.channels_last, device, config.run.amp, model).memory_format)
+                             amp_dtype=AMP_DTYPES[amp], loss_fn=loss_fn,
+                             memory_format=choose_layout(config.run.channels_last, device, amp, model).memory_format)
         if ranks.main:  # beside the curves: at the epoch whose weights were evaluated
             write_test_scalars(run_dir, test.loss, test.acc, history.best_epoch or len(history.epochs))
         if echo is not None:
