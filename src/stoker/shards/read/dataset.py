@@ -29,9 +29,9 @@ from stoker.loading.contract import (
     SupportsShuffleBlocks,
 )
 from stoker.loading.skips import OnError, Skipped
+from stoker.loading.workers import machine_workers
 from stoker.order import ShuffleBlocks, ShuffleScope
 from stoker.shards.cache.entries import entry_cost
-from stoker.loading.workers import machine_workers
 from stoker.shards.format.manifest import Manifest
 from stoker.shards.read.reader import ShardSet
 from stoker.types import Transform
