@@ -2,34 +2,20 @@
 
 The rule, in order:
 
-1. the data set's measured ``loader_defaults["num_workers"]`` where it has one (a shard
-   set knows what reads it fastest: pixel shards 0, in the training process; encoded
-   shards a few threads);
+1. the data set's measured ``loader_defaults["num_workers"]`` where it has one;
 2. a reader whose batches depend on the worker count (an iterable data set that splits
    its stream by worker and does not say ``elastic = True``): :data:`FALLBACK_WORKERS`,
    a constant, so the same run gives the same batches, and resumes, on any machine;
 3. otherwise the machine's share (:func:`machine_workers`): this rank's cores (the usable
-   cores, :func:`stoker.cores.usable_cores`, divided by the ranks of this host,
-   ``LOCAL_WORLD_SIZE``) less what the training process needs, and no more worker
-   processes than fit in :data:`MEMORY_SHARE` of the available memory.
+   cores, :func:`stoker.cores.usable_cores`, over ``LOCAL_WORLD_SIZE``) less what the
+   training process keeps (:data:`TRAINING_CORES`, one more from :data:`BUSY_HOST_CORES`
+   up, on an accelerator; half of them on the CPU), and no more worker processes than fit
+   in :data:`MEMORY_SHARE` of the available memory. One core alone gives 0 workers.
 
-What the training process needs: on an accelerator its Python thread launches the
-kernels and hands batches over (collate, pinning), so it keeps :data:`TRAINING_CORES`
-cores, one more from :data:`BUSY_HOST_CORES` cores up (a fast device asks more of it);
-on the CPU the model computes on the same cores, so the readers get half of them. One
-core alone reads in the training process (0 workers). The adaptation of ``fit``
-(:mod:`stoker.train.engine.adapt`) starts there and searches for the fastest count.
-
-The worker count is a speed setting only: for every reader (map-style, a ``Pipe`` with one
-``shard()``, a ``ShardStream``) the batches a rank sees are the same for any worker count
-and either backend, and a mid-epoch checkpoint resumes under another count (the "Batches"
-rule of :mod:`stoker.order`), so this default may differ from one machine to the next
-without changing a run. (An iterable that splits itself between workers, a ``Pipe``
-without ``shard()``, is not ``elastic`` and keeps rule 2.)
-
-``make_loader``, ``stoker train`` (``data.workers`` left out) and ``stoker inspect``
-all take this rule; set ``num_workers`` / ``--workers`` to choose, and ``STOKER_CORES``
-to say how many cores may be counted.
+The worker count is a speed setting only: for every elastic reader the batches a rank
+sees are the same for any count and either backend (the "Batches" rule of
+:mod:`stoker.order`). ``make_loader``, ``stoker train`` (``data.workers`` left out) and
+``stoker inspect`` take this rule; ``docs/guides/loading.md`` ("Which settings") explains it.
 """
 
 from __future__ import annotations
