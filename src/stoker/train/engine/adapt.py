@@ -1,68 +1,24 @@
 """Adapt while training: search the train loader's settings on the real model and data, keep the fastest.
 
 In the first batches of a run :func:`~stoker.train.fit` reads the train loader with
-settings in turn, times each on the steps it is really running, keeps the fastest, says
-so in one line (rank 0), and records every trial in ``run.json`` (``"adapt"``). A round:
+settings in turn, times each on the steps it is really running, keeps another only when
+each of its trials was at least :data:`MARGIN` faster, says so in one line (rank 0), and
+records every trial in ``run.json`` (``"adapt"``). A round tries, in order (:data:`STAGES`):
+the reader count, searched toward less waiting (:mod:`stoker.train.engine.search`); the
+start and the fastest timed again; the other backend; the prefetch depth; off the CPU,
+torch's host threads. The rounds of a run share one budget of batches and time; a search
+it cut short goes on after an epoch that waited for data, and a rise in the data-wait
+share starts a new round. ``Scenario(adapt=False)`` / ``stoker train --no-adapt`` keeps
+the settings as given.
 
-1. **the reader count**, searched toward less waiting (:mod:`stoker.train.engine.search`):
-   the setting in force first; while the step waits for data, twice the readers, up to
-   this rank's share of the cores (usable cores over ``LOCAL_WORLD_SIZE``); when it
-   hardly waits, or more readers were slower, half as many (readers then only take the
-   training process's CPU); then between the two counts that bound the fastest;
-2. the start and the fastest that could replace it, timed again (a shared machine's
-   load drifts);
-3. the other backend (worker processes or threads) at the count found;
-4. how many batches each reader prefetches; 5. off the CPU, torch's host threads.
-
-A round's budget is a quarter of the run's batches at most, and its changes may cost a
-twentieth of the run's time, or a quarter of what the data wait costs the run where
-that is more (more to win). A search that its budget cut short goes on at the end of an
-epoch that waited for data (in a later epoch, three times at most); a run that stays
-loader-bound after the search is told so once, in plain words. Afterwards it watches the
-share of each step spent waiting for data; when that share rises well above what the
-chosen setting measured, it searches again (twice at most). ``Scenario(adapt=False)`` /
-``stoker train --no-adapt`` keeps the settings as given.
-
-What it may change, and why that changes no result:
-
-* **the train loader's workers, backend and prefetch depth**, for a stoker
-  :class:`~stoker.Loader` over a map-style data set (or a stream whose batches no worker
-  count changes: ``elastic = True``, :func:`~stoker.loading.workers.batches_follow_workers`).
-  Which samples a batch holds is the sampler's, a function of ``(seed, epoch)``
-  (:mod:`stoker.order`), not of who reads it: a change is made between two batches with
-  the loader's own resume-from-position (``state_dict`` before,
-  :meth:`~stoker.Loader.reconfigure`, ``load_state_dict`` after), so the next batch is the
-  one the old setting would have given. The figures, checkpoints and weights are the
-  same, to the bit, as a ``--no-adapt`` run's. Not tried: a stream split by worker (the
-  worker count decides what a batch holds), a loader that is not stoker's, and a data set
-  whose samples draw random numbers (an augmentation draws from the reading worker's
-  generator, so another worker count draws other numbers: pass ``adapt=False`` for those).
-* **torch's compute threads: not on the CPU.** The thread count decides how torch
-  splits its float sums: the weights of a small CNN, an MLP and a ResNet-18 differ in
-  their last bits after three steps with one thread against two (deterministic for
-  each count). So a CPU run keeps the threads :mod:`stoker.train.engine.threads` sets. Where
-  the model runs on an accelerator the host's threads touch no figure, and they are
-  tried too (unless ``cpu_threads`` is set).
-
-How it keeps the cost down (the trials train on real batches; what they cost is the
-time a slower setting and a change of workers take): the run's first batches are not
-timed (every setting is slow there, the given readers starting); after a change, a trial
-is timed only once the readers it started have each delivered their prefetch depth
-(worker processes take long to start where cores are few, and starting they take the
-training process's CPU: timed earlier, a trial measures their start, not their pace);
-one that has already taken twice what the best one took stops; another setting replaces
-the one in force only when each of its trials was at least 10 % faster (the margin). What
-the readers' start costs counts in the budget, as does the change back to the setting a
-round keeps, and all rounds of a run (later epochs', re-checks') together stay within
-what its first round was allowed; a trial that would pass it is not started. A step that
-hardly waits for data gains nothing from more readers or a deeper prefetch: then fewer
-readers and the other backend are timed (worker processes compete with the training
-process for the cores; threads share its own). A run too short for two trials tries
-none, nor does one the first trial projects under 20 s, and ``run.json`` says why.
-
-Where it does not help: on a machine whose load swings by more than the settings
-differ, a handful of batches cannot tell them apart; the margin then keeps the given
-setting, and the run pays for the trials (``benchmarks/bench_adapt.py`` measures it).
+What it changes changes no result: a change is made between two batches through the
+loader's own resume position (``state_dict``, :meth:`~stoker.Loader.reconfigure`,
+``load_state_dict``), only for a stoker :class:`~stoker.Loader` whose batches no worker
+count changes (:func:`~stoker.loading.workers.batches_follow_workers`), so the figures,
+checkpoints and weights are a ``--no-adapt`` run's, to the bit; on the CPU torch's compute
+threads are left alone (their count changes how float sums round). A data set whose
+samples draw random numbers needs ``adapt=False``. The search, its budget and its limits:
+``docs/guides/bench-and-tune.md`` ("Adaptation inside a run").
 """
 
 from __future__ import annotations
@@ -186,11 +142,15 @@ class Adapter:
         loader_bound_share: an epoch that waits for data longer than this share is loader-bound.
 
     Example:
-        >>> adapter = Adapter(loader, torch.device("cpu"), batches=10 * len(loader))  # doctest: +SKIP
-        >>> for images, labels in adapter.batches():  # one pass: the loader's epoch, read as adapt chooses  # doctest: +SKIP
-        ...     ...
-        >>> adapter.epoch_end(0.4)  # loader-bound with the search unfinished: it goes on next epoch  # doctest: +SKIP
-        >>> adapter.record()["chosen"]  # doctest: +SKIP
+        >>> from stoker import make_loader, open_data
+        >>> data = open_data("data/digiface", valid=0.1, image_size=16, seed=0)
+        >>> loader = make_loader(data["train"], batch_size=2, num_workers=0, device="cpu")
+        >>> adapter = Adapter(loader, torch.device("cpu"), batches=10 * len(loader))
+        >>> for images, labels in adapter.batches():  # one pass: the loader's epoch, read as adapt chooses
+        ...     pass
+        >>> adapter.epoch_end(0.4)  # loader-bound with the search unfinished: it goes on next epoch
+        >>> adapter.record()["given"]
+        {'backend': 'process', 'workers': 0, 'prefetch': 2, 'threads': None}
     """
 
     def __init__(self, loader: Any, device: torch.device, *, batches: int | None, try_threads: bool = False,
