@@ -1,26 +1,12 @@
 """Loader settings: what ``stoker tune`` chooses, as a ``[data]`` table ``stoker train`` reads.
 
 The file holds the loader's knobs under the keys of the training configuration's
-``[data]`` table, so it can be merged into a training config (``stoker train CONFIG
---loader-config FILE``) or pasted into one. What the knobs were measured on is kept in
-a ``[tuned_for]`` table: the storage (``files``, ``shards-encoded``, ``shards-pixels``),
-the data folder and its layout, and the rate. The best loader for pixel shards (often 0
-workers) is the worst for plain files, so :func:`check_tuned_for` compares it with the
-data a run is about to load: another storage is an error, other data of the same
-storage a warning, each saying what the file was tuned for and how to re-tune::
-
-    # written by `stoker tune digiface --budget 60s` on 2025-01-01 10:00
-    # measured: 2150.0 img/s reading shards-pixels
-    [data]
-    workers = 2
-    backend = "thread"
-    prefetch_factor = 4
-
-    [tuned_for]
-    storage = "shards-pixels"
-    data = "/data/digiface"
-    layout = "class_folders"
-    img_per_s = 2150.0
+``[data]`` table, so it merges into a training config (``stoker train CONFIG
+--loader-config FILE``) or pastes into one. What they were measured on is kept in a
+``[tuned_for]`` table (the storage, the data folder, its layout, the rate), because
+settings carry over only to the storage they were measured on: :func:`check_tuned_for`
+refuses another storage and warns of other data of the same storage, saying how to
+re-tune. ``docs/guides/bench-and-tune.md`` shows such a file.
 
 Example:
     >>> s = LoaderSettings(workers=4, backend="thread", prefetch_factor=4)
@@ -287,7 +273,8 @@ def load_data_table(path: str | os.PathLike[str]) -> dict[str, Any]:
             decoder where torch sees no CUDA device.
 
     Example:
-        >>> load_data_table("loader.toml")  # doctest: +SKIP
+        >>> path = save_settings(LoaderSettings(workers=2, backend="thread", prefetch_factor=4), "loader.toml")
+        >>> load_data_table(path)
         {'workers': 2, 'backend': 'thread', 'prefetch_factor': 4}
     """
     path = Path(path)
@@ -360,8 +347,12 @@ def check_tuned_for(
             and how to re-tune.
 
     Example:
-        >>> check_tuned_for(load_settings("loader.toml"), ["data/digiface"], "loader.toml")  # doctest: +SKIP
+        >>> tuned = LoaderSettings(workers=0, method="shards-pixels", data=os.path.abspath("packed"))
+        >>> check_tuned_for(tuned, ["packed"], "loader.toml")  # the pixel shards it was tuned on
         []
+        >>> check_tuned_for(tuned, ["data/digiface"], "loader.toml")  # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        stoker.errors.ConfigError: loader.toml: tuned for shards-pixels of ..., but data/digiface is files: ...
     """
     if settings.data is None and settings.img_per_s is None:
         return []  # says nothing about what it was measured on
