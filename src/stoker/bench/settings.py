@@ -325,12 +325,10 @@ def check_tuned_for(
     settings: LoaderSettings, data: Sequence[str | os.PathLike[str]], where: str = "loader settings",
     batch_size: int | None = None,
 ) -> list[str]:
-    """Check settings from ``stoker tune`` against the data a run is about to load.
+    """Check settings from ``stoker tune`` against the data a run is about to load (see the module docs).
 
-    Settings carry over only to the storage they were measured on: tuned for pixel
-    shards (nothing to decode, so often 0 workers), they are the slowest choice for the
-    raw files. Settings that do not say what they were tuned for (written by hand, or
-    by an older ``stoker tune``) are not checked.
+    Settings that do not say what they were tuned for (written by hand, or by an older
+    ``stoker tune``) are not checked.
 
     Args:
         settings: what :func:`load_settings` read.
@@ -342,9 +340,8 @@ def check_tuned_for(
         Warnings to show: the same storage, but other data than it was tuned on; another batch size.
 
     Raises:
-        ConfigError: the data is another storage (files, encoded or pixel shards) than
-            the settings were tuned for; the message says what they were tuned for
-            and how to re-tune.
+        ConfigError: the data is another storage (files, encoded or pixel shards) than the settings were tuned
+            for; the message says what they were tuned for and how to re-tune.
 
     Example:
         >>> tuned = LoaderSettings(workers=0, method="shards-pixels", data=os.path.abspath("packed"))

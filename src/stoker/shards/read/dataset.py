@@ -152,9 +152,8 @@ class ShardDataset(Dataset, MapReader, SupportsEpoch, SupportsCollate, SupportsL
         on_error: ``"raise"`` (default) or ``"skip"`` samples that fail to decode (counted by the loader).
         cache_dir, cache_limit, storage_options: for a set at a URL: the verified local cache,
             its size limit (``"50GB"``) and the fsspec options (:class:`~stoker.shards.read.reader.ShardSet`).
-        decoder, decode_device: how encoded images are decoded: ``"auto"`` (default), ``"full"``
-            (the reference) or ``"nvjpeg"`` on ``decode_device``; ``"auto"`` tries the GPU only
-            when the loader's batches go to CUDA (``docs/guides/shards.md``, "Storage modes").
+        decoder, decode_device: how encoded images decode: ``"auto"`` (default; tries the GPU when the loader's
+            batches go to CUDA), ``"full"`` (the reference) or ``"nvjpeg"`` on ``decode_device`` (guides/shards.md).
 
     Raises:
         ShardError: the manifest or a shard is missing, edited, truncated or grown.

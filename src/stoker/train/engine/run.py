@@ -70,8 +70,7 @@ class Run:
         name, run_dir: the run's name and folder.
         model: the model itself, on the device: what is saved (never a wrapper, so no ``module.`` prefix).
         preprocess: ``scenario.preprocess``, on the device.
-        amp: the precision in force (``"auto"`` resolved: :func:`resolve_amp`).
-        amp_dtype: the autocast dtype, ``None`` with AMP off.
+        amp, amp_dtype: the precision in force (``"auto"`` resolved: :func:`resolve_amp`); its autocast dtype or None.
         layout: the memory format of the model and its input batches, and why (:mod:`stoker.train.engine.layout`).
         sync_every: batches between read-backs of the loss.
         scaler: the GradScaler (a plain step unless ``amp="fp16"``).
@@ -79,8 +78,7 @@ class Run:
         resumable: the train loader has ``state_dict``/``load_state_dict`` (mid-epoch ``last.pt``).
         history: the epochs so far (with the ones before a resume).
         partial: this rank's mid-epoch entry of ``last.pt``, or ``None``.
-        forward: what training calls: the model, under DDP and ``torch.compile`` when asked.
-        evaluate: what validation calls: without DDP's collectives under several ranks.
+        forward, evaluate: what training calls (the model, in DDP and ``torch.compile`` as asked); validation (no DDP).
         no_sync: DDP's ``no_sync`` inside an accumulation window, or ``None``.
         loggers: the loggers and callbacks (rank 0 only; empty elsewhere).
         saved: a ``last.pt`` of this run exists (resumed from, or written since).
