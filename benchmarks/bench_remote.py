@@ -34,7 +34,7 @@ and a plain serial download of the same objects by the same client, the CPU-seco
 this process (every thread, and any child it waited for) per GB of shard bytes, and the
 medians of the CPU ratio (cold / serial, target <= 1.2) and of the rate ratio (serial's
 time / cold's time, target >= 0.8). A third reading in each round, the same serial download
-with each object's SHA-256 taken and its bytes written to a file (:func:`serial_copy_s`),
+with each object's SHA-256 taken and its bytes written to a new file (:func:`serial_copy_s`),
 is the least the verified cache must do per byte: its CPU ratio to the plain download is
 the floor of the cold stream's.
 
