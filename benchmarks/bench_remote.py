@@ -34,7 +34,7 @@ and a plain serial download of the same objects by the same client, the CPU-seco
 this process (every thread, and any child it waited for) per GB of shard bytes, and the
 medians of the CPU ratio (cold / serial, target <= 1.2) and of the rate ratio (serial's
 time / cold's time, target >= 0.8). A third reading in each round, the same serial download
-with each object's SHA-256 taken and its bytes written to a file (:func:`serial_copy_s`),
+with each object's SHA-256 taken and its bytes written to a new file (:func:`serial_copy_s`),
 is the least the verified cache must do per byte: its CPU ratio to the plain download is
 the floor of the cold stream's.
 
@@ -245,19 +245,22 @@ def client_cpu_s() -> float:
 
 
 def serial_copy_s(url: str, names: list[str], folder: Path) -> float:
-    """:func:`serial_download_s`, each object also hashed (SHA-256) and written to a file in ``folder``: the cache's least work."""
+    """:func:`serial_download_s`, each object also hashed (SHA-256) and written to a new file in ``folder``: the cache's least work.
+
+    Each object gets a file of its own, kept, as a cache keeps them: writing over one file
+    again and again reuses its pages, and costs the kernel less than new files. The caller
+    removes ``folder`` after the timing, as a cold stream's cache is removed after its.
+    """
     place = where(url)
     folder.mkdir(parents=True, exist_ok=True)
     start = time.perf_counter()
     for name in names:
         digest = hashlib.sha256()
-        with place.open(name) as f, open(folder / "copy", "wb") as out:
+        with place.open(name) as f, open(folder / name, "wb") as out:
             while chunk := f.read(4 << 20):
                 digest.update(chunk)
                 out.write(chunk)
-    took = time.perf_counter() - start
-    shutil.rmtree(folder, ignore_errors=True)
-    return took
+    return time.perf_counter() - start
 
 
 def measure_cpu_per_gb(local: Path, url: str, caches: Path, rounds: int, server: int) -> tuple[float, float, float]:
@@ -291,8 +294,8 @@ def measure_cpu_per_gb(local: Path, url: str, caches: Path, rounds: int, server:
         def serial() -> float:
             return serial_download_s(url, names)
 
-        def copied(cache: Path = cache) -> float:
-            return serial_copy_s(url, names, cache / "copy")
+        def copied(copies: Path = caches / f"copy-round-{k}") -> float:
+            return serial_copy_s(url, names, copies)
 
         if k % 2:
             c, s, f = timed(cold), timed(serial), timed(copied)
@@ -304,6 +307,7 @@ def measure_cpu_per_gb(local: Path, url: str, caches: Path, rounds: int, server:
         print(f"{k + 1} | {1e3 * s[0]:.0f}, {s[1] / gb:.2f}, {1e3 * s[2]:.0f} | {1e3 * c[0]:.0f}, {c[1] / gb:.2f}, "
               f"{1e3 * c[2]:.0f} | {f[1] / gb:.2f} | {cpu_ratios[-1]:.2f} | {rate_ratios[-1]:.2f}", flush=True)
         shutil.rmtree(cache, ignore_errors=True)
+        shutil.rmtree(caches / f"copy-round-{k}", ignore_errors=True)
     return statistics.median(cpu_ratios), statistics.median(rate_ratios), statistics.median(floor_ratios)
 
 
