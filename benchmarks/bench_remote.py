@@ -136,6 +136,33 @@ def start_server() -> tuple[subprocess.Popen[bytes], str]:
     return proc, f"http://127.0.0.1:{port}"
 
 
+def packed_set(args: argparse.Namespace) -> tuple[Path, Path]:
+    """The run's folder and the pixel shard set in it, generated and packed once (kept with ``--out``)."""
+    work = args.out or Path(tempfile.mkdtemp(prefix="stoker-bench-remote-"))
+    data, local = work / "data", work / "packed"
+    if not data.exists():
+        make_digiface(data, 1000 if args.quick else args.n, progress=False)
+    if not (local / "manifest.json").exists():
+        pack(data, local, store="pixels", size=(args.size, args.size), shard_samples=args.shard_samples, progress=False)
+    return work, local
+
+
+def serve(local: Path) -> tuple[subprocess.Popen[bytes], str, str]:
+    """moto's server on this machine with ``local`` uploaded to it: ``(process, endpoint, url of the set)``."""
+    proc, endpoint = start_server()
+    try:
+        where("s3://bench").fs.mkdir("bench")
+        url = "s3://bench/packed"
+        place = where(url)
+        for path in sorted(local.iterdir()):
+            place.upload(path, path.name)
+    except BaseException:
+        proc.terminate()
+        proc.wait(timeout=10)
+        raise
+    return proc, endpoint, url
+
+
 def time_epoch(name: str, make: Callable[[], ShardDataset | ShardStream], shuffle: bool) -> Row:
     """Open the data set, read one epoch at batch 256, report."""
     start = time.perf_counter()
@@ -180,25 +207,12 @@ def main() -> None:
     if args.plan:
         measure_plan(args)
         return
-    n = 1000 if args.quick else args.n
-    work = args.out or Path(tempfile.mkdtemp(prefix="stoker-bench-remote-"))
+    work, local = packed_set(args)
     # The caches go where stoker keeps its cache, in a folder of this run's own: what a reader's cache costs
     # depends on that file system (each cached shard creates a few files), so the run says what a file costs there.
     caches = (args.cache_dir or default_cache_dir()) / f"bench-remote-{os.getpid()}"
-    data, local = work / "data", work / "packed"
-    if not data.exists():
-        make_digiface(data, n, progress=False)
-    if not (local / "manifest.json").exists():
-        pack(data, local, store="pixels", size=(args.size, args.size), shard_samples=args.shard_samples, progress=False)
-
-    proc, endpoint = start_server()
+    proc, endpoint, url = serve(local)
     try:
-        bucket = where("s3://bench")
-        bucket.fs.mkdir("bench")
-        url = "s3://bench/packed"
-        place = where(url)
-        for path in sorted(local.iterdir()):
-            place.upload(path, path.name)
         print(f"cache folder {caches}: creating a file there takes {create_ms(caches):.3f} ms", flush=True)
 
         def stream(root: str, cache: str, ahead: int = 2) -> Callable[[], ShardStream]:
@@ -313,21 +327,10 @@ def measure_cpu_per_gb(local: Path, url: str, caches: Path, rounds: int, server:
 
 def cpu_per_gb_main(args: argparse.Namespace) -> None:
     """``--cpu-rounds``: pack, serve and upload as :func:`main` does, then only :func:`measure_cpu_per_gb`."""
-    n = 1000 if args.quick else args.n
-    work = args.out or Path(tempfile.mkdtemp(prefix="stoker-bench-remote-"))
+    work, local = packed_set(args)
     caches = (args.cache_dir or default_cache_dir()) / f"bench-remote-{os.getpid()}"
-    data, local = work / "data", work / "packed"
-    if not data.exists():
-        make_digiface(data, n, progress=False)
-    if not (local / "manifest.json").exists():
-        pack(data, local, store="pixels", size=(args.size, args.size), shard_samples=args.shard_samples, progress=False)
-    proc, endpoint = start_server()
+    proc, endpoint, url = serve(local)
     try:
-        where("s3://bench").fs.mkdir("bench")
-        url = "s3://bench/packed"
-        place = where(url)
-        for path in sorted(local.iterdir()):
-            place.upload(path, path.name)
         manifest = ShardDataset(local).manifest
         print(f"{manifest.samples:,} samples, {len(manifest.shards)} pixel shards of {args.size}x{args.size}, "
               f"{manifest.bytes / 1e6:,.1f} MB; S3 = moto server on {endpoint} (on this machine's {os.cpu_count()} "
@@ -477,27 +480,17 @@ def measure_plan(args: argparse.Namespace) -> None:
     from stoker.shards.cache.entries import entry_cost
     from stoker.shards.cache.simulate import replay, trace_of
 
-    work = args.out or Path(tempfile.mkdtemp(prefix="stoker-bench-plan-"))
+    work, local = packed_set(args)
     caches = (args.cache_dir or default_cache_dir()) / f"bench-plan-{os.getpid()}"
-    data, local = work / "data", work / "packed"
     n = 1000 if args.quick else args.n
-    if not data.exists():
-        make_digiface(data, n, progress=False)
-    if not (local / "manifest.json").exists():
-        pack(data, local, store="pixels", size=(args.size, args.size), shard_samples=args.shard_samples, progress=False)
     os.environ["MOTO_RECORDER_FILEPATH"] = str(work / "recording.jsonl")  # moto's recorder writes there
     os.environ.pop("LOCAL_WORLD_SIZE", None)  # every rank on this machine
     infos = ShardDataset(local).manifest.shards
     set_bytes = sum(entry_cost(i.bytes) for i in infos)
     limit = int(set_bytes * args.limit_share)
-    proc, endpoint = start_server()
+    proc, endpoint, url = serve(local)
     rows = []
     try:
-        where("s3://bench").fs.mkdir("bench")
-        url = "s3://bench/packed"
-        place = where(url)
-        for path in sorted(local.iterdir()):
-            place.upload(path, path.name)
         for ranks, workers in ((1, 0), (2, 0), (2, 2)):
             cache = caches / f"{ranks}x{workers}"
             _recorder(endpoint, "reset-recording")
