@@ -364,8 +364,8 @@ def comparisons(p: dict[str, Path], root: Path, cores: int) -> tuple[list[tuple[
 
     def stoker_loader(folder: Path) -> tuple[str, Timer]:
         dataset = ShardDataset(folder)
-        picked = dataset.loader_defaults
-        name = f"{picked['backend']} x{picked['num_workers']}"
+        probe = make_loader(dataset, batch_size=BATCH, shuffle=True, device=None)  # what stoker picks, not iterated
+        name = f"{probe.backend} x{probe.num_workers}"
         return name, timer_of(lambda: make_loader(dataset, batch_size=BATCH, shuffle=True, device=None))
 
     def peer(part: str, key: str, name: str, timer: Timer | str, method: str, target: float) -> None:
