@@ -96,12 +96,12 @@ def read_rows(root: Path, device: torch.device, workers: list[int], batch_size: 
         loader.close()
     defaults = cpu_only.loader_defaults
     loader = make_loader(cpu_only, batch_size=batch_size, shuffle=True, device=device, seed=0, **defaults)
-    row(f"cpu, {defaults['num_workers']} {defaults['backend']}s (default)", timed(lambda: loader, seconds, device),
+    row(f"cpu, {loader.num_workers} {loader.backend}s (default)", timed(lambda: loader, seconds, device),
         kind="cpu")
     loader.close()
     nv = ShardDataset(root, "train", decoder="nvjpeg", decode_device=str(device))
     loader = make_loader(nv, batch_size=batch_size, shuffle=True, device=device, seed=0, **nv.loader_defaults)
-    row(f"device path, {nv.loader_defaults['num_workers']} loader thread", timed(lambda: loader, seconds, device),
+    row(f"device path, {loader.num_workers} loader thread", timed(lambda: loader, seconds, device),
         kind="device", on=str(device))
     loader.close()
 
