@@ -44,6 +44,7 @@ GPU_TRIALS = 2  # timed decodes of the first batch on each side when decoder="au
 
 log = logging.getLogger(__name__)
 _choosing = threading.Lock()  # one measurement per data set, whichever loader thread gets the first batch
+_said_no_cuda = threading.Event()  # decoder="nvjpeg" on a CUDA device this torch lacks: said once per process
 
 
 def _empty_uint8(shape: tuple[int, ...]) -> torch.Tensor:
@@ -594,6 +595,19 @@ class ShardDataset(Dataset, MapReader, SupportsEpoch, SupportsCollate, SupportsL
             "resizing transform) or re-pack it at one size (stoker pack ... --size HxW)"
         )
 
+    def _say_no_cuda(self) -> None:
+        """``decoder="nvjpeg"`` asked for a CUDA device this torch does not have: the CPU decodes, said once per process."""
+        with _choosing:
+            if _said_no_cuda.is_set():
+                return
+            _said_no_cuda.set()
+        log.warning(
+            "%s split %r: decoder='nvjpeg' decodes on %s, but this torch sees no CUDA device "
+            "(torch.cuda.is_available() is False), so every image is decoded on the CPU one at a time, slower than "
+            "the CPU's batched path; use decoder='auto' (stoker train --decoder auto), which decodes on the GPU only "
+            "where there is one, or install a CUDA build of torch", self.root, self.split, self.decode_device,
+        )
+
     def _decode_batch_resized(self, idx: np.ndarray, labels: np.ndarray, size: tuple[int, int]) -> ShardBatch:
         """A batch at the set's image size: JPEGs decoded no more than needed and resized together.
 
@@ -646,6 +660,8 @@ class ShardDataset(Dataset, MapReader, SupportsEpoch, SupportsCollate, SupportsL
                 decoded = device_decoder(device).decode(blobs, boxes, size, on_cpu)
                 images, ready = decoded.images, decoded.ready
             else:  # no CUDA: the CPU path, image by image
+                if device.type == "cuda":
+                    self._say_no_cuda()
                 images = decode_batch_on_device(blobs, boxes, size, device, on_cpu)
         else:
             images = _empty_uint8((len(blobs), 3, *size))
