@@ -24,6 +24,7 @@ from stoker.errors import ConfigError, DecodeError
 from stoker.loading import make_loader
 from stoker.shards import ShardDataset
 from stoker.shards.pack import writer as writer_module
+from stoker.shards.read import dataset as dataset_module
 from stoker.shards.read import gather as gather_module
 
 
@@ -473,6 +474,23 @@ def test_nvjpeg_without_cuda_falls_back_to_the_cpu_image_by_image(jpeg_shards: C
     assert torch.equal(a.images, b.images)  # the fallback is the CPU path itself
     loader = make_loader(nv, batch_size=8, device="cpu", **nv.loader_defaults)
     assert sorted(int(x) for _, labels in loader for x in labels) == sorted(nv.labels.tolist())
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the fallback taken where torch sees no CUDA device")
+def test_nvjpeg_without_cuda_says_so_once_per_process(
+    jpeg_shards: Callable[..., Path], caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """decoder="nvjpeg" with no CUDA keeps its CPU fallback and says so once, whatever the sets and batches."""
+    monkeypatch.setattr(dataset_module, "_said_no_cuda", threading.Event())  # a fresh process's state
+    root = jpeg_shards((16, 16), (8, 4, 56, 56))
+    with caplog.at_level("WARNING", logger="stoker"):
+        for _ in range(2):
+            nv = ShardDataset(root, decoder="nvjpeg")
+            for loader_batch in make_loader(nv, batch_size=8, device="cpu", **nv.loader_defaults):
+                assert loader_batch[0].device.type == "cpu"
+    told = [r.getMessage() for r in caplog.records if "decoder='nvjpeg'" in r.getMessage()]
+    assert len(told) == 1, told
+    assert str(root) in told[0] and "decoder='auto'" in told[0] and "CUDA build of torch" in told[0]
 
 
 def test_nvjpeg_fallback_skips_bad_rows(

@@ -42,4 +42,34 @@ def test_auto_does_not_decode_on_the_gpu_for_a_run_on_the_cpu(packed: Callable[.
     ds._choice = None
     make_loader(ds, batch_size=4, device="cpu", num_workers=0)
     assert not ds._on_gpu(blobs, [], (8, 8)) and len(trials) == 1  # batches that go to the CPU: decoded there
-    assert ds.subset([0, 1])._read_for == torch.device("cpu")
+    assert ds.subset([0, 1])._read_for == {"cpu"}
+
+
+@pytest.mark.parametrize("first", ["cpu", "cuda"])
+def test_auto_decodes_on_the_gpu_only_while_every_loader_over_the_set_goes_to_cuda(
+    packed: Callable[..., Path], monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, first: str,
+) -> None:
+    """Two loaders over one set, one to CUDA and one to the CPU, in either order: the CPU decodes for both, said once.
+
+    The CUDA loader is its contract call (read_for), so no CUDA op runs on this machine."""
+    ds = ShardDataset(packed(store="encoded", shard_samples=7, size=(8, 8)))
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(ds, "mostly_jpeg", lambda: True)
+    monkeypatch.setattr(ds, "_measure_decoders", lambda *args: {"decoder": "gpu"})
+
+    def loader_to(kind: str) -> None:
+        if kind == "cuda":
+            ds.read_for(torch.device("cuda"))
+        else:
+            make_loader(ds, batch_size=4, device="cpu", num_workers=0)
+
+    with caplog.at_level("WARNING", logger="stoker"):
+        loader_to(first)
+        assert ds._on_gpu([], [], (8, 8)) == (first == "cuda")  # one loader: decoded where its batches go
+        loader_to("cpu" if first == "cuda" else "cuda")
+        assert not ds._on_gpu([], [], (8, 8))  # the last loader made does not decide for the other
+        loader_to("cuda")
+        loader_to("cpu")
+        assert not ds._on_gpu([], [], (8, 8))
+    told = [r.getMessage() for r in caplog.records if "decoder='auto' decodes on the CPU" in r.getMessage()]
+    assert len(told) == 1 and "cpu and cuda" in told[0], told

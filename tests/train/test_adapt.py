@@ -100,8 +100,11 @@ def test_a_stream_keeps_its_workers() -> None:
     assert not adapter.active and "stream split by worker" in adapter.reason
 
 
-def test_threads_are_tried_off_the_cpu_only_when_asked(folders: Path, quick_trials: None) -> None:
-    """The host-threads stage (for accelerator runs) sets torch's threads between batches; the CPU never gets it."""
+def test_threads_are_tried_exactly_when_asked(folders: Path, quick_trials: None) -> None:
+    """The host-threads stage sets torch's threads between batches when asked, whatever the device, and never otherwise.
+
+    ``fit`` asks only off the CPU (make_adapter): a CPU run's record says threads None
+    (test_adapting_changes_no_batch_figure_or_weight)."""
     data = open_data(folders, valid=0.25, image_size=16, seed=0)
     loader = make_loader(data["train"], batch_size=2, num_workers=0, device="cpu")
     lines: list[str] = []
@@ -117,6 +120,13 @@ def test_threads_are_tried_off_the_cpu_only_when_asked(folders: Path, quick_tria
     assert lines and lines[0].startswith("adapt ")
     plain = Adapter(loader, torch.device("cpu"), batches=10_000)
     assert plain.given == Setting(loader.backend, loader.num_workers, loader.prefetch_factor, None)
+    try:
+        for _ in range(4):
+            for _batch in plain.batches():
+                pass
+    finally:
+        torch.set_num_threads(before)
+    assert plain.trials and all(t["threads"] is None for t in plain.record()["trials"])
 
 
 def test_no_adapt_flag_keeps_the_settings(folders: Path, tmp_path: Path) -> None:

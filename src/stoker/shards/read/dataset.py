@@ -44,6 +44,7 @@ GPU_TRIALS = 2  # timed decodes of the first batch on each side when decoder="au
 
 log = logging.getLogger(__name__)
 _choosing = threading.Lock()  # one measurement per data set, whichever loader thread gets the first batch
+_said_no_cuda = threading.Event()  # decoder="nvjpeg" on a CUDA device this torch lacks: said once per process
 
 
 def _empty_uint8(shape: tuple[int, ...]) -> torch.Tensor:
@@ -196,7 +197,7 @@ class ShardDataset(Dataset, MapReader, SupportsEpoch, SupportsCollate, SupportsL
         self._mostly_spng: bool | None = None  # mostly JPEG or PNG, with libspng for the PNGs (decodes_on_threads)
         self._choice: dict[str, Any] | None = None  # decoder="auto" on a CUDA device: what it measured and chose
         self._said_blocks = False  # the block shuffle is said once (shuffle_blocks)
-        self._read_for: torch.device | None = None  # where the batches go (make_loader says), None: not said
+        self._read_for: frozenset[str] = frozenset()  # the device types the loaders made over it send batches to
 
     # -- what the set holds ---------------------------------------------------------
     @property
@@ -312,20 +313,31 @@ class ShardDataset(Dataset, MapReader, SupportsEpoch, SupportsCollate, SupportsL
         return self._choice
 
     def read_for(self, device: torch.device) -> None:
-        """Where the batches of the loader being made go (:func:`~stoker.make_loader` says): ``decoder="auto"``
-        decodes on the GPU only for batches that go to a CUDA device (a run that trains on the CPU decodes on the CPU,
-        never on the GPU and back)."""
-        self._read_for = torch.device(device)
+        """Where the batches of a loader made over this set go (:func:`~stoker.make_loader` says, for every loader).
+
+        ``decoder="auto"`` may decode on the GPU only while every loader made over the set sends its batches to a
+        CUDA device (a run that trains on the CPU never decodes on the GPU and copies back). Loaders that disagree (a
+        CUDA one and a CPU one) all decode on the CPU from then on, said once; a set read by no loader may try the GPU.
+        """
+        kind, before = torch.device(device).type, self._read_for
+        self._read_for = before | {kind}
+        mixed = "cuda" in self._read_for and len(self._read_for) > 1
+        if mixed and not ("cuda" in before and len(before) > 1):
+            log.warning(
+                "%s split %r: loaders over this data set send their batches to %s, so decoder='auto' decodes on the "
+                "CPU for all of them; to decode on the GPU for the CUDA loader, give each loader its own "
+                "ShardDataset", self.root, self.split, " and ".join(sorted(self._read_for)),
+            )
 
     def _on_gpu(self, blobs: list[np.ndarray], boxes: list[Any], size: tuple[int, int]) -> bool:
         """``decoder="auto"``: whether this batch decodes on the GPU (measured on the first batch, once).
 
         Only in the process that trains: a DataLoader worker process never starts CUDA; and only for batches that
-        go to a CUDA device (:meth:`read_for`).
+        go to a CUDA device, for every loader made over the set (:meth:`read_for`).
         """
         if self.decoder != "auto" or get_worker_info() is not None:
             return False
-        if self._read_for is not None and self._read_for.type != "cuda":
+        if self._read_for and self._read_for != {"cuda"}:
             return False
         if self._choice is None:
             device = torch.device(self.decode_device)
@@ -594,6 +606,19 @@ class ShardDataset(Dataset, MapReader, SupportsEpoch, SupportsCollate, SupportsL
             "resizing transform) or re-pack it at one size (stoker pack ... --size HxW)"
         )
 
+    def _say_no_cuda(self) -> None:
+        """``decoder="nvjpeg"`` asked for a CUDA device this torch does not have: the CPU decodes, said once per process."""
+        with _choosing:
+            if _said_no_cuda.is_set():
+                return
+            _said_no_cuda.set()
+        log.warning(
+            "%s split %r: decoder='nvjpeg' decodes on %s, but this torch sees no CUDA device "
+            "(torch.cuda.is_available() is False), so every image is decoded on the CPU one at a time, slower than "
+            "the CPU's batched path; use decoder='auto' (stoker train --decoder auto), which decodes on the GPU only "
+            "where there is one, or install a CUDA build of torch", self.root, self.split, self.decode_device,
+        )
+
     def _decode_batch_resized(self, idx: np.ndarray, labels: np.ndarray, size: tuple[int, int]) -> ShardBatch:
         """A batch at the set's image size: JPEGs decoded no more than needed and resized together.
 
@@ -646,6 +671,8 @@ class ShardDataset(Dataset, MapReader, SupportsEpoch, SupportsCollate, SupportsL
                 decoded = device_decoder(device).decode(blobs, boxes, size, on_cpu)
                 images, ready = decoded.images, decoded.ready
             else:  # no CUDA: the CPU path, image by image
+                if device.type == "cuda":
+                    self._say_no_cuda()
                 images = decode_batch_on_device(blobs, boxes, size, device, on_cpu)
         else:
             images = _empty_uint8((len(blobs), 3, *size))

@@ -306,6 +306,7 @@ class ShardStream(
         self._placement = (rank, world_size) if rank is not None and world_size is not None else None
         self._epoch = torch.zeros((), dtype=torch.int64).share_memory_()
         self._said_buffer = False
+        self._main_says = False  # the rank's own process said the buffer (set_epoch there): its worker processes do not
         self._said_room = False
 
     @property
@@ -314,8 +315,16 @@ class ShardStream(
         return int(self._epoch)
 
     def set_epoch(self, epoch: int) -> None:
-        """Fix the epoch the next iteration reads (its shard order and buffer draws)."""
+        """Fix the epoch the next iteration reads (its shard order and buffer draws).
+
+        Called in the rank's own process (stoker's loader does, before its workers start), it is that process that
+        says a buffer lowered for a tight cache (:meth:`order`), once per run; its worker processes never do.
+        """
         self._epoch.fill_(int(epoch))
+        if torch.utils.data.get_worker_info() is None and worker_placement() == (0, 1):
+            self._main_says = True
+            if self.shuffle and self.dataset.shards.tight and not self._said_buffer:
+                self._reader_order(*self.placement()[:2])  # says it when this epoch's order lowers the buffer
 
     def placement(self) -> tuple[int, int, int, int]:
         """``(rank, world_size, worker, num_workers)`` of the current process (or loader thread)."""
@@ -347,7 +356,8 @@ class ShardStream(
         A split larger than its cache is read with a smaller buffer where the rank's order
         would otherwise need more shards on disk at once than the limit holds
         (:func:`~stoker.shards.read.fetch_ahead.disk_peak`): halved until it fits, and said
-        once. The rank's order decides it, so every worker count reads the same.
+        once per run by the rank's own process (by worker 0 of each epoch where no
+        :meth:`set_epoch` ran there). The rank's order decides it, so every worker count reads the same.
         """
         return share(self._reader_order(rank, world_size), 0, 1, worker, num_workers, block=self.block_rows)
 
@@ -374,7 +384,7 @@ class ShardStream(
             peak, room = disk_peak(shards.locate(rows)[0], self.read_rows), shard_room(shards)
             if peak <= room:
                 break
-            if not self._said_buffer:
+            if not self._said_buffer and self._says_buffer_here():
                 self._said_buffer = True
                 log.warning(
                     "%s: the shuffle buffer of %d rows is lowered for rank %d until its reads need at most the %d "
@@ -383,6 +393,12 @@ class ShardStream(
                 )
             buffer //= 2
         return rows
+
+    def _says_buffer_here(self) -> bool:
+        """Whether this process says the lowered buffer: the rank's own process (and its loader threads); a worker
+        process only where the rank's process never set the epoch (a plain DataLoader), and then worker 0 alone."""
+        info = torch.utils.data.get_worker_info()
+        return info is None or (not self._main_says and info.id == 0)
 
     @property
     def loader_defaults(self) -> dict[str, Any]:

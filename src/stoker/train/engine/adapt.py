@@ -131,11 +131,12 @@ class Adapter:
 
     Args:
         loader: the train loader.
-        device: where the model trains (threads are tried only off the CPU).
+        device: where the model trains.
         batches: training batches left in the run (``None``: unknown, then one epoch's
             worth is not known either and nothing is tried).
-        try_threads: also try torch's host threads (an accelerator run without
-            ``cpu_threads``).
+        try_threads: also try torch's host threads; the Adapter tries them exactly when asked,
+            and ``fit`` asks only for an accelerator run without ``cpu_threads`` (:func:`make_adapter`:
+            on the CPU their count changes how the model's float sums round).
         say: prints one line (rank 0's console), or ``None``.
         cores: the host's usable cores (``None``: :func:`~stoker.cores.usable_cores`); the
             search goes up to this rank's share of them.
