@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import time
 from pathlib import Path
 from typing import Any
 
@@ -203,6 +204,15 @@ def test_reconfigure_refuses_a_stream() -> None:
         loader.reconfigure(num_workers=2)
 
 
+READ_S = 0.04  # a sample's read in the stopped run: a wait, not CPU work
+
+
+def _slow_storage(image: torch.Tensor) -> torch.Tensor:
+    """The image as it is, after a wait of ``READ_S`` (storage, not the CPU): the step waits for data under any load."""
+    time.sleep(READ_S)
+    return image
+
+
 class _StopAt(Logger):
     """A logger that asks the run to stop (as Ctrl-C) after training batch ``batch`` of epoch 1."""
 
@@ -216,10 +226,14 @@ class _StopAt(Logger):
 
 def test_a_stop_during_the_trials_resumes_to_the_same_weights(folders: Path, tmp_path: Path, quick_trials: None) -> None:
     """last.pt taken while a trial's setting is in force holds the position, not the setting: the resumed run
-    (its loader as given, adapting again) ends with the weights of an uninterrupted run without adapt."""
+    (its loader as given, adapting again) ends with the weights of an uninterrupted run without adapt.
 
-    def scenario(name: str, adapt: bool, resume: bool = False) -> tuple[Scenario, _SeesBatches]:
-        data = open_data(folders, valid=0.25, image_size=16, seed=0)
+    The stopped run's samples wait to be read (:func:`_slow_storage`, the same images), so its step waits for data
+    whatever else runs on the machine: adapt tries more readers, and the stop falls inside their trials.
+    """
+
+    def scenario(name: str, adapt: bool, resume: bool = False, slow: bool = False) -> tuple[Scenario, _SeesBatches]:
+        data = open_data(folders, valid=0.25, image_size=16, seed=0, transform=_slow_storage if slow else None)
         train = make_loader(data["train"], batch_size=2, num_workers=0, device="cpu", seed=5)
         torch.manual_seed(1 if resume else 0)  # a resumed run starts from other weights: last.pt must win
         model = nn.Sequential(nn.Dropout(0.1), SmallCNN(data.num_classes, width=8))
@@ -231,10 +245,14 @@ def test_a_stop_during_the_trials_resumes_to_the_same_weights(folders: Path, tmp
 
     fixed, fixed_seen = scenario("fixed", adapt=False)
     fit(fixed)
-    first, first_seen = scenario("stopped", adapt=True)
+    first, first_seen = scenario("stopped", adapt=True, slow=True)
     with pytest.raises(KeyboardInterrupt):
         fit(first, callbacks=[_StopAt(23)])  # inside the trials: the run settles 8 batches, then 8 a trial
-    assert json.loads((tmp_path / "stopped" / "run.json").read_text())["adapt"]["switches"] >= 1
+    stopped = json.loads((tmp_path / "stopped" / "run.json").read_text())["adapt"]
+    # The premise: the stop came while a trial's other setting was in force (the step waited, so more readers).
+    assert stopped["enabled"] and stopped["switches"] >= 1 and len(stopped["trials"]) >= 2, stopped
+    assert stopped["trials"][0]["wait_share"] >= adapt_module.MARGIN, stopped
+    assert stopped["in_force"] != stopped["given"], stopped
     again, again_seen = scenario("stopped", adapt=True, resume=True)
     fit(again)
     assert len(first_seen.digests) == 23 and first_seen.digests + again_seen.digests == fixed_seen.digests

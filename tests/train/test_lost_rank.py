@@ -4,6 +4,9 @@ Real ranks over gloo, one of them killed with SIGKILL once the run has saved a p
 resume from: launched as torchrun launches them (``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``
 and a rendezvous), where the survivor finds the loss in its next collective; and by
 ``torchrun`` itself, whose agent then sends the survivor and its loader worker SIGTERM.
+
+The ranks run with ``PYTHONFAULTHANDLER=1``: a wait that runs out sends them SIGABRT, so
+each writes every thread's Python stack to its output, and the failure shows where they hung.
 """
 
 from __future__ import annotations
@@ -19,9 +22,12 @@ from pathlib import Path
 import pytest
 import torch.distributed as dist
 
-pytestmark = pytest.mark.skipif(not dist.is_available() or not dist.is_gloo_available(), reason="needs torch.distributed with gloo")
+pytestmark = [pytest.mark.skipif(not dist.is_available() or not dist.is_gloo_available(),
+                                  reason="needs torch.distributed with gloo"),
+              pytest.mark.timeout(360)]  # past the test's own waits, which fail with the ranks' stacks
 
-TIMEOUT_S = 180
+TIMEOUT_S = 180  # from the launch to the first last.pt (imports and the rendezvous take most of it under load)
+EXIT_S = 90  # from the kill to the survivor's end (it finds the loss in its next collective)
 _DIST_ENV = ("WORLD_SIZE", "RANK", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
 
 
@@ -34,7 +40,36 @@ def _free_port() -> int:
 def _env(**more: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k not in _DIST_ENV}
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(Path(__file__).resolve().parents[2] / "src"), env.get("PYTHONPATH")) if p)
-    return {**env, "OMP_NUM_THREADS": "1", **more}
+    return {**env, "OMP_NUM_THREADS": "1", "PYTHONFAULTHANDLER": "1", **more}
+
+
+def _children(pid: int) -> list[int]:
+    """The processes whose parent is ``pid`` (from /proc; none where there is no /proc)."""
+    found = []
+    for entry in Path("/proc").iterdir() if Path("/proc").is_dir() else ():
+        try:
+            if entry.name.isdigit() and int((entry / "stat").read_text().rpartition(")")[2].split()[1]) == pid:
+                found.append(int(entry.name))
+        except (OSError, IndexError, ValueError):
+            continue
+    return found
+
+
+def _outputs(logs: Path) -> dict[str, str]:
+    """The end of every rank's and launcher's error output under ``logs``."""
+    files = [*logs.rglob("*.err"), *logs.rglob("stderr.log")]
+    return {str(f): f.read_text(errors="replace")[-6000:] for f in files if f.is_file()}
+
+
+def _stacks_then_fail(ranks: list[int], logs: Path, what: str) -> None:
+    """SIGABRT to ``ranks`` (each writes its threads' stacks to its output, see the module docs), then fail with it."""
+    for pid in ranks:
+        try:
+            os.kill(pid, signal.SIGABRT)
+        except OSError:
+            pass
+    time.sleep(3)
+    raise AssertionError(f"{what}; the ranks' output, their stacks at the end: {_outputs(logs)}")
 
 
 def _train_args(folders: Path, runs: Path) -> list[str]:
@@ -43,12 +78,17 @@ def _train_args(folders: Path, runs: Path) -> list[str]:
             "--no-progress", "--no-adapt"]
 
 
-def _wait_for_a_saved_point(runs: Path, alive: list[subprocess.Popen[bytes]], logs: Path) -> None:
+def _wait_for_a_saved_point(runs: Path, alive: list[subprocess.Popen[bytes]], ranks: list[int], logs: Path) -> None:
+    """Until the run saved last.pt; a rank that ended fails with its output, and so do ``TIMEOUT_S`` without it."""
     deadline = time.monotonic() + TIMEOUT_S
     last = runs / "lost" / "last.pt"
     while not last.is_file() and all(p.poll() is None for p in alive) and time.monotonic() < deadline:
         time.sleep(0.2)
-    assert last.is_file(), {str(f): f.read_text()[-2000:] for f in logs.rglob("*.err") if f.is_file()}
+    if not last.is_file():
+        if all(p.poll() is None for p in alive):
+            _stacks_then_fail(ranks or [pid for p in alive for pid in _children(p.pid)], logs,
+                              f"no {last.name} after {TIMEOUT_S} s with the ranks alive")
+        raise AssertionError(f"a rank ended before {last.name}: {_outputs(logs)}")
     time.sleep(0.5)  # into the next epoch's steps
 
 
@@ -86,10 +126,13 @@ def test_after_kill_9_of_a_rank_the_other_ends_with_one_stoker_line(folders: Pat
             with open(tmp_path / f"rank{rank}.out", "wb") as out, open(tmp_path / f"rank{rank}.err", "wb") as err:
                 procs.append(subprocess.Popen([sys.executable, *_train_args(folders, runs)], env=env, stdout=out, stderr=err,
                                               stdin=subprocess.DEVNULL))
-        _wait_for_a_saved_point(runs, procs, tmp_path)
+        _wait_for_a_saved_point(runs, procs, [p.pid for p in procs], tmp_path)
         os.kill(procs[1].pid, signal.SIGKILL)
         procs[1].wait(timeout=30)
-        code = procs[0].wait(timeout=TIMEOUT_S)  # a hang fails here
+        try:
+            code = procs[0].wait(timeout=EXIT_S)
+        except subprocess.TimeoutExpired:  # a hang fails here
+            _stacks_then_fail([procs[0].pid], tmp_path, f"rank 0 still runs {EXIT_S} s after rank 1 was killed")
     finally:
         for proc in procs:
             if proc.poll() is None:
@@ -107,10 +150,13 @@ def test_under_torchrun_the_survivor_says_one_stoker_line_too(folders: Path, tmp
     with open(tmp_path / "torchrun.err", "wb") as err:
         agent = subprocess.Popen(launch, env=_env(), stdout=subprocess.DEVNULL, stderr=err, stdin=subprocess.DEVNULL)
     try:
-        _wait_for_a_saved_point(runs, [agent], tmp_path)
+        _wait_for_a_saved_point(runs, [agent], [], tmp_path)
         lost = _rank_pid(agent.pid, 1)
         os.kill(lost, signal.SIGKILL)
-        agent.wait(timeout=TIMEOUT_S)  # a hang fails here
+        try:
+            agent.wait(timeout=EXIT_S)
+        except subprocess.TimeoutExpired:  # a hang fails here
+            _stacks_then_fail(_children(agent.pid), tmp_path, f"torchrun still runs {EXIT_S} s after rank 1 was killed")
     finally:
         if agent.poll() is None:
             agent.kill()
