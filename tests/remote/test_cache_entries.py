@@ -10,6 +10,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+import click
 import fsspec
 import pytest
 from fsspec.implementations.memory import MemoryFileSystem
@@ -183,10 +184,21 @@ def test_cache_limit_is_a_global_option(monkeypatch: pytest.MonkeyPatch, small_p
     monkeypatch.delenv("STOKER_CACHE_LIMIT", raising=False)
     bad = CliRunner().invoke(main, ["--cache-limit", "lots", "inspect", str(small_pack)])
     assert bad.exit_code == 1 and "'lots' is not a size" in bad.output
-    monkeypatch.setenv("STOKER_CACHE_LIMIT", "")  # restored after the test, whatever the command sets
     ok = CliRunner().invoke(main, ["--cache-limit", "2MB", "inspect", str(small_pack)])
     assert ok.exit_code == 0, ok.output
-    assert os.environ["STOKER_CACHE_LIMIT"] == str(2 * 2**20)
+
+    @click.command("env-probe")
+    def probe() -> None:  # what a command (and the workers it starts) sees
+        click.echo(f"{os.environ.get('STOKER_CACHE_LIMIT')} {os.environ.get('STOKER_CACHE')}")
+
+    monkeypatch.setitem(main.commands, "env-probe", probe)
+    seen = CliRunner().invoke(main, ["--cache-limit", "2MB", "--cache-dir", str(small_pack.parent / "c"), "env-probe"])
+    assert seen.output.split() == [str(2 * 2**20), str(small_pack.parent / "c")], seen.output
+    # ... for the command's time only: one run in-process (CliRunner, a notebook) leaves nothing for the next
+    assert "STOKER_CACHE_LIMIT" not in os.environ
+    monkeypatch.setenv("STOKER_CACHE", "/before")
+    CliRunner().invoke(main, ["--cache-dir", str(small_pack.parent / "c"), "env-probe"])
+    assert os.environ["STOKER_CACHE"] == "/before"
 
 
 def test_a_lock_held_too_long_names_who_to_ask_and_never_says_delete(tmp_path: Path) -> None:
