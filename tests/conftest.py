@@ -73,6 +73,7 @@ SLOW = frozenset({
     "bench/test_cli.py",
     "bench/test_tune.py",
     "cli/test_demo.py",
+    "cli/test_progress_off_terminal.py",  # every long command run once under a pipe and once on a terminal
     "cli/test_hints.py",
     "loading/test_elastic.py::test_batches_are_the_same_for_every_worker_count_and_backend_under_two_ranks",
     "loading/test_equal_steps.py",
@@ -93,6 +94,7 @@ SLOW = frozenset({
     "test_decode_device.py::test_crafted_jpegs_through_the_batched_path_decode_or_go_to_the_cpu_without_crashing",
     "test_docs_build.py::test_docs_build_strict",
     "test_docstrings.py::test_docstring_examples_run[stoker.bench.benchmark]",  # bench, run_bench, quick_bench
+    "test_docstrings.py::test_docstring_examples_run[stoker.bench.tuner]",  # a tiny tune
     "test_readme.py::test_page_code_blocks_run",
     "train/test_adapt.py",
     "train/test_adapt_rounds.py",
