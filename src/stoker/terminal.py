@@ -14,7 +14,7 @@ import time
 from types import TracebackType
 from typing import TextIO
 
-__all__ = ["QUIET_ENV", "LogCounter", "bar_disable", "bars_shown", "set_quiet"]
+__all__ = ["QUIET_ENV", "LogCounter", "bar_disable", "bars_shown", "set_for_the_command", "set_quiet"]
 
 QUIET_ENV = "STOKER_QUIET"
 
@@ -32,27 +32,32 @@ def bars_shown(progress: bool = True) -> bool:
 
 
 def set_quiet(quiet: bool) -> None:
-    """Under ``--quiet``: no bar in this process or the workers it starts, until the command ends.
+    """Under ``--quiet``: no bar in this process or the workers it starts, until the command ends."""
+    if quiet:
+        set_for_the_command(QUIET_ENV, "1")
 
-    Inside a click command the setting is undone when its context closes, so a command
-    invoked in-process (``CliRunner``, a notebook) leaves no quiet behind for what runs next.
+
+def set_for_the_command(name: str, value: str) -> None:
+    """Set an environment variable until the running click command ends (for good outside one).
+
+    The command's worker processes and subprocesses inherit it; it is undone when the
+    command's context closes, so a command invoked in-process (``CliRunner``, a notebook)
+    leaves nothing behind for what runs next.
     """
-    if not quiet:
-        return
-    before = os.environ.get(QUIET_ENV)
-    os.environ[QUIET_ENV] = "1"
+    before = os.environ.get(name)
+    os.environ[name] = value
     import click  # light, and already imported wherever a command runs
 
     context = click.get_current_context(silent=True)
     if context is not None:
-        context.call_on_close(lambda: _restore_quiet(before))
+        context.call_on_close(lambda: _restore(name, before))
 
 
-def _restore_quiet(before: str | None) -> None:
+def _restore(name: str, before: str | None) -> None:
     if before is None:
-        os.environ.pop(QUIET_ENV, None)
+        os.environ.pop(name, None)
     else:
-        os.environ[QUIET_ENV] = before
+        os.environ[name] = before
 
 
 class LogCounter:

@@ -17,7 +17,7 @@ from stoker.order import ShuffleBlocks, block_permutation, permutation, share
 from stoker.shards import ShardDataset
 from stoker.shards.cache.entries import entry_cost
 
-from ..remote.conftest import upload_folder, write_class_folders
+from ..remote.conftest import pack_random, upload_folder, write_class_folders
 
 SIZES = (7, 5, 8, 6, 9, 4, 7, 5)  # samples per shard: unequal, so a block's edges are not multiples of anything
 
@@ -113,11 +113,7 @@ def test_the_sampler_splits_a_block_order_by_rank_as_any_other() -> None:
 @pytest.fixture(scope="module")
 def pack12(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """192 random 16x16 images in 12 pixel shards of 16."""
-    root = tmp_path_factory.mktemp("pack12")
-    data = write_class_folders(root / "data", 192, classes=4, size=(16, 16))
-    out = root / "packed"
-    pack(data, out, store="pixels", shard_samples=16, workers=0, progress=False)
-    return out
+    return pack_random(tmp_path_factory.mktemp("pack12"), shards=12, per_shard=16)
 
 
 def _keys(batch: object) -> list[int]:

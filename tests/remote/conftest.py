@@ -174,6 +174,15 @@ def write_class_folders(root: Path, n: int, classes: int = 4, size: tuple[int, i
     return root
 
 
+def pack_random(root: Path, shards: int, per_shard: int) -> Path:
+    """``shards`` pixel shards of ``per_shard`` random 16x16 images in 4 classes, packed at ``root/packed``."""
+    from stoker import pack
+
+    data = write_class_folders(root / "data", shards * per_shard, classes=4, size=(16, 16))
+    pack(data, root / "packed", store="pixels", shard_samples=per_shard, workers=0, progress=False)
+    return root / "packed"
+
+
 def upload_folder(local: Path, url: str) -> str:
     """Copy every file of ``local`` (recursively) to ``url``; returns ``url``."""
     from stoker.fs import RemoteLocation

@@ -24,7 +24,6 @@ import pytest
 import torch
 from torch.utils.data import DataLoader
 
-from stoker import pack
 from stoker.errors import ConfigError
 from stoker.loading import make_loader
 from stoker.shards import ShardDataset, ShardStream
@@ -32,7 +31,7 @@ from stoker.shards.cache import readers as cache_readers
 from stoker.shards.cache.entries import entry_cost
 from stoker.shards.read.fetch_ahead import disk_peak, shard_room
 
-from .conftest import ServerRecord, upload_folder, write_class_folders
+from .conftest import ServerRecord, pack_random, upload_folder
 
 SHARDS = 16
 EPOCHS = 2
@@ -131,11 +130,7 @@ def _read_rank(rank: int, url: str, cache: str, limit: int, out: str, ranks: int
 @pytest.fixture(scope="module")
 def pack16(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """512 random 16x16 images in 16 pixel shards of 32."""
-    root = tmp_path_factory.mktemp("pack16")
-    data = write_class_folders(root / "data", SHARDS * 32, classes=4, size=(16, 16))
-    out = root / "packed"
-    pack(data, out, store="pixels", shard_samples=32, workers=0, progress=False)
-    return out
+    return pack_random(tmp_path_factory.mktemp("pack16"), shards=SHARDS, per_shard=32)
 
 
 @pytest.mark.parametrize(("ranks", "workers"), [(1, 0), (2, 2)])

@@ -12,14 +12,13 @@ from pathlib import Path
 
 import pytest
 
-from stoker import pack
 from stoker.shards import ShardDataset, ShardStream
 from stoker.shards.cache import policy
 from stoker.shards.cache.entries import entry_cost
 from stoker.shards.cache.readers import MachinePlan
 from stoker.shards.cache.simulate import replay, trace_of
 
-from .conftest import upload_folder, write_class_folders
+from .conftest import pack_random, upload_folder
 
 SHARDS = 24
 
@@ -27,11 +26,7 @@ SHARDS = 24
 @pytest.fixture(scope="module")
 def pack24(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """24 pixel shards of 24 random 16x16 images."""
-    root = tmp_path_factory.mktemp("pack24")
-    data = write_class_folders(root / "data", SHARDS * 24, classes=4, size=(16, 16))
-    out = root / "packed"
-    pack(data, out, store="pixels", shard_samples=24, workers=0, progress=False)
-    return out
+    return pack_random(tmp_path_factory.mktemp("pack24"), shards=SHARDS, per_shard=24)
 
 
 def _plan(url: str, cache: Path, limit: int, ranks: int, workers: int, epoch: int) -> tuple[MachinePlan, dict[str, int]]:

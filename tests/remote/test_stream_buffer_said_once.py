@@ -14,9 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from stoker import pack
-
-from .conftest import write_class_folders
+from .conftest import pack_random
 
 SCRIPT = textwrap.dedent(
     """
@@ -50,10 +48,7 @@ SCRIPT = textwrap.dedent(
 @pytest.fixture(scope="module")
 def pack16(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """512 random 16x16 images in 16 pixel shards of 32."""
-    root = tmp_path_factory.mktemp("pack16")
-    data = write_class_folders(root / "data", 16 * 32, classes=4, size=(16, 16))
-    pack(data, root / "packed", store="pixels", shard_samples=32, workers=0, progress=False)
-    return root / "packed"
+    return pack_random(tmp_path_factory.mktemp("pack16"), shards=16, per_shard=32)
 
 
 def test_a_lowered_buffer_is_said_once_by_a_run_with_two_workers_over_two_epochs(pack16: Path, tmp_path: Path) -> None:

@@ -9,6 +9,7 @@ import sys
 import click
 
 from stoker.errors import StokerError
+from stoker.terminal import set_for_the_command
 
 # (module under stoker.cli, click command object name). Each command lives in its own
 # module so that `stoker --help` stays fast and commands do not import each other.
@@ -63,24 +64,11 @@ def main(cache_dir: str | None, cache_limit: str | None) -> None:
     Start with `stoker demo`, which generates a small data set and shows every part.
     """
     if cache_dir is not None:  # what every reader of a remote set, and its loader workers, take as the default
-        _set_for_the_command("STOKER_CACHE", os.path.abspath(os.path.expanduser(cache_dir)))
+        set_for_the_command("STOKER_CACHE", os.path.abspath(os.path.expanduser(cache_dir)))
     if cache_limit is not None:  # likewise: every ShardCache takes its limit from there
         from stoker.shards.cache.store import parse_bytes
 
-        _set_for_the_command("STOKER_CACHE_LIMIT", str(parse_bytes(cache_limit)))
-
-
-def _set_for_the_command(name: str, value: str) -> None:
-    """Set an environment variable until the command ends (undone when its click context closes).
-
-    Its worker processes and subprocesses inherit it; a command invoked in-process
-    (``CliRunner``, a notebook) leaves nothing behind for what runs next.
-    """
-    before = os.environ.get(name)
-    os.environ[name] = value
-    context = click.get_current_context(silent=True)
-    if context is not None:
-        context.call_on_close(lambda: os.environ.pop(name, None) if before is None else os.environ.update({name: before}))
+        set_for_the_command("STOKER_CACHE_LIMIT", str(parse_bytes(cache_limit)))
 
 
 for _module, _name in _COMMANDS:
