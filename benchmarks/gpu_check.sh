@@ -24,11 +24,15 @@
 # decoder="auto") against the synthetic ceiling; parts decode-tests (the CUDA tests and
 # the crafted-JPEG fuzz arm on the device path), decode-read, decode-train, decode-table.
 # The numbers go to $OUT/issue37/{read.json,results.json,table.md}. For the hardware
-# JPEG engine bring nvImageCodec's wheels too (about 35 MB with simplejpeg's):
+# JPEG engine and the region decode bring nvImageCodec's wheels too (about 29 MB; with
+# simplejpeg's, under the device tool's 64 MiB carry):
 #   python3 -m pip download --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
-#       --platform manylinux_2_28_x86_64 -d .whl nvidia-nvimgcodec-cu13==0.7.0.11 nvidia-nvjpeg
-# (the device's torch must be a CUDA 13 build for cu13; else nvidia-nvimgcodec-cu12); without
-# them the device path decodes with torchvision.io and says so (read.json's "nvimagecodec").
+#       --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 -d .whl \
+#       nvidia-nvimgcodec-cu13==0.9.0.20 nvidia-nvjpeg==13.3.2.43
+# (name nvidia-nvjpeg's version: unpinned, a manylinux_2_28-only download takes its 1-KB
+# placeholder 0.0.0a0. For a CUDA 12 build of torch: nvidia-nvimgcodec-cu12 and
+# nvidia-nvjpeg-cu12.) Part env says which engine starts on the GPU; without them the
+# device path decodes with torchvision.io and says so (read.json's "agreement" engine).
 #
 # The lent machine has no package registry. Its image has torch, torchvision, pyarrow,
 # click, pillow, tqdm, tensorboard, fsspec, pytest, hypothesis and pytest-timeout, but not
@@ -109,7 +113,8 @@ if [ "$quick" = "decode" ]; then
     fi
     part env $((15 * x)) "$PYTHON" -c "
 import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda, 'available', torch.cuda.is_available())
-from stoker.decode.device import nvimagecodec_available; print('nvimagecodec', nvimagecodec_available())"
+from stoker.decode.device import DeviceDecoder, nvimagecodec_available; print('nvimagecodec', nvimagecodec_available())
+print('engine on', 'cuda' if torch.cuda.is_available() else 'cpu', DeviceDecoder('cuda' if torch.cuda.is_available() else 'cpu', 'nvimagecodec').engine)"
     part decode-tests $((60 * x)) "$PYTHON" -m pytest -q -p no:cacheprovider tests/test_decode_device.py \
         tests/shards/test_fast_paths.py tests/test_jpeg.py tests/reliability/test_decode_crafted_jpeg.py \
         -k "device or auto or nvjpeg or crafted_jpegs_through_the_batched or huge_header"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import io
 import json
 import os
@@ -25,6 +26,18 @@ from stoker.errors import DecodeError
 # resize rounds differently: at most 1 grey level apart on the same decoded pixels.
 MAX_ABS_DIFF_SAME_DECODE = 1
 MAX_MEAN_ABS_DIFF = 2.0  # against the reduced-scale CPU path (stoker.decode.jpeg's tolerance)
+
+# Both engines run here: nvImageCodec through its libjpeg-turbo backend (the test extra installs it;
+# 0.9 and later decode without a GPU), with the same calls, region decode included, as on CUDA.
+_NVIMAGECODEC = importlib.util.find_spec("nvidia") is not None and importlib.util.find_spec("nvidia.nvimgcodec") is not None
+ENGINES = ["torchvision", pytest.param("nvimagecodec", marks=pytest.mark.skipif(
+    not _NVIMAGECODEC, reason="needs nvImageCodec (pip install nvidia-nvimgcodec-cu12)"))]
+
+
+def _decoder(engine: str, **options: bool) -> dev.DeviceDecoder:
+    decoder = dev.DeviceDecoder("cpu", engine=engine, **options)  # type: ignore[arg-type]
+    assert decoder.engine == engine  # installed and not started would be a silent torchvision run
+    return decoder
 
 
 def photo(height: int, width: int, seed: int = 0) -> np.ndarray:
@@ -64,7 +77,8 @@ def _full_path(blobs: list[np.ndarray], boxes: list, size: tuple[int, int], j: i
     return resize(decode_sample(blobs[j].tobytes(), f"{j}.jpg", boxes[j]), size)
 
 
-def test_a_batch_decodes_as_the_cpu_path_within_the_resize_rounding() -> None:
+@pytest.mark.parametrize("engine", ENGINES)
+def test_a_batch_decodes_as_the_cpu_path_within_the_resize_rounding(engine: str) -> None:
     size = (56, 48)
     blobs = [_blob(encode(photo(218, 178, seed=i))) for i in range(5)]
     blobs += [_blob(encode(photo(90, 120, seed=7), "L")), _blob(encode(photo(64, 64, seed=8), subsampling=1))]
@@ -79,8 +93,9 @@ def test_a_batch_decodes_as_the_cpu_path_within_the_resize_rounding() -> None:
         calls.append(j)
         return _full_path(blobs, boxes, size, j)
 
-    batch = dev.DeviceDecoder("cpu").decode(blobs, boxes, size, on_cpu)
+    batch = _decoder(engine).decode(blobs, boxes, size, on_cpu)
     assert calls == [] and batch.on_cpu == 0 and batch.ready is None
+    assert batch.by_region == (sum(box is not None for box in boxes) if engine == "nvimagecodec" else 0)
     assert batch.images.shape == (len(blobs), 3, *size) and batch.images.dtype == torch.uint8
     for j in range(len(blobs)):
         expected = _full_path(blobs, boxes, size, j)
@@ -91,7 +106,8 @@ def test_a_batch_decodes_as_the_cpu_path_within_the_resize_rounding() -> None:
     assert torch.equal(batch.images[6], _full_path(blobs, boxes, size, 6))  # a crop at the output size: no resize
 
 
-def test_what_the_device_cannot_take_goes_to_the_cpu_path_in_place() -> None:
+@pytest.mark.parametrize("engine", ENGINES)
+def test_what_the_device_cannot_take_goes_to_the_cpu_path_in_place(engine: str) -> None:
     size = (16, 16)
     good = encode(photo(40, 48, seed=1))
     blobs = [
@@ -109,7 +125,7 @@ def test_what_the_device_cannot_take_goes_to_the_cpu_path_in_place() -> None:
         calls.append(j)
         return torch.full((3, *size), j, dtype=torch.uint8)
 
-    batch = dev.DeviceDecoder("cpu").decode(blobs, boxes, size, on_cpu)
+    batch = _decoder(engine).decode(blobs, boxes, size, on_cpu)
     assert set(calls) >= {1, 2, 4} and set(calls) <= {1, 2, 3, 4} and batch.on_cpu == len(calls)
     for j in calls:
         assert torch.equal(batch.images[j], torch.full((3, *size), j, dtype=torch.uint8))
@@ -146,7 +162,8 @@ def test_the_header_pass_refuses_crafted_sizes_and_colour_transforms_before_any_
     assert not limited.ok.any()
 
 
-def test_a_huge_header_never_goes_to_the_device_decoder_and_the_cpu_path_names_it() -> None:
+@pytest.mark.parametrize("engine", ENGINES)
+def test_a_huge_header_never_goes_to_the_device_decoder_and_the_cpu_path_names_it(engine: str) -> None:
     good = encode(photo(40, 48, seed=4))
     blobs = [_blob(good), _blob(_with_size(good, 48679, 59164))]
 
@@ -154,7 +171,7 @@ def test_a_huge_header_never_goes_to_the_device_decoder_and_the_cpu_path_names_i
         return resize(decode_sample(blobs[j].tobytes(), f"row{j}.jpg"), (16, 16))
 
     with pytest.raises(DecodeError, match="row1.jpg: .*pixels, more than the limit"):
-        dev.DeviceDecoder("cpu").decode(blobs, [None, None], (16, 16), on_cpu)
+        _decoder(engine).decode(blobs, [None, None], (16, 16), on_cpu)
 
 
 def test_the_header_pass_never_lets_through_what_the_precise_header_walk_refuses() -> None:
@@ -179,7 +196,8 @@ from stoker.decode.device import DeviceDecoder
 from stoker.decode.image import decode_sample, resize
 from stoker.errors import DecodeError
 
-decoder, size, counts = DeviceDecoder(sys.argv[2]), (32, 32), {}
+decoder, size, counts = DeviceDecoder(sys.argv[2], engine=sys.argv[3]), (32, 32), {}
+assert decoder.engine == sys.argv[3] or sys.argv[3] == "auto", decoder.engine
 start = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 for seed in range(int(sys.argv[1])):
     kind, data = jpeg_case(seed)
@@ -206,12 +224,13 @@ print(json.dumps({"counts": counts, "grown_kib": grown}))
 
 
 @pytest.mark.timeout(240)
-def test_crafted_jpegs_through_the_batched_path_decode_or_go_to_the_cpu_without_crashing() -> None:
+@pytest.mark.parametrize("engine", ["auto", *ENGINES[1:]])
+def test_crafted_jpegs_through_the_batched_path_decode_or_go_to_the_cpu_without_crashing(engine: str) -> None:
     # The fuzz battery's cases (tests/support/fuzzing/jpeg.py) in a child process: a crash is an exit code.
     support = Path(__file__).parent / "support"
     paths = os.pathsep.join([str(support), str(Path(dev.__file__).parents[2]), os.environ.get("PYTHONPATH", "")])
     done = subprocess.run(
-        [sys.executable, "-c", _FUZZ_CHILD, "260", "cuda" if torch.cuda.is_available() else "cpu"],
+        [sys.executable, "-c", _FUZZ_CHILD, "260", "cuda" if torch.cuda.is_available() else "cpu", engine],
         capture_output=True, text=True, timeout=220, env={**os.environ, "PYTHONPATH": paths},
     )
     assert done.returncode == 0, done.stderr[-2000:]
@@ -233,34 +252,85 @@ def test_on_cuda_the_batch_is_ready_after_its_event_and_matches_the_cpu_run() ->
     def on_cpu(j: int) -> torch.Tensor:
         return _full_path(blobs, boxes, size, j)
 
-    on_gpu = dev.DeviceDecoder("cuda").decode(blobs, boxes, size, on_cpu)
+    decoder = dev.DeviceDecoder("cuda")
+    on_gpu = decoder.decode(blobs, boxes, size, on_cpu)
     assert on_gpu.ready is not None and on_gpu.images.device.type == "cuda" and on_gpu.on_cpu == 0
+    assert on_gpu.by_region == (16 if decoder.engine == "nvimagecodec" else 0)
     on_gpu.ready.wait()
     for j in range(16):
         assert float((on_gpu.images[j].cpu().float() - on_cpu(j).float()).abs().mean()) <= MAX_MEAN_ABS_DIFF
+    if decoder.engine == "nvimagecodec":  # the hardware engine's region decode against its whole decode
+        whole = dev.DeviceDecoder("cuda", roi=False).decode(blobs, boxes, size, on_cpu)
+        whole.ready.wait()  # type: ignore[union-attr]
+        assert float((whole.images.float() - on_gpu.images.float()).abs().mean()) <= MAX_MEAN_ABS_DIFF
     torchvision = dev.DeviceDecoder("cuda", engine="torchvision").decode(blobs, boxes, size, on_cpu)
     torchvision.ready.wait()  # type: ignore[union-attr]
     cpu = dev.DeviceDecoder("cpu").decode(blobs, boxes, size, on_cpu).images
     assert float((torchvision.images.cpu().float() - cpu.float()).abs().mean()) <= MAX_MEAN_ABS_DIFF
 
 
+@pytest.mark.parametrize("engine", ENGINES)
 def test_a_batch_over_the_decode_budget_is_decoded_a_part_at_a_time_with_the_same_result(
-    monkeypatch: pytest.MonkeyPatch,
+    monkeypatch: pytest.MonkeyPatch, engine: str
 ) -> None:
     size = (24, 24)
     blobs = [_blob(encode(photo(60 + 4 * i, 50, seed=i))) for i in range(6)]
-    boxes = [None] * 6
-    whole = dev.DeviceDecoder("cpu").decode(blobs, boxes, size, lambda j: pytest.fail(f"image {j} fell back"))
+    boxes = [None, (2, 3, 40, 40), None, (0, 0, 60, 50), (5, 5, 30, 20), None]
+    whole = _decoder(engine).decode(blobs, boxes, size, lambda j: pytest.fail(f"image {j} fell back"))
     parts: list[int] = []
-    decoder = dev.DeviceDecoder("cpu")
+    decoder = _decoder(engine)
     original = decoder._decode_part
 
-    def counted(tensors: list[torch.Tensor]) -> tuple[list[torch.Tensor | None], bool]:
+    def counted(tensors: list[torch.Tensor], part_boxes: list) -> object:
         parts.append(len(tensors))
-        return original(tensors)
+        return original(tensors, part_boxes)
 
     monkeypatch.setattr(decoder, "_decode_part", counted)
     monkeypatch.setattr(dev, "DECODE_BUDGET_BYTES", 2 * 3 * 64 * 50)  # about two images a part
     split = decoder.decode(blobs, boxes, size, lambda j: pytest.fail(f"image {j} fell back"))
     assert len(parts) >= 3 and sum(parts) == 6 and max(parts) <= 3
-    assert torch.equal(split.images, whole.images)
+    assert torch.equal(split.images, whole.images) and split.by_region == whole.by_region
+
+
+@pytest.mark.parametrize("engine", ENGINES[1:])
+def test_a_region_decode_gives_the_pixels_of_the_whole_decode_cropped(engine: str) -> None:
+    # libjpeg-turbo's region decode against its whole decode: equal, not within a tolerance.
+    size = (40, 40)
+    blobs = [_blob(encode(photo(218, 178, seed=i), subsampling=i % 3)) for i in range(6)]
+    blobs.append(_blob(encode(photo(90, 120, seed=6), "L")))
+    blobs.append(_blob(encode(photo(218, 178, seed=7), progressive=True)))
+    boxes = [(40, 20, 138, 138), (1, 3, 50, 61), (7, 9, 100, 33), (0, 0, 218, 178), None, (0, 0, 300, 10),
+             (10, 10, 40, 40), (40, 20, 138, 138)]  # [5]: taller than its image
+    fell_back: dict[bool, list[int]] = {True: [], False: []}
+    batches = {}
+    for roi in (True, False):
+        def on_cpu(j: int, roi: bool = roi) -> torch.Tensor:
+            fell_back[roi].append(j)
+            return torch.full((3, *size), 7, dtype=torch.uint8)
+
+        batches[roi] = _decoder(engine, roi=roi).decode(blobs, boxes, size, on_cpu)
+    assert fell_back == {True: [5], False: [5]}
+    assert batches[True].by_region == 6 and batches[False].by_region == 0
+    assert torch.equal(batches[True].images, batches[False].images)
+    for j in range(len(blobs)):
+        if j != 5:
+            assert int((batches[True].images[j].int() - _full_path(blobs, boxes, size, j).int()).abs().max()) <= 1, j
+
+
+@pytest.mark.parametrize("engine", ENGINES[1:])
+def test_bytes_the_engine_cannot_parse_go_to_the_cpu_path_and_the_engine_stays(engine: str) -> None:
+    good = encode(photo(40, 48, seed=5))
+    sof = good.index(b"\xff\xc0")
+    frame_only = good[:2] + good[sof : sof + 19] + b"\xff\xd9"  # a frame header and nothing to decode
+    blobs = [_blob(good), _blob(frame_only), _blob(good)]
+    assert dev.check_headers(*_joined([good, frame_only, good])).ok.tolist() == [True, True, True]
+    calls: list[int] = []
+
+    def on_cpu(j: int) -> torch.Tensor:
+        calls.append(j)
+        return torch.zeros((3, 16, 16), dtype=torch.uint8)
+
+    decoder = _decoder(engine)
+    batch = decoder.decode(blobs, [None, (0, 0, 20, 20), None], (16, 16), on_cpu)
+    assert calls == [1] and batch.on_cpu == 1 and decoder.engine == engine
+    assert torch.equal(batch.images[0], batch.images[2]) and batch.images[0].float().mean() > 10

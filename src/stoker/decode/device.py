@@ -5,10 +5,10 @@
    with 1 or 3 components and no colour transform a GPU decoder may apply differently;
    anything refused takes the CPU path, which decodes it or names the file.
 2. **One decode call** per budget of decoded bytes (:data:`DECODE_BUDGET_BYTES`):
-   nvImageCodec where installed (``pip install "stoker[gpu]"``), else
-   ``torchvision.io.decode_jpeg(list, device=...)``.
-3. **Crop by slicing, one antialiased resize per crop size**, the same arithmetic on
-   every device, so the CPU tests check the GPU's.
+   nvImageCodec where installed (``pip install "stoker[gpu]"``), which decodes only the
+   crop box, else ``torchvision.io.decode_jpeg(list, device=...)``.
+3. **Crop by slicing (or by the region decode), one antialiased resize per crop size**,
+   the same arithmetic on every device, so the CPU tests check the GPU's.
 
 On CUDA the work runs on the decoder's own stream, and :meth:`DeviceDecoder.decode`
 returns the batch with a :class:`Ready` event the consumer waits on. The design notes
@@ -143,6 +143,17 @@ class Decoded:
     images: torch.Tensor
     ready: Ready | None
     on_cpu: int  # images that took the CPU path
+    by_region: int = 0  # images the engine decoded only inside their crop box (nvImageCodec)
+
+
+@dataclass
+class _Part:
+    """One decode call's images, as the engine gives them (uint8 on the device, None where one failed)."""
+
+    images: list[torch.Tensor | None]
+    hwc: bool  # [H, W, C] (nvImageCodec), else [C, H, W] (torchvision)
+    cropped: np.ndarray  # bool [k]: decoded only inside the image's crop box
+    owned: bool  # the engine owns the memory, outside torch's stream-ordered allocator
 
 
 class DeviceDecoder:
@@ -150,8 +161,10 @@ class DeviceDecoder:
 
     Args:
         device: where to decode (``"cuda:0"``; ``"cpu"`` runs the same ops on CPU tensors).
-        engine: ``"auto"`` (nvImageCodec where installed and it starts on this device, else
-            torchvision), ``"nvimagecodec"`` or ``"torchvision"``.
+        engine: ``"auto"`` (on CUDA, nvImageCodec where installed and it starts, else
+            torchvision; on the CPU, torchvision), ``"nvimagecodec"`` (on the CPU, its
+            libjpeg-turbo backend: the same calls, which the CPU tests run) or ``"torchvision"``.
+        roi: nvImageCodec decodes only the crop box of an image that has one.
 
     Example:
         >>> from stoker.decode.jpeg import decode_jpeg_resized
@@ -163,7 +176,7 @@ class DeviceDecoder:
         (torch.Size([2, 3, 64, 64]), None)
     """
 
-    def __init__(self, device: str | torch.device, engine: Engine = "auto") -> None:
+    def __init__(self, device: str | torch.device, engine: Engine = "auto", roi: bool = True) -> None:
         if engine not in ENGINES:
             raise ValueError(f"engine must be one of {', '.join(ENGINES)}, got {engine!r}")
         self.device = torch.device(device)
@@ -171,7 +184,9 @@ class DeviceDecoder:
         if cuda and self.device.index is None:
             self.device = torch.device("cuda", torch.cuda.current_device())
         self.stream = torch.cuda.Stream(self.device) if cuda else None
-        self._nvimagecodec = _NvImageCodec.start(self.device) if cuda and engine != "torchvision" else None
+        self.roi = roi
+        wanted = engine == "nvimagecodec" or (cuda and engine == "auto")
+        self._nvimagecodec = _NvImageCodec.start(self.device) if wanted else None
         if engine == "nvimagecodec" and self._nvimagecodec is None:
             log.info("nvImageCodec is not available on %s: decoding with torchvision.io", self.device)
         self.engine: str = "nvimagecodec" if self._nvimagecodec is not None else "torchvision"
@@ -195,13 +210,13 @@ class DeviceDecoder:
             The batch on the device, ready once :attr:`Decoded.ready` is waited on.
         """
         if self.stream is None:
-            out, fell_back = self._decode(blobs, boxes, size, on_cpu)
-            return Decoded(out, None, fell_back)
+            out, fell_back, by_region = self._decode(blobs, boxes, size, on_cpu)
+            return Decoded(out, None, fell_back, by_region)
         with torch.cuda.stream(self.stream):
-            out, fell_back = self._decode(blobs, boxes, size, on_cpu)
+            out, fell_back, by_region = self._decode(blobs, boxes, size, on_cpu)
             event = torch.cuda.Event()
             event.record(self.stream)
-        return Decoded(out, Ready(event, out), fell_back)
+        return Decoded(out, Ready(event, out), fell_back, by_region)
 
     def _decode(
         self,
@@ -209,11 +224,11 @@ class DeviceDecoder:
         boxes: Sequence[Box | None],
         size: tuple[int, int],
         on_cpu: Callable[[int], torch.Tensor],
-    ) -> tuple[torch.Tensor, int]:
+    ) -> tuple[torch.Tensor, int, int]:
         n = len(blobs)
         out = torch.empty((n, 3, *size), dtype=torch.uint8, device=self.device)
         if n == 0:
-            return out, 0
+            return out, 0, 0
         arrays = [np.asarray(b, dtype=np.uint8).reshape(-1) for b in blobs]
         lengths = np.fromiter(map(len, arrays), dtype=np.int64, count=n)
         offsets = np.zeros(n + 1, dtype=np.int64)
@@ -226,32 +241,36 @@ class DeviceDecoder:
         # Parts of about one budget of decoded bytes (an image starts the part its first byte falls in).
         cost = checked.pixels[take] * 3
         part_of = (np.cumsum(cost) - cost) // DECODE_BUDGET_BYTES
+        by_region = 0
         for part in np.unique(part_of):
             members = take[part_of == part]
-            decoded = self._decode_part([views[j] for j in members.tolist()])
+            decoded = self._decode_part([views[j] for j in members.tolist()], [boxes[j] for j in members.tolist()])
             failed += self._crop_resize(decoded, members, boxes, size, out)
-            if decoded[1] and self.stream is not None:
+            by_region += int(decoded.cropped.sum())
+            if decoded.owned and self.stream is not None:
                 # nvImageCodec owns the decoded images' memory, outside torch's stream-ordered allocator:
                 # they are let go only once the copies out of them are done.
                 self.stream.synchronize()
             del decoded
         for j in sorted(failed):  # not for the device, or it failed there: the CPU path decodes or raises
             out[j] = on_cpu(j).to(self.device)
-        return out, len(failed)
+        return out, len(failed), by_region
 
-    def _decode_part(self, tensors: list[torch.Tensor]) -> tuple[list[torch.Tensor | None], bool]:
-        """The images decoded (uint8 on the device; None where one could not be), and whether they are HWC (else CHW)."""
+    def _decode_part(self, tensors: list[torch.Tensor], boxes: list[Box | None]) -> _Part:
+        """One decode call over ``tensors`` (each image's bytes), by nvImageCodec or else torchvision."""
         if self._nvimagecodec is not None:
             try:
-                return self._nvimagecodec.decode(tensors, self.stream), True
+                images, cropped = self._nvimagecodec.decode(tensors, boxes if self.roi else None, self.stream)
+                return _Part(images, True, cropped, True)
             except Exception as exc:  # noqa: BLE001 - the optional engine failing as a whole: torchvision from now on
                 log.warning("nvImageCodec failed on %s (%s: %s); decoding with torchvision.io from now on",
                             self.device, type(exc).__name__, exc)
                 self._nvimagecodec, self.engine = None, "torchvision"
         from torchvision.io import ImageReadMode, decode_jpeg
 
+        whole = np.zeros(len(tensors), dtype=bool)
         try:
-            return list(decode_jpeg(tensors, mode=ImageReadMode.RGB, device=self.device)), False
+            return _Part(list(decode_jpeg(tensors, mode=ImageReadMode.RGB, device=self.device)), False, whole, False)
         except Exception as exc:  # noqa: BLE001 - one bad file fails the batch (whatever it raises): one at a time
             log.debug("batch JPEG decode on %s failed (%s); decoding image by image", self.device, exc)
         decoded: list[torch.Tensor | None] = []
@@ -260,11 +279,11 @@ class DeviceDecoder:
                 decoded.append(decode_jpeg(tensor, mode=ImageReadMode.RGB, device=self.device))
             except Exception:  # noqa: BLE001 - crafted bytes may make the decoder raise anything: the CPU decides
                 decoded.append(None)
-        return decoded, False
+        return _Part(decoded, False, whole, False)
 
     def _crop_resize(
         self,
-        decoded: tuple[list[torch.Tensor | None], bool],
+        decoded: _Part,
         members: np.ndarray,
         boxes: Sequence[Box | None],
         size: tuple[int, int],
@@ -274,9 +293,9 @@ class DeviceDecoder:
 
         Within a crop size, images of one decoded size are stacked whole (contiguous inputs: one
         batched copy, where views would cost a copy each) and cropped by one slice, or by one
-        gather where their boxes differ.
+        gather where their boxes differ. An image decoded by region is its crop already.
         """
-        images, hwc = decoded
+        images, hwc = decoded.images, decoded.hwc
         first = next((image for image in images if image is not None), None)
         if not hwc and first is not None and first.stride(0) == 1:  # CHW views of HWC memory (torchvision on the CPU)
             images, hwc = [None if image is None else image.permute(1, 2, 0) for image in images], True
@@ -287,7 +306,8 @@ class DeviceDecoder:
             if image is not None:
                 shapes[i] = (image.shape[2], image.shape[0], image.shape[1]) if hwc else image.shape
                 box = boxes[j]
-                crops[i] = box if box is not None else (0, 0, shapes[i, 1], shapes[i, 2])
+                whole = box is None or decoded.cropped[i]
+                crops[i] = (0, 0, shapes[i, 1], shapes[i, 2]) if whole else box
         top, left, height, width = crops.T
         fits = (
             (shapes[:, 0] == 3) & (top >= 0) & (left >= 0) & (height > 0) & (width > 0)
@@ -339,10 +359,10 @@ def resize_batch(images: torch.Tensor, size: tuple[int, int]) -> torch.Tensor:
 
 
 class _NvImageCodec:
-    """nvImageCodec's batched decoder: the hardware JPEG engine first, then nvJPEG on the GPU (CUDA only).
+    """nvImageCodec's batched decoder: on CUDA the hardware JPEG engine first, then nvJPEG; on the CPU libjpeg-turbo.
 
-    Not run by the CPU tests (it needs the package and a device); ``bash benchmarks/gpu_check.sh decode``
-    runs it on a GPU against the torchvision path.
+    The CPU backend (nvImageCodec 0.9 and later) runs the same calls, region decode included, so
+    the CPU tests check this code; ``bash benchmarks/gpu_check.sh decode`` measures the GPU's.
     """
 
     def __init__(self, module: Any, decoder: Any, params: Any, device: torch.device) -> None:
@@ -361,24 +381,69 @@ class _NvImageCodec:
             return None
         try:
             kinds = nvimgcodec.BackendKind
-            backends = [nvimgcodec.Backend(kinds.HW_GPU_ONLY), nvimgcodec.Backend(kinds.GPU_ONLY)]
-            params = nvimgcodec.DecodeParams(apply_exif_orientation=False, allow_any_depth=False)
+            if device.type == "cuda":
+                device_id = device.index or 0
+                backends = [nvimgcodec.Backend(kinds.HW_GPU_ONLY), nvimgcodec.Backend(kinds.GPU_ONLY)]
+            else:  # an AttributeError before 0.9 (no CPU-only decoder): torchvision decodes
+                device_id = nvimgcodec.NVIMGCODEC_DEVICE_CPU_ONLY
+                backends = [nvimgcodec.Backend(kinds.CPU_ONLY)]
+            # RGB out of grey images too (the CPU path's convert("RGB")); no EXIF turn (the CPU path makes none)
+            params = nvimgcodec.DecodeParams(apply_exif_orientation=False, allow_any_depth=False,
+                                             color_spec=nvimgcodec.ColorSpec.SRGB)
             try:  # libjpeg-turbo's chroma upsampling, as the CPU path decodes
-                decoder = nvimgcodec.Decoder(device_id=device.index or 0, backends=backends,
-                                             options=":fancy_upsampling=1")
+                decoder = nvimgcodec.Decoder(device_id=device_id, backends=backends, options=":fancy_upsampling=1")
             except Exception:  # noqa: BLE001 - an option this version does not know: its default
-                decoder = nvimgcodec.Decoder(device_id=device.index or 0, backends=backends)
+                decoder = nvimgcodec.Decoder(device_id=device_id, backends=backends)
         except Exception as exc:  # noqa: BLE001 - no engine, no driver: torchvision decodes
             log.info("nvImageCodec did not start on %s (%s): decoding with torchvision.io", device, exc)
             return None
         return cls(nvimgcodec, decoder, params, device)
 
-    def decode(self, tensors: list[torch.Tensor], stream: Any) -> list[torch.Tensor | None]:
-        """HWC uint8 tensors on the device (each keeps its nvImageCodec image alive), None where one failed."""
-        streams = [self.module.CodeStream(t.numpy().tobytes()) for t in tensors]
+    def decode(
+        self, tensors: list[torch.Tensor], boxes: list[Box | None] | None, stream: Any
+    ) -> tuple[list[torch.Tensor | None], np.ndarray]:
+        """HWC uint8 tensors (each keeps its nvImageCodec image alive; None where one failed), and which are crops.
+
+        An image whose box lies inside the size its code stream declares is decoded only
+        there (a region decode); any other box is left to :meth:`DeviceDecoder._crop_resize`,
+        which refuses it, so the CPU path names the file.
+        """
+        n = len(tensors)
+        cropped = np.zeros(n, dtype=bool)
+        streams: list[Any] = []
+        at: list[int] = []  # the input position of each stream
+        for i, tensor in enumerate(tensors):
+            try:  # the bytes stay alive: the batch's joined array outlives the decode and its stream's sync
+                code = self.module.CodeStream(tensor.numpy())
+                box = boxes[i] if boxes is not None else None
+                if box is not None:
+                    top, left, height, width = (int(v) for v in box)
+                    if top >= 0 and left >= 0 and height > 0 and width > 0 \
+                            and top + height <= code.height and left + width <= code.width:
+                        region = self.module.Region(top, left, top + height, left + width)
+                        code = code.get_sub_code_stream(region=region)
+                        cropped[i] = True
+            except Exception:  # noqa: BLE001 - a code stream it cannot parse: the CPU path decides
+                cropped[i] = False
+                continue
+            streams.append(code)
+            at.append(i)
+        if not streams:
+            return [None] * n, cropped
         with self.lock:
-            images = self.decoder.decode(streams, params=self.params, cuda_stream=stream.cuda_stream)
-        return [None if im is None else torch.as_tensor(im, device=self.device) for im in images]
+            if self.device.type == "cuda":
+                images = self.decoder.decode(streams, params=self.params, cuda_stream=stream.cuda_stream)
+            else:
+                images = self.decoder.decode(streams, params=self.params)
+        out: list[torch.Tensor | None] = [None] * n
+        for i, image in zip(at, images, strict=True):
+            if image is None:
+                cropped[i] = False
+            elif self.device.type == "cuda":
+                out[i] = torch.as_tensor(image, device=self.device)
+            else:  # host memory: the array keeps the image alive
+                out[i] = torch.from_numpy(np.asarray(image))
+        return out, cropped
 
 
 def nvimagecodec_available() -> bool:
