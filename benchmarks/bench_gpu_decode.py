@@ -10,7 +10,7 @@ with a few images (a check that the script works, not a measurement).
 Read-alone rows (no training; batches delivered where training would use them):
 
 * ``cpu, W processes`` / ``cpu, threads (default)``: encoded shards, the CPU path
-  (reduced-scale libjpeg-turbo), ``decoder="auto"`` kept off the GPU;
+  (libjpeg-turbo at full scale), ``decoder="auto"`` kept off the GPU;
 * ``device path, 1 loader thread``: ``decoder="nvjpeg"`` through the loader;
 * ``device path alone, ENGINE``: :class:`~stoker.decode.device.DeviceDecoder` on bytes
   already in memory (decode, crop, resize; the library's own rate); nvImageCodec twice,
