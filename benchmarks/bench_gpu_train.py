@@ -114,7 +114,7 @@ def check_transfer(device: torch.device, batch_size: int, size: int, repeats: in
     return {"batch_mb": batch.numel() / 1e6, "ms_per_batch": seconds * 1e3, "gb_per_s": batch.numel() / seconds / 1e9}
 
 
-def prepare_data(root: Path, n: int, classes: int, workers: int) -> tuple[Path, Path | None]:
+def prepare_data(root: Path, n: int, classes: int, workers: int) -> tuple[Path, Path]:
     """Class folders of 112x112 PNGs (made once, reused) and their pixel shards (made on demand)."""
     files = root / "digiface"
     if not (files / "0").is_dir():
