@@ -30,6 +30,7 @@ Usage::
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import sys
@@ -93,7 +94,7 @@ def read_rows(root: Path, device: torch.device, workers: list[int], batch_size: 
     for w in workers:
         loader = make_loader(cpu_only, batch_size=batch_size, shuffle=True, num_workers=w, backend="process",
                              device=device, seed=0)
-        row(f"cpu, {w} processes", timed(lambda loader=loader: loader, seconds, device), kind="cpu")
+        row(f"cpu, {w} processes", timed(functools.partial(iter, loader), seconds, device), kind="cpu")
         loader.close()
     defaults = cpu_only.loader_defaults
     loader = make_loader(cpu_only, batch_size=batch_size, shuffle=True, device=device, seed=0, **defaults)
