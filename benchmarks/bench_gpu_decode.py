@@ -108,10 +108,7 @@ def read_rows(root: Path, device: torch.device, workers: list[int], batch_size: 
     loader.close()
 
     # The library alone: bytes in memory, one DeviceDecoder call per batch.
-    shards = cpu_only.shards
-    ids, positions = shards.locate(np.arange(min(len(cpu_only), 4 * batch_size)))
-    rows_read = [shards.checked_bytes(int(s), int(r)) for s, r in zip(ids, positions, strict=True)]
-    batches = [rows_read[i : i + batch_size] for i in range(0, len(rows_read) - batch_size + 1, batch_size)]
+    batches = memory_batches(cpu_only, batch_size)
     engines = [("torchvision", False)] + ([("nvimagecodec", True), ("nvimagecodec", False)]
                                           if nvimagecodec_available() else [])
     for engine, roi in engines:
@@ -120,17 +117,53 @@ def read_rows(root: Path, device: torch.device, workers: list[int], batch_size: 
         if decoder.engine != engine:
             print(f"{name}: {engine} did not start on {device} (left out)", flush=True)
             continue
-
-        def decode_all(decoder: DeviceDecoder = decoder) -> Iterable[Any]:
-            for batch in batches:
-                blobs, _, boxes = zip(*batch, strict=True)
-                out = decoder.decode(list(blobs), list(boxes), SIZE, lambda k: torch.zeros((3, *SIZE), dtype=torch.uint8))
-                if out.ready is not None:
-                    out.ready.wait()
-                yield out.images, None
-
-        row(name, timed(decode_all, seconds, device), kind="device alone", engine=decoder.engine, roi=roi)
+        row(name, timed(decoding(decoder, batches), seconds, device), kind="device alone", engine=decoder.engine,
+            roi=roi)
     return rows
+
+
+def memory_batches(data: ShardDataset, batch_size: int) -> list[list[tuple[Any, ...]]]:
+    """Up to 4 batches of ``(bytes, name, box)`` rows read into memory once (CRC-checked)."""
+    shards = data.shards
+    ids, positions = shards.locate(np.arange(min(len(data), 4 * batch_size)))
+    rows_read = [shards.checked_bytes(int(s), int(r)) for s, r in zip(ids, positions, strict=True)]
+    return [rows_read[i : i + batch_size] for i in range(0, len(rows_read) - batch_size + 1, batch_size)]
+
+
+def decoding(decoder: DeviceDecoder, batches: list[list[tuple[Any, ...]]]) -> Callable[[], Iterable[Any]]:
+    """A pass over ``batches`` decoded by ``decoder``, for :func:`timed` (nothing falls back: blank rows)."""
+
+    def decode_all() -> Iterable[Any]:
+        for batch in batches:
+            blobs, _, boxes = zip(*batch, strict=True)
+            out = decoder.decode(list(blobs), list(boxes), SIZE, lambda k: torch.zeros((3, *SIZE), dtype=torch.uint8))
+            if out.ready is not None:
+                out.ready.wait()
+            yield out.images, None
+
+    return decode_all
+
+
+def region_rounds(root: Path, device: torch.device, batch_size: int, rounds: int, seconds: float) -> dict[str, Any]:
+    """nvImageCodec decoding only each crop box against whole images, interleaved by round, on ``device``.
+
+    On the CPU this is its libjpeg-turbo backend: what the region decode saves of the decode
+    work, the same pixels (tests/test_decode_device.py). The ratio is the median of the rounds'
+    ratios, each round timing both in alternating order.
+    """
+    batches = memory_batches(ShardDataset(root, "train", decoder="full"), batch_size)
+    decoders = {roi: DeviceDecoder(device, engine="nvimagecodec", roi=roi) for roi in (True, False)}
+    if decoders[True].engine != "nvimagecodec":
+        raise SystemExit(f"nvImageCodec did not start on {device} (pip install nvidia-nvimgcodec-cu13; 0.9+ on a CPU)")
+    rates: dict[bool, list[float]] = {True: [], False: []}
+    for r in range(rounds):
+        for roi in (True, False) if r % 2 == 0 else (False, True):
+            rates[roi].append(timed(decoding(decoders[roi], batches), seconds, device)["img_per_s"])
+        print(f"round {r + 1}: by region {rates[True][-1]:,.0f} img/s, whole images {rates[False][-1]:,.0f} img/s",
+              flush=True)
+    ratios = [a / b for a, b in zip(rates[True], rates[False], strict=True)]
+    return {"device": str(device), "rounds": rounds, "batch_size": batch_size, "by_region": rates[True],
+            "whole": rates[False], "median_ratio": float(np.median(ratios)), "date": time.strftime("%Y-%m-%d")}
 
 
 def agreement(root: Path, device: torch.device, batch_size: int) -> dict[str, float]:
@@ -168,6 +201,10 @@ def table(out: Path) -> str:
         if source in by_source:
             r = by_source[source]
             lines.append(f"| {train['meta']['model']} {r['amp']} loop, {name} | {r['img_per_s']:,.0f} | |")
+    if (out / "region.json").is_file():
+        region = json.loads((out / "region.json").read_text())
+        lines.append(f"| nvImageCodec by crop box / whole images, on {region['device']}, no training | "
+                     f"{region['median_ratio']:.2f}x (median of {region['rounds']} rounds) | |")
     a = read["agreement"]
     lines += ["", f"Device path ({a.get('engine', '?')}, {a.get('by_region', 0)} decoded by region, "
                   f"{a.get('on_cpu', 0)} on the CPU) vs CPU full path, {a['images']} images: "
@@ -205,9 +242,21 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=4.0, help="timed seconds per row (after a warm-up batch)")
     parser.add_argument("--tiny", action="store_true", help="on the CPU, a few images: checks the script runs")
     parser.add_argument("--table", action="store_true", help="print the table from OUT's read.json and results.json")
+    parser.add_argument("--region", type=int, default=0, metavar="ROUNDS",
+                        help="only nvImageCodec by crop box against whole images, ROUNDS interleaved rounds, on CUDA "
+                             "or else the CPU (its libjpeg-turbo backend); writes OUT/region.json")
     args = parser.parse_args()
     if args.table:
         print(table(args.out))
+        return
+    if args.region:
+        device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+        args.out.mkdir(parents=True, exist_ok=True)
+        root = jpeg_shards(args.out / "data", args.n, 100 if not args.tiny else 4, os.cpu_count() or 1)
+        region = region_rounds(root, device, args.batch_size, args.region, args.seconds)
+        (args.out / "region.json").write_text(json.dumps(region, indent=2) + "\n")
+        print(f"by region / whole images on {device}: {region['median_ratio']:.2f}x "
+              f"(median of {args.region} interleaved rounds)")
         return
     if torch.cuda.is_available():
         device = torch.device("cuda")

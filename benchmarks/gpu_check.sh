@@ -20,9 +20,10 @@
 # "decode" measures JPEG shards decoded on the GPU (stoker.decode.device) as the issue's
 # table: read alone (CPU decode with 0 / 8 / 14 worker processes and the default threads,
 # the device path through the loader and alone), busy CPU seconds per 1,000 images, pixel
-# agreement with the CPU path, and a ResNet-50 bf16 loop (CPU decode, device path,
-# decoder="auto") against the synthetic ceiling; parts decode-tests (the CUDA tests and
-# the crafted-JPEG fuzz arm on the device path), decode-read, decode-train, decode-table.
+# agreement with the CPU path, nvImageCodec by crop box against whole images (interleaved
+# rounds), and a ResNet-50 bf16 loop (CPU decode, device path, decoder="auto") against the
+# synthetic ceiling; parts decode-tests (the CUDA tests and the crafted-JPEG fuzz arm on the
+# device path), decode-read, decode-region, decode-train, decode-table.
 # The numbers go to $OUT/issue37/{read.json,results.json,table.md}. For the hardware
 # JPEG engine and the region decode bring nvImageCodec's wheels too (about 29 MB; with
 # simplejpeg's, under the device tool's 64 MiB carry):
@@ -105,20 +106,27 @@ if [ "$quick" = "decode" ]; then
     if [ -n "${TINY:-}" ]; then  # on the CPU, a few images: the script runs, nothing is measured
         x=4
         read_args=(--tiny --n 96 --batch-size 16 --workers 0,2 --seconds 1)
+        region_args=(--tiny --n 96 --batch-size 16 --region 2 --seconds 0.5)
         train_args=(--allow-cpu --model small_cnn --batch-size 16 --n 96 --classes 4 --epochs 1 --workers 2
                     --cases synthetic:off jpeg:off nvjpeg:off autojpeg:off)
     else
         read_args=(--n 8000 --batch-size 256 --workers 0,8,14 --seconds 3)
+        region_args=(--n 8000 --batch-size 256 --region 3 --seconds 2)
         train_args=(--suite issue37 --n 8000 --epochs 2)
     fi
-    part env $((15 * x)) "$PYTHON" -c "
+    part env $((10 * x)) "$PYTHON" -c "
 import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda, 'available', torch.cuda.is_available())
 from stoker.decode.device import DeviceDecoder, nvimagecodec_available; print('nvimagecodec', nvimagecodec_available())
 print('engine on', 'cuda' if torch.cuda.is_available() else 'cpu', DeviceDecoder('cuda' if torch.cuda.is_available() else 'cpu', 'nvimagecodec').engine)"
-    part decode-tests $((60 * x)) "$PYTHON" -m pytest -q -p no:cacheprovider tests/test_decode_device.py \
+    part decode-tests $((70 * x)) "$PYTHON" -m pytest -q -p no:cacheprovider tests/test_decode_device.py \
         tests/shards/test_fast_paths.py tests/test_jpeg.py tests/reliability/test_decode_crafted_jpeg.py \
         -k "device or auto or nvjpeg or crafted_jpegs_through_the_batched or huge_header"
-    part decode-read $((100 * x)) "$PYTHON" benchmarks/bench_gpu_decode.py --out "$D" "${read_args[@]}"
+    part decode-read $((90 * x)) "$PYTHON" benchmarks/bench_gpu_decode.py --out "$D" "${read_args[@]}"
+    if [ "$("$PYTHON" -c 'import importlib.util as u; print(u.find_spec("nvidia") is not None and u.find_spec("nvidia.nvimgcodec") is not None)' 2>/dev/null)" = True ]; then
+        part decode-region $((25 * x)) "$PYTHON" benchmarks/bench_gpu_decode.py --out "$D" "${region_args[@]}"
+    else
+        echo "== decode-region: skipped (nvImageCodec is not installed: see .whl above)" | tee -a "$OUT/summary.txt"
+    fi
     part decode-train $((95 * x)) "$PYTHON" benchmarks/bench_gpu_train.py --out "$D" --no-decode --quiet "${train_args[@]}"
     part decode-table $((10 * x)) "$PYTHON" benchmarks/bench_gpu_decode.py --out "$D" --table
     cat "$D/table.md" 2>/dev/null

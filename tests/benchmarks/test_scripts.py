@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import subprocess
@@ -172,3 +173,13 @@ def test_gpu_check_readers_mode_runs_tiny_on_the_cpu(tmp_path: Path) -> None:
     placements = [r["reader_placement"] for r in json.loads((out / "readers" / "results.json").read_text())["results"]
                   if r["source"] == "jpeg"]
     assert [p["nice"] > 0 or "not Linux" in p["reason"] for p in placements] == [True, False, True, False]
+
+
+@pytest.mark.skipif(importlib.util.find_spec("nvidia") is None or importlib.util.find_spec("nvidia.nvimgcodec") is None,
+                    reason="needs nvImageCodec (pip install nvidia-nvimgcodec-cu13)")
+def test_bench_gpu_decode_times_the_region_decode_against_whole_images(tmp_path: Path) -> None:
+    out = _run("bench_gpu_decode.py", "--region", "2", "--tiny", "--n", "32", "--batch-size", "8", "--seconds", "0.2",
+               "--out", "rg", cwd=tmp_path)
+    region = json.loads((tmp_path / "rg" / "region.json").read_text())
+    assert len(region["by_region"]) == len(region["whole"]) == 2 and region["median_ratio"] > 0
+    assert "by region / whole images on cpu" in out
