@@ -334,3 +334,29 @@ def test_bytes_the_engine_cannot_parse_go_to_the_cpu_path_and_the_engine_stays(e
     batch = decoder.decode(blobs, [None, (0, 0, 20, 20), None], (16, 16), on_cpu)
     assert calls == [1] and batch.on_cpu == 1 and decoder.engine == engine
     assert torch.equal(batch.images[0], batch.images[2]) and batch.images[0].float().mean() > 10
+
+
+@pytest.mark.parametrize("engine", ENGINES[1:])
+def test_a_region_decode_of_another_size_than_its_box_goes_to_the_cpu_path(
+    engine: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # An engine that ignored the region would hand back the whole image as the crop: wrong pixels, said nowhere.
+    good = encode(photo(60, 50, seed=11))
+    blobs, boxes = [_blob(good), _blob(good)], [(4, 4, 30, 20), None]
+    decoder = _decoder(engine)
+    engine_decode = decoder._nvimagecodec.decode  # type: ignore[union-attr]
+
+    def region_ignored(tensors: list[torch.Tensor], part_boxes: list | None, stream: object) -> object:
+        images, cropped = engine_decode(tensors, None, stream)  # whole images...
+        return images, np.array([box is not None for box in part_boxes or [None] * len(tensors)])  # ...called crops
+
+    monkeypatch.setattr(decoder._nvimagecodec, "decode", region_ignored)
+    calls: list[int] = []
+
+    def on_cpu(j: int) -> torch.Tensor:
+        calls.append(j)
+        return _full_path(blobs, boxes, (16, 16), j)
+
+    batch = decoder.decode(blobs, boxes, (16, 16), on_cpu)
+    assert calls == [0] and batch.on_cpu == 1
+    assert torch.equal(batch.images[0], _full_path(blobs, boxes, (16, 16), 0))

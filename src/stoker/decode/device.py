@@ -308,6 +308,8 @@ class DeviceDecoder:
                 box = boxes[j]
                 whole = box is None or decoded.cropped[i]
                 crops[i] = (0, 0, shapes[i, 1], shapes[i, 2]) if whole else box
+                if decoded.cropped[i] and (shapes[i, 1], shapes[i, 2]) != (box[2], box[3]):  # type: ignore[index]
+                    shapes[i] = 0  # a region decode of another size than its box: the CPU path decides
         top, left, height, width = crops.T
         fits = (
             (shapes[:, 0] == 3) & (top >= 0) & (left >= 0) & (height > 0) & (width > 0)
