@@ -360,3 +360,32 @@ def test_a_region_decode_of_another_size_than_its_box_goes_to_the_cpu_path(
     batch = decoder.decode(blobs, boxes, (16, 16), on_cpu)
     assert calls == [0] and batch.on_cpu == 1
     assert torch.equal(batch.images[0], _full_path(blobs, boxes, (16, 16), 0))
+
+
+class _Event:
+    """A CUDA event's two calls as the holder uses them: passed or not, and a wait that makes it pass."""
+
+    def __init__(self) -> None:
+        self.passed = self.waited = False
+
+    def query(self) -> bool:
+        return self.passed
+
+    def synchronize(self) -> None:
+        self.waited = self.passed = True
+
+
+def test_engine_memory_is_held_until_its_event_passes_and_within_the_bound() -> None:
+    # The nvImageCodec images a part's kernels read are let go without the host waiting, unless over the bound.
+    held = dev._Held(most_bytes=250)
+    events = [_Event() for _ in range(4)]
+    held.add(events[0], "part 0", 100)
+    held.add(events[1], "part 1", 100)
+    assert [keep for _, keep, _ in held.parts] == ["part 0", "part 1"] and held.bytes == 200
+    held.add(events[2], "part 2", 100)  # 300 > 250: the host waits for the oldest only
+    assert events[0].waited and not events[1].waited
+    assert [keep for _, keep, _ in held.parts] == ["part 1", "part 2"] and held.bytes == 200
+    events[1].passed = True
+    held.add(events[3], "part 3", 100)  # part 1 is done: let go without a wait; part 2 is not
+    assert not events[1].waited and not events[2].waited
+    assert [keep for _, keep, _ in held.parts] == ["part 2", "part 3"] and held.bytes == 200

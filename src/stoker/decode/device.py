@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -185,6 +186,7 @@ class DeviceDecoder:
             self.device = torch.device("cuda", torch.cuda.current_device())
         self.stream = torch.cuda.Stream(self.device) if cuda else None
         self.roi = roi
+        self._held = _Held(DECODE_BUDGET_BYTES)
         wanted = engine == "nvimagecodec" or (cuda and engine == "auto")
         self._nvimagecodec = _NvImageCodec.start(self.device) if wanted else None
         if engine == "nvimagecodec" and self._nvimagecodec is None:
@@ -249,8 +251,10 @@ class DeviceDecoder:
             by_region += int(decoded.cropped.sum())
             if decoded.owned and self.stream is not None:
                 # nvImageCodec owns the decoded images' memory, outside torch's stream-ordered allocator:
-                # they are let go only once the copies out of them are done.
-                self.stream.synchronize()
+                # they are let go only once the kernels reading them are done (the host does not wait here).
+                done = torch.cuda.Event()
+                done.record(self.stream)
+                self._held.add(done, decoded.images, sum(int(im.numel()) for im in decoded.images if im is not None))
             del decoded
         for j in sorted(failed):  # not for the device, or it failed there: the CPU path decodes or raises
             out[j] = on_cpu(j).to(self.device)
@@ -335,6 +339,34 @@ class DeviceDecoder:
             where = torch.from_numpy(np.concatenate(order)).to(self.device, non_blocking=True)
             out.index_copy_(0, where, resize_batch(batch, (int(size[0]), int(size[1]))))
         return failed
+
+
+class _Held:
+    """Objects kept alive until an event says the device work reading them is done, within a byte bound.
+
+    A part is let go once its event has passed (``event.query()``); while more than ``most_bytes``
+    are held, the host waits for the oldest part's event (``event.synchronize()``) and lets it go.
+    """
+
+    def __init__(self, most_bytes: int) -> None:
+        self.most_bytes = most_bytes
+        self.parts: deque[tuple[Any, Any, int]] = deque()
+        self.bytes = 0
+        self.lock = threading.Lock()  # loader threads share one decoder
+
+    def add(self, event: Any, keep: Any, nbytes: int) -> None:
+        """Hold ``keep`` (``nbytes`` of device memory) until ``event`` has passed; let go of what is done."""
+        with self.lock:
+            self.parts.append((event, keep, nbytes))
+            self.bytes += nbytes
+            while self.parts:
+                oldest, _, size = self.parts[0]
+                if not oldest.query():
+                    if self.bytes <= self.most_bytes or len(self.parts) == 1:
+                        break
+                    oldest.synchronize()
+                self.parts.popleft()
+                self.bytes -= size
 
 
 def _crop(whole: torch.Tensor, top: np.ndarray, left: np.ndarray, height: int, width: int) -> torch.Tensor:
