@@ -54,6 +54,8 @@ def check_model_name(name: str, key: str = "model.name") -> str:
     Raises:
         ConfigError: an unknown name, with the closest known ones.
     """
+    if name == SMALL_CNN:  # no torchvision import (torch._dynamo with it: a second) for the CPU model
+        return name
     names = model_names()
     if name not in names:
         close = difflib.get_close_matches(name, names, n=3)
