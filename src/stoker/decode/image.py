@@ -26,8 +26,6 @@ from typing import Any
 
 import numpy as np
 import torch
-from torchvision.io import ImageReadMode
-from torchvision.io import decode_image as _tv_decode_image
 
 from stoker.decode.headers import BAD_SAMPLE_HINT as _BAD_SAMPLE_HINT
 from stoker.decode.headers import (
@@ -136,7 +134,8 @@ def decode_image(
     # torchvision wants a writable tensor (it does not write to it): a read-only buffer (bytes) is copied first.
     encoded = torch.from_numpy(buffer if buffer.flags.writeable and buffer.dtype == np.uint8 else buffer.copy())
     try:
-        image = _tv_decode_image(encoded, mode=ImageReadMode.RGB)
+        tv_io = _torchvision_io()
+        image = tv_io.decode_image(encoded, mode=tv_io.ImageReadMode.RGB)
     except Exception:  # noqa: BLE001 - not a format it reads, corrupt, or crafted (it may raise anything): PIL decides
         return _decode_with_pil(view, name, limit)
     if image.ndim == 4:  # an animated GIF or WEBP: frames x C x H x W
@@ -389,6 +388,15 @@ def _native_uint8() -> bool:
     except ImportError:  # another torchvision: its public resize, always
         return False
     return bool(_do_native_uint8_resize_on_cpu(InterpolationMode.BILINEAR))
+
+
+@functools.cache
+def _torchvision_io() -> Any:
+    """torchvision.io, imported on the first image it decodes: importing torchvision costs a second
+    (its models import torch._dynamo), which a process that reads pixel shards or only packs PNGs never pays."""
+    import torchvision.io
+
+    return torchvision.io
 
 
 @functools.cache

@@ -26,6 +26,18 @@ from stoker.shards.read.gather import RowSpan, take_rows
 __all__ = ["ShardFile", "gather_span", "repair_hint"]
 
 
+def _numbers(column: pa.Array) -> np.ndarray:
+    """A column of fixed-width integers without nulls as a numpy view of its data buffer.
+
+    ``Array.to_numpy`` imports pandas the first time (a quarter of a second in every process
+    that opens a shard); it stays the way for anything else (nulls, another type).
+    """
+    if column.null_count == 0 and pa.types.is_integer(column.type):
+        dtype = np.dtype(column.type.to_pandas_dtype()).newbyteorder("<")
+        return np.frombuffer(column.buffers()[1], dtype=dtype, count=len(column), offset=column.offset * dtype.itemsize)
+    return column.to_numpy()
+
+
 # Column positions in the schema (see stoker.shards.format.schema.COLUMNS).
 _LABEL, _CRC32, _IMAGE = COLUMN_INDEX["label"], COLUMN_INDEX["crc32"], COLUMN_INDEX["image"]
 
@@ -98,7 +110,7 @@ class ShardFile:
         self._batches = batches
         self._starts = np.cumsum([0] + counts)
         self._start_list = self._starts.tolist()
-        self.labels = np.concatenate([b.column(_LABEL).to_numpy() for b in batches]) if batches else np.zeros(0, np.int64)
+        self.labels = np.concatenate([_numbers(b.column(_LABEL)) for b in batches]) if batches else np.zeros(0, np.int64)
         if len(self.labels) and (self.labels.min() < 0 or self.labels.max() >= num_classes):
             row = int(np.flatnonzero((self.labels < 0) | (self.labels >= num_classes))[0])
             self._mmap.close()
@@ -107,7 +119,7 @@ class ShardFile:
             )
         self._origins: tuple[list[str], list[str]] | None = None
         self._crc32 = (
-            np.concatenate([b.column(_CRC32).to_numpy() for b in batches]) if batches else np.zeros(0, np.uint32)
+            np.concatenate([_numbers(b.column(_CRC32)) for b in batches]) if batches else np.zeros(0, np.uint32)
         )
         image_type = schema.field("image").type
         self._pixels: list[np.ndarray] = []
