@@ -88,20 +88,24 @@ def check_headers(joined: np.ndarray, offsets: np.ndarray, max_pixels: int | Non
     n = len(offsets) - 1
     starts, ends = offsets[:-1], offsets[1:]
     lengths = ends - starts
-    padded = np.concatenate([joined, np.zeros(16, dtype=np.uint8)])  # reads past the end see zeros
-    ok = (lengths >= 4) & (padded[starts] == 0xFF) & (padded[starts + 1] == 0xD8) & (padded[starts + 2] == 0xFF)
+    size = len(joined)
     pixels = np.zeros(n, dtype=np.int64)
-    if len(joined) < 2:
-        return HeaderCheck(ok & False, pixels)
-    is_ff = joined[:-1] == 0xFF
-    marker = joined[1:]
-    found = np.flatnonzero(is_ff & _SIZE_MARKERS[marker])
-    adobe = np.flatnonzero(is_ff & (marker == _ADOBE))
+    if size < 2:
+        return HeaderCheck(np.zeros(n, dtype=bool), pixels)
+
+    def byte(at: np.ndarray) -> np.ndarray:  # the bytes at ``at``; reads past the end see zeros
+        return np.where(at < size, joined[np.minimum(at, size - 1)], 0).astype(np.int64)
+
+    ok = (lengths >= 4) & (byte(starts) == 0xFF) & (byte(starts + 1) == 0xD8) & (byte(starts + 2) == 0xFF)
+    ff = np.flatnonzero(joined[:-1] == 0xFF)  # markers only where a 0xFF is: no table lookup per byte
+    marker = joined[ff + 1]
+    found = ff[_SIZE_MARKERS[marker]]
+    adobe = ff[marker == _ADOBE]
     owner = np.searchsorted(offsets, found, side="right") - 1
-    height = padded[found + 5].astype(np.int64) << 8 | padded[found + 6]
-    width = padded[found + 7].astype(np.int64) << 8 | padded[found + 8]
-    components = padded[found + 9]
-    rgb_ids = (padded[found + 10] == ord("R")) & (padded[found + 13] == ord("G")) & (padded[found + 16] == ord("B"))
+    height = byte(found + 5) << 8 | byte(found + 6)
+    width = byte(found + 7) << 8 | byte(found + 8)
+    components = byte(found + 9)
+    rgb_ids = (byte(found + 10) == ord("R")) & (byte(found + 13) == ord("G")) & (byte(found + 16) == ord("B"))
     bad = (
         (found + 10 > ends[owner])  # the header is cut off: its size cannot be told
         | (height == 0) | (width == 0)
