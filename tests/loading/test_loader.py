@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -129,6 +130,32 @@ def test_a_worker_error_comes_back_as_the_same_one_line_error(tmp_path: Path, fo
     message = str(caught.value)
     assert "0/3.png" in message and "worker" in message
     assert "Traceback" not in message and "\n" not in message
+
+
+def test_a_worker_error_stops_the_workers_at_once_and_the_next_epoch_starts_new_ones(
+    tmp_path: Path, folders: Path
+) -> None:
+    # Left to the garbage collector (the error's traceback holds the DataLoader's iterator), torch's
+    # clean-up waited 5 s per worker: a caught error stalled a later gc.collect() for 10 s.
+    import multiprocessing
+
+    from stoker import DecodeError
+
+    root = tmp_path / "copy"
+    shutil.copytree(folders, root)
+    good = (root / "0" / "3.png").read_bytes()
+    (root / "0" / "3.png").write_bytes(b"garbage")
+    loader = make_loader(ClassFolderDataset(root), batch_size=4, num_workers=2, device="cpu", backend="process")
+    assert loader.persistent_workers
+    with pytest.raises(DecodeError, match="3.png"):
+        _epoch(loader)
+    assert multiprocessing.active_children() == []  # joined already, not at some later collection
+    (root / "0" / "3.png").write_bytes(good)
+    labels, count = _epoch(loader)  # the same loader, new workers
+    assert count == 21 and sorted(labels) == sorted([0] * 7 + [1] * 7 + [2] * 7)
+    assert len(multiprocessing.active_children()) == 2  # persistent, for the next epoch
+    loader.close()  # this frame is in a cycle (the error's traceback): close, not the garbage collector
+    assert multiprocessing.active_children() == []
 
 
 def test_thread_backend_threads_go_with_the_loader(folders: Path) -> None:

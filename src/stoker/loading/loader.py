@@ -276,9 +276,6 @@ class Loader:
             raise ConfigError(f"reconfigure: num_workers must be >= 0, prefetch_factor >= 1 and backend one of "
                               f"{', '.join(BACKENDS)}; got {workers}, {depth}, {kind!r}")
         self.close()
-        running = getattr(self._dataloader, "_iterator", None)  # persistent worker processes
-        if running is not None and hasattr(running, "_shutdown_workers"):
-            running._shutdown_workers()
         self._dataloader, self._pool = None, None
         self.num_workers, self.backend, self.prefetch_factor = workers, kind, depth
         self._slots = max(workers, 1)
@@ -589,10 +586,22 @@ class Loader:
         return self._even and ranks_in_step() and not steps_are_certain(self.dataset, self._sampler)
 
     def _iter_process(self, dataloader: DataLoader) -> Iterator[Any]:
+        """The DataLoader's batches; on an error its workers are stopped at once, then the error goes on.
+
+        The error's traceback holds the DataLoader's iterator: left to the garbage collector, its
+        clean-up ran when the queues it signals through were already collected, and waited 5 s
+        for each worker. A loop that stops early keeps its persistent workers for the next epoch.
+        """
+        batches = iter(dataloader)
         try:
-            yield from dataloader
-        except StokerError as exc:
-            raise _without_worker_traceback(exc) from None
+            yield from batches
+        except GeneratorExit:
+            raise
+        except BaseException as exc:
+            _stop_workers(dataloader, batches)
+            if isinstance(exc, StokerError):
+                raise _without_worker_traceback(exc) from None
+            raise
 
     def _load(self, indices: list[int]) -> Any:
         """One batch read here (in this thread): the data set's batch read where it has one, then the collate."""
@@ -617,10 +626,18 @@ class Loader:
                 future.cancel()
 
     def close(self) -> None:
-        """Let the thread pool's threads go (the process backend's workers go with the loader)."""
+        """Let the thread pool's threads go, and stop the persistent worker processes now.
+
+        A loader dropped in a reference cycle (say, with an error's traceback held) is
+        otherwise cleaned up by the garbage collector, where torch waits 5 s for each worker.
+        """
         pool = getattr(self, "_pool", None)
         if pool is not None:
             pool.shutdown(wait=False, cancel_futures=True)
+        dataloader = getattr(self, "_dataloader", None)
+        running = getattr(dataloader, "_iterator", None)  # persistent worker processes
+        if running is not None:
+            _stop_workers(dataloader, running)  # type: ignore[arg-type]
 
     def __del__(self) -> None:
         self.close()
@@ -630,6 +647,15 @@ class Loader:
             f"Loader({type(self.dataset).__name__}, batch_size={self.batch_size}, "
             f"workers={self.num_workers}, backend={self.backend!r}, device={self.device})"
         )
+
+
+def _stop_workers(dataloader: DataLoader, batches: Iterator[Any]) -> None:
+    """Stop the worker processes behind ``batches`` now (torch's own clean-up); the next epoch starts new ones."""
+    stop = getattr(batches, "_shutdown_workers", None)
+    if stop is not None:
+        stop()
+    if getattr(dataloader, "_iterator", None) is batches:  # persistent workers: not these any more
+        dataloader._iterator = None
 
 
 def _without_worker_traceback(exc: StokerError) -> StokerError:
