@@ -14,6 +14,7 @@ the slowest rank's figures).
 from __future__ import annotations
 
 import datetime
+import gc
 import os
 import re
 import socket
@@ -242,9 +243,15 @@ class Ranks:
         return self.device if dist.get_backend() == "nccl" else torch.device("cpu")
 
     def close(self) -> None:
-        """Destroy the process group if stoker made it."""
+        """Destroy the process group if stoker made it, after the garbage it still serves is collected.
+
+        A DistributedDataParallel wrapper lives in reference cycles; collected only at interpreter
+        exit, its gloo work is torn down without an interpreter and the rank aborts ("terminate called
+        without an active exception", seen once under torchrun on a loaded machine).
+        """
         global _joined
         if self.owned and dist.is_initialized():
+            gc.collect()
             dist.destroy_process_group()
             self.owned = _joined = False
 
